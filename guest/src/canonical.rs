@@ -1,0 +1,147 @@
+//! Canonical comparison of answers, the rule behind idempotency.
+//!
+//! "Same response" means equal after canonicalisation: object keys sorted, numbers compared as
+//! JSON numbers (`1` equals `1.0`), strings byte-exact (no Unicode normalisation).
+
+use crate::m3::managed_input::types::ElicitationResponse;
+use serde_json::Value;
+use std::fmt::Write;
+
+/// Whether two JSON values are the same answer.
+pub fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Null, Value::Null) => true,
+        (Value::Bool(x), Value::Bool(y)) => x == y,
+        (Value::String(x), Value::String(y)) => x.as_bytes() == y.as_bytes(),
+        (Value::Number(x), Value::Number(y)) => same_number(x, y),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_value(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_value(v, w)))
+        }
+        _ => false,
+    }
+}
+
+fn same_number(x: &serde_json::Number, y: &serde_json::Number) -> bool {
+    if let (Some(p), Some(q)) = (x.as_i64(), y.as_i64()) {
+        return p == q;
+    }
+    if let (Some(p), Some(q)) = (x.as_u64(), y.as_u64()) {
+        return p == q;
+    }
+    match (x.as_f64(), y.as_f64()) {
+        (Some(p), Some(q)) => p == q,
+        _ => false,
+    }
+}
+
+/// Whether two response maps are the same answer (same keys, actions and canonical content).
+pub fn same_responses(
+    a: &[(String, ElicitationResponse)],
+    b: &[(String, ElicitationResponse)],
+) -> bool {
+    let mut a: Vec<_> = a.iter().collect();
+    let mut b: Vec<_> = b.iter().collect();
+    a.sort_by(|p, q| p.0.cmp(&q.0));
+    b.sort_by(|p, q| p.0.cmp(&q.0));
+    a.len() == b.len()
+        && a.iter().zip(&b).all(|((ka, ra), (kb, rb))| {
+            ka == kb && ra.action == rb.action && same_content(&ra.content, &rb.content)
+        })
+}
+
+fn same_content(a: &Option<String>, b: &Option<String>) -> bool {
+    let parse = |t: &Option<String>| match t {
+        None => Some(Value::Null),
+        Some(text) => crate::strict_json::parse(text).ok(),
+    };
+    match (parse(a), parse(b)) {
+        (Some(x), Some(y)) => same_value(&x, &y),
+        _ => false,
+    }
+}
+
+/// The canonical text of a value: compact, object keys sorted, integral floats written as
+/// integers, so that values that are the same answer have the same text (and hash).
+pub fn canonical_text(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15 => {
+                let _ = write!(out, "{}", f as i64);
+            }
+            _ => out.push_str(&n.to_string()),
+        },
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_order_does_not_matter() {
+        let a = crate::strict_json::parse(r#"{"a":1,"b":{"x":true,"y":"z"}}"#).unwrap();
+        let b = crate::strict_json::parse(r#"{"b":{"y":"z","x":true},"a":1}"#).unwrap();
+        assert!(same_value(&a, &b));
+        assert_eq!(canonical_text(&a), canonical_text(&b));
+    }
+
+    #[test]
+    fn one_equals_one_point_zero() {
+        assert!(same_value(&json!(1), &json!(1.0)));
+        assert_eq!(
+            canonical_text(&json!({"n": 1.0})),
+            canonical_text(&json!({"n": 1}))
+        );
+        assert!(!same_value(&json!(1), &json!(1.5)));
+        assert!(!same_value(&json!(1), &json!("1")));
+    }
+
+    #[test]
+    fn strings_are_byte_exact_without_unicode_normalisation() {
+        // "é" precomposed (U+00E9) vs "e" + combining acute (U+0065 U+0301)
+        assert!(!same_value(&json!("caf\u{e9}"), &json!("cafe\u{301}")));
+        assert!(same_value(&json!("caf\u{e9}"), &json!("caf\u{e9}")));
+    }
+
+    #[test]
+    fn arrays_are_ordered() {
+        assert!(!same_value(&json!(["a", "b"]), &json!(["b", "a"])));
+    }
+}

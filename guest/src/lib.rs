@@ -1,0 +1,145 @@
+//! The m3 managed-input component.
+//!
+//! Every validation rule and every state-machine decision of managed elicitation input lives here;
+//! the host only stores rows and tells the time. Built for `wasm32-wasip2` with wit-bindgen.
+
+#![allow(missing_docs)] // the generated bindings carry the WIT documentation
+
+wit_bindgen::generate!({
+    world: "engine",
+    path: "../wit",
+    additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
+});
+
+pub mod canonical;
+pub mod errors;
+pub mod lease;
+pub mod lifecycle;
+pub mod probe;
+pub mod record;
+pub mod redaction;
+pub mod responses;
+pub mod schema;
+pub mod store_protocol;
+pub mod strict_json;
+pub mod time;
+
+use exports::m3::managed_input::{managed_input, policy, sandbox_probe};
+use m3::managed_input::types::{
+    ElicitationResponse, Lease, ManagedInputError, ManagedInputRecord, PendingRound,
+    RedactedResponse,
+};
+
+/// The component's export implementations.
+struct Component;
+
+impl policy::Guest for Component {
+    fn check_requested_schema(schema: String) -> Result<(), ManagedInputError> {
+        schema::check_requested_schema(&schema).map(|_| ())
+    }
+
+    fn validate_responses(
+        round: PendingRound,
+        responses: String,
+    ) -> Result<Vec<(String, ElicitationResponse)>, ManagedInputError> {
+        responses::validate_responses(&round.requests, &responses)
+    }
+
+    fn same_responses(
+        a: Vec<(String, ElicitationResponse)>,
+        b: Vec<(String, ElicitationResponse)>,
+    ) -> bool {
+        canonical::same_responses(&a, &b)
+    }
+}
+
+impl managed_input::Guest for Component {
+    fn create_round(
+        round: managed_input::NewRound,
+    ) -> Result<ManagedInputRecord, ManagedInputError> {
+        store_protocol::create_round(round)
+    }
+
+    fn get_round(round_id: String) -> Result<Option<ManagedInputRecord>, ManagedInputError> {
+        store_protocol::get_round(&round_id)
+    }
+
+    fn list_rounds(
+        filter: managed_input::ListFilter,
+    ) -> Result<Vec<ManagedInputRecord>, ManagedInputError> {
+        store_protocol::list_rounds(filter)
+    }
+
+    fn claim_round(
+        round_id: String,
+        claim: managed_input::OwnerClaim,
+    ) -> Result<Lease, ManagedInputError> {
+        store_protocol::claim_round(&round_id, claim)
+    }
+
+    fn renew(
+        round_id: String,
+        lease: Lease,
+        lease_ttl_ms: u64,
+    ) -> Result<Lease, ManagedInputError> {
+        store_protocol::renew(&round_id, lease, lease_ttl_ms)
+    }
+
+    fn submit_responses(
+        round_id: String,
+        responses: String,
+        idempotency_key: String,
+    ) -> Result<ManagedInputRecord, ManagedInputError> {
+        store_protocol::submit_responses(&round_id, &responses, &idempotency_key)
+    }
+
+    fn start_delivery(
+        round_id: String,
+        lease: Lease,
+        delivery_idempotency_key: String,
+    ) -> Result<ManagedInputRecord, ManagedInputError> {
+        store_protocol::start_delivery(&round_id, lease, delivery_idempotency_key)
+    }
+
+    fn mark_delivered(
+        round_id: String,
+        lease: Lease,
+    ) -> Result<ManagedInputRecord, ManagedInputError> {
+        store_protocol::mark_delivered(&round_id, lease)
+    }
+
+    fn resolve(round_id: String, lease: Lease) -> Result<ManagedInputRecord, ManagedInputError> {
+        store_protocol::resolve(&round_id, lease)
+    }
+
+    fn fail(
+        round_id: String,
+        lease: Lease,
+        code: m3::managed_input::types::FailureCode,
+        message: String,
+    ) -> Result<ManagedInputRecord, ManagedInputError> {
+        store_protocol::fail(&round_id, lease, code, message)
+    }
+
+    fn fail_recovery(
+        round_id: String,
+        lease: Option<Lease>,
+        message: String,
+    ) -> Result<ManagedInputRecord, ManagedInputError> {
+        store_protocol::fail_recovery(&round_id, lease, message)
+    }
+
+    fn redacted_responses(
+        round_id: String,
+    ) -> Result<Option<Vec<RedactedResponse>>, ManagedInputError> {
+        store_protocol::redacted_responses(&round_id)
+    }
+}
+
+impl sandbox_probe::Guest for Component {
+    fn run(which: sandbox_probe::Probe, amount: u64) -> String {
+        probe::run(which, amount)
+    }
+}
+
+export!(Component);

@@ -1,0 +1,44 @@
+//! How a record is kept in the host's store: indexed columns plus the component's own document.
+
+use crate::errors::{Outcome, storage};
+use crate::m3::managed_input::store::RoundRow;
+use crate::m3::managed_input::types::{ErrorCode, ManagedInputRecord};
+
+/// The row for `record` at `version`.
+pub fn to_row(record: &ManagedInputRecord, version: u64) -> Outcome<RoundRow> {
+    let document = serde_json::to_string(record)
+        .map_err(|_| storage(ErrorCode::CorruptRecord, "a record could not be encoded"))?;
+    Ok(RoundRow {
+        round_id: record.pending.round_id.clone(),
+        execution_id: record.pending.execution_id.clone(),
+        status: record.status,
+        version,
+        owner_id: record.lease.as_ref().map(|l| l.owner_id.clone()),
+        lease_expires_at: record.lease.as_ref().map(|l| l.expires_at),
+        deadline: record.pending.deadline,
+        created_at: record.timestamps.created_at,
+        updated_at: record.timestamps.updated_at,
+        document,
+    })
+}
+
+/// The record kept in `row`. A document that does not decode, or disagrees with its row, is a
+/// corrupt record: the store refuses to act on it.
+pub fn from_row(row: &RoundRow) -> Outcome<ManagedInputRecord> {
+    let record: ManagedInputRecord = serde_json::from_str(&row.document).map_err(|_| {
+        storage(
+            ErrorCode::CorruptRecord,
+            format!("round {}: stored record does not decode", row.round_id),
+        )
+    })?;
+    if record.pending.round_id != row.round_id || record.status != row.status {
+        return Err(storage(
+            ErrorCode::CorruptRecord,
+            format!(
+                "round {}: stored record disagrees with its row",
+                row.round_id
+            ),
+        ));
+    }
+    Ok(record)
+}

@@ -1,0 +1,32 @@
+//! The diagnostic projection of answers: actions, field names, sizes and hashes, never values.
+
+use crate::canonical::canonical_text;
+use crate::m3::managed_input::types::{ElicitationResponse, RedactedResponse};
+use sha2::{Digest, Sha256};
+
+/// The redacted view of stored responses.
+pub fn redact(responses: &[(String, ElicitationResponse)]) -> Vec<RedactedResponse> {
+    responses
+        .iter()
+        .map(|(key, response)| {
+            let parsed = response
+                .content
+                .as_deref()
+                .and_then(|c| crate::strict_json::parse(c).ok());
+            let canonical = parsed.as_ref().map(canonical_text);
+            let mut content_fields: Vec<String> = parsed
+                .as_ref()
+                .and_then(|v| v.as_object())
+                .map(|o| o.keys().cloned().collect())
+                .unwrap_or_default();
+            content_fields.sort();
+            RedactedResponse {
+                request_key: key.clone(),
+                action: response.action,
+                content_fields,
+                content_bytes: canonical.as_ref().map_or(0, |c| c.len() as u32),
+                content_sha256: canonical.map(|c| hex::encode(Sha256::digest(c.as_bytes()))),
+            }
+        })
+        .collect()
+}

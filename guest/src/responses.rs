@@ -1,0 +1,216 @@
+//! Validation of a response map against a round's requests.
+//!
+//! The map must hold exactly the round's request keys; each value must be an
+//! `ElicitationResponse` (`{"action": ..., "content"?: ...}`); a form `accept` needs object content
+//! valid against the request's schema; URL responses, `decline` and `cancel` carry no content.
+
+use crate::canonical::canonical_text;
+use crate::errors::{Outcome, bounded, validation, validation_at};
+use crate::m3::managed_input::types::{
+    ElicitationAction, ElicitationRequest, ElicitationResponse, ErrorCode,
+};
+use crate::{schema, strict_json};
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+/// Largest response map accepted, in bytes of JSON text.
+pub const MAX_RESPONSES_BYTES: usize = 1024 * 1024;
+
+/// Validates `text` against `requests`, returning canonical responses sorted by key.
+pub fn validate_responses(
+    requests: &[(String, ElicitationRequest)],
+    text: &str,
+) -> Outcome<Vec<(String, ElicitationResponse)>> {
+    if text.len() > MAX_RESPONSES_BYTES {
+        return Err(validation(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "responses are {} bytes; the limit is {MAX_RESPONSES_BYTES}",
+                text.len()
+            ),
+        ));
+    }
+    let parsed = strict_json::parse(text)
+        .map_err(|e| validation(ErrorCode::MalformedJson, format!("responses: {}", e.0)))?;
+    let Value::Object(map) = parsed else {
+        return Err(validation(
+            ErrorCode::InvalidResponse,
+            "responses must be a JSON object keyed by request key",
+        ));
+    };
+    check_key_set(requests, &map)?;
+    let mut out = Vec::with_capacity(map.len());
+    let mut sorted: Vec<&(String, ElicitationRequest)> = requests.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    for (key, request) in sorted {
+        let response = check_response(key, request, &map[key])?;
+        out.push((key.clone(), response));
+    }
+    Ok(out)
+}
+
+fn check_key_set(
+    requests: &[(String, ElicitationRequest)],
+    map: &Map<String, Value>,
+) -> Outcome<()> {
+    let expected: BTreeSet<&str> = requests.iter().map(|(k, _)| k.as_str()).collect();
+    let given: BTreeSet<&str> = map.keys().map(String::as_str).collect();
+    if expected == given {
+        return Ok(());
+    }
+    let list = |keys: Vec<&&str>| {
+        keys.iter()
+            .take(8)
+            .map(|k| format!("`{}`", bounded(k)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let missing: Vec<&&str> = expected.difference(&given).collect();
+    let extra: Vec<&&str> = given.difference(&expected).collect();
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!("missing {}", list(missing)));
+    }
+    if !extra.is_empty() {
+        parts.push(format!("unexpected {}", list(extra)));
+    }
+    Err(validation(
+        ErrorCode::ResponseKeysMismatch,
+        format!(
+            "responses must have exactly the pending request keys: {}",
+            parts.join("; ")
+        ),
+    ))
+}
+
+fn check_response(
+    key: &str,
+    request: &ElicitationRequest,
+    value: &Value,
+) -> Outcome<ElicitationResponse> {
+    let Value::Object(fields) = value else {
+        return Err(validation_at(
+            ErrorCode::InvalidResponse,
+            key,
+            None,
+            format!(
+                "response `{}` must be an object with an `action`",
+                bounded(key)
+            ),
+        ));
+    };
+    if let Some(unknown) = fields
+        .keys()
+        .find(|k| k.as_str() != "action" && k.as_str() != "content")
+    {
+        return Err(validation_at(
+            ErrorCode::InvalidResponse,
+            key,
+            None,
+            format!(
+                "response `{}` has field `{}`; an ElicitationResponse has only `action` and `content`",
+                bounded(key),
+                bounded(unknown)
+            ),
+        ));
+    }
+    let action = match fields.get("action").and_then(Value::as_str) {
+        Some("accept") => ElicitationAction::Accept,
+        Some("decline") => ElicitationAction::Decline,
+        Some("cancel") => ElicitationAction::Cancel,
+        _ => {
+            return Err(validation_at(
+                ErrorCode::InvalidAction,
+                key,
+                None,
+                format!(
+                    "response `{}`: `action` must be \"accept\", \"decline\" or \"cancel\"",
+                    bounded(key)
+                ),
+            ));
+        }
+    };
+    let content = fields.get("content").filter(|c| !c.is_null());
+    match (request, action, content) {
+        (
+            ElicitationRequest::Form(form),
+            ElicitationAction::Accept,
+            Some(Value::Object(content)),
+        ) => {
+            check_form_content(key, &form.requested_schema, content)?;
+            Ok(ElicitationResponse {
+                action,
+                content: Some(canonical_text(&Value::Object(content.clone()))),
+            })
+        }
+        (ElicitationRequest::Form(_), ElicitationAction::Accept, _) => Err(validation_at(
+            ErrorCode::ContentRequired,
+            key,
+            None,
+            format!(
+                "response `{}`: a form accept needs `content` as an object",
+                bounded(key)
+            ),
+        )),
+        (ElicitationRequest::Url(_), ElicitationAction::Accept, Some(_)) => Err(validation_at(
+            ErrorCode::ContentNotAllowed,
+            key,
+            None,
+            format!(
+                "response `{}`: a URL accept only records consent and carries no content",
+                bounded(key)
+            ),
+        )),
+        (_, ElicitationAction::Decline | ElicitationAction::Cancel, Some(_)) => Err(validation_at(
+            ErrorCode::ContentNotAllowed,
+            key,
+            None,
+            format!(
+                "response `{}`: decline and cancel carry no content",
+                bounded(key)
+            ),
+        )),
+        (_, action, _) => Ok(ElicitationResponse {
+            action,
+            content: None,
+        }),
+    }
+}
+
+fn check_form_content(key: &str, schema_text: &str, content: &Map<String, Value>) -> Outcome<()> {
+    let validator = schema::validator_for(schema_text)?;
+    let instance = Value::Object(content.clone());
+    let Some(error) = validator.iter_errors(&instance).next() else {
+        return Ok(());
+    };
+    let keyword = error.kind().keyword().to_string();
+    let field = match error.kind() {
+        jsonschema::error::ValidationErrorKind::Required { property } => {
+            property.as_str().map(str::to_string)
+        }
+        jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
+            unexpected.first().cloned()
+        }
+        _ => error
+            .instance_path()
+            .as_str()
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .filter(|s| !s.is_empty())
+            .map(|s| s.replace("~1", "/").replace("~0", "~")),
+    };
+    let about = field
+        .as_deref()
+        .map(|f| format!("field `{}`", bounded(f)))
+        .unwrap_or_else(|| "content".into());
+    Err(validation_at(
+        ErrorCode::SchemaViolation,
+        key,
+        field.as_deref(),
+        format!(
+            "response `{}`: {about} does not satisfy `{keyword}` of the requested schema",
+            bounded(key)
+        ),
+    ))
+}

@@ -1,0 +1,153 @@
+//! Strict JSON parsing: RFC 8259 text with no duplicate object keys.
+//!
+//! `serde_json` alone keeps the last of two equal keys, which would let `{"a":1,"a":2}` mean
+//! different things to different readers. Parse errors never quote the input.
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// Why a text is not acceptable JSON (the message never quotes the input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError(pub String);
+
+/// Parses `text` as one JSON value, rejecting duplicate keys, trailing data and numbers out of
+/// the `f64` range. Nesting is bounded by `serde_json`'s recursion limit (128).
+pub fn parse(text: &str) -> Result<Value, JsonError> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let value = StrictValue
+        .deserialize(&mut deserializer)
+        .map_err(|e| JsonError(describe(&e)))?;
+    deserializer.end().map_err(|e| JsonError(describe(&e)))?;
+    Ok(value)
+}
+
+fn describe(e: &serde_json::Error) -> String {
+    // serde_json's syntax messages carry positions, not input; custom ones are ours.
+    match e.classify() {
+        serde_json::error::Category::Eof => {
+            format!("unexpected end of JSON at column {}", e.column())
+        }
+        _ => e.to_string(),
+    }
+}
+
+struct StrictValue;
+
+impl<'de> DeserializeSeed<'de> for StrictValue {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("number is not finite"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(StrictValue)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(de::Error::custom("duplicate key in a JSON object"));
+            }
+            let value = map.next_value_seed(StrictValue)?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_keys_are_rejected_at_any_depth() {
+        assert!(parse(r#"{"a":1,"a":1}"#).is_err());
+        assert!(parse(r#"{"x":{"b":true,"b":false}}"#).is_err());
+        assert!(parse(r#"[{"k":1},{"k":2}]"#).is_ok());
+    }
+
+    #[test]
+    fn non_json_numbers_and_trailing_data_are_rejected() {
+        for bad in [
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "1e400",
+            "{} {}",
+            "",
+            "{\"a\":",
+            "'a'",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} parsed");
+        }
+    }
+
+    #[test]
+    fn errors_never_quote_the_input() {
+        let secret = "s3cr3t-value";
+        for text in [
+            format!("{{\"a\":\"{secret}\",\"a\":1}}"),
+            format!("[\"{secret}\" x]"),
+        ] {
+            let err = parse(&text).unwrap_err();
+            assert!(!err.0.contains(secret), "{}", err.0);
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let deep = "[".repeat(100_000);
+        assert!(parse(&deep).is_err());
+    }
+}

@@ -1,0 +1,101 @@
+//! The process-wide wasmtime engine, the compiled component and its `InstancePre`.
+//!
+//! Compiled once per process (from the on-disk cache when possible) and shared by every store
+//! object; instances are cheap to make from the `InstancePre`.
+
+use crate::bindings;
+use crate::component_cache::{self, CacheOutcome};
+use crate::error::{EngineError, EngineErrorKind};
+use crate::guest_imports::HostState;
+use crate::sandbox;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine};
+
+/// The guest component, built by `build.rs` from `guest/`.
+pub static GUEST_WASM: &[u8] = include_bytes!(env!("M3_GUEST_WASM_PATH"));
+
+/// How often the epoch advances; the CPU budget is checked at each tick.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// The compiled engine component, ready to instantiate.
+pub struct ComponentRuntime {
+    /// The engine (epoch interruption on).
+    pub engine: Engine,
+    /// The compiled component.
+    pub component: Component,
+    /// Imports resolved once, instantiated many times.
+    pub pre: bindings::EnginePre<HostState>,
+    /// Where the compiled code came from.
+    pub cache: CacheOutcome,
+}
+
+impl std::fmt::Debug for ComponentRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentRuntime")
+            .field("cache", &self.cache)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The engine configuration every m3 host uses.
+pub fn engine_config() -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    config
+}
+
+fn load_error(e: impl std::fmt::Display) -> EngineError {
+    EngineError {
+        kind: EngineErrorKind::Load,
+        message: e.to_string(),
+    }
+}
+
+impl ComponentRuntime {
+    /// Builds a runtime for `wasm`, caching its compiled code in `cache_dir`.
+    pub fn new(wasm: &[u8], cache_dir: Option<&std::path::Path>) -> Result<Self, EngineError> {
+        let engine = Engine::new(&engine_config()).map_err(load_error)?;
+        let (component, cache) =
+            component_cache::load(&engine, wasm, cache_dir).map_err(load_error)?;
+        let mut linker = Linker::<HostState>::new(&engine);
+        sandbox::link(&mut linker, &component).map_err(load_error)?;
+        let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
+        let pre = bindings::EnginePre::new(instance_pre).map_err(load_error)?;
+        start_epoch_ticker(&engine);
+        Ok(Self {
+            engine,
+            component,
+            pre,
+            cache,
+        })
+    }
+
+    /// The runtime of this process: the embedded component, compiled once.
+    pub fn shared() -> Result<Arc<Self>, EngineError> {
+        static SHARED: OnceLock<Result<Arc<ComponentRuntime>, EngineError>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                let dir = component_cache::default_cache_dir();
+                Self::new(GUEST_WASM, dir.as_deref()).map(Arc::new)
+            })
+            .clone()
+    }
+}
+
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("m3-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .map(|_| ())
+        .unwrap_or_else(|_| ());
+}

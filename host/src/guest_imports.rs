@@ -1,0 +1,164 @@
+//! What the host gives the component: the per-instance state and the `clock` and `store`
+//! imports. Pure I/O: the host reads and writes rows and tells the time; it decides nothing.
+
+use crate::bindings::m3::managed_input::store::{
+    self, HostTransaction, RoundFilter, RoundRow, StoreError, TransactionMode,
+};
+use crate::bindings::m3::managed_input::{clock, types};
+use crate::clock::Clock;
+use crate::sqlite::database::Database;
+use crate::sqlite::transaction::Transaction;
+use std::sync::Arc;
+use std::time::Instant;
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi::random::WasiRandomCtx;
+
+/// Memory limiter of one instance; remembers whether it refused a growth.
+pub struct GuestLimiter {
+    /// Most bytes of linear memory.
+    pub max_memory: usize,
+    /// Set when a growth past the limit was refused (and trapped).
+    pub refused: bool,
+}
+
+impl wasmtime::ResourceLimiter for GuestLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_memory {
+            self.refused = true;
+            wasmtime::bail!("guest memory limit of {} bytes exceeded", self.max_memory);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// The state of one component instance.
+pub struct HostState {
+    /// Resources handed to the component (open transactions).
+    pub table: ResourceTable,
+    /// `wasi:random`.
+    pub random: WasiRandomCtx,
+    /// Memory limits.
+    pub limiter: GuestLimiter,
+    /// The store's clock.
+    pub clock: Arc<dyn Clock>,
+    /// The store's database (`None` for policy-only use: every transaction fails).
+    pub db: Option<Arc<Database>>,
+    /// When the host last returned to the component: the CPU budget counts from here.
+    pub last_host_call: Instant,
+}
+
+impl HostState {
+    /// State for a new instance.
+    pub fn new(clock: Arc<dyn Clock>, db: Option<Arc<Database>>, max_memory: usize) -> Self {
+        Self {
+            table: ResourceTable::new(),
+            random: WasiRandomCtx::default(),
+            limiter: GuestLimiter {
+                max_memory,
+                refused: false,
+            },
+            clock,
+            db,
+            last_host_call: Instant::now(),
+        }
+    }
+
+    fn returning<T>(&mut self, value: T) -> T {
+        self.last_host_call = Instant::now();
+        value
+    }
+}
+
+impl types::Host for HostState {}
+
+impl clock::Host for HostState {
+    fn now(&mut self) -> wasmtime::Result<types::Timestamp> {
+        let now = self.clock.now();
+        Ok(types::Timestamp {
+            seconds: now.timestamp(),
+            nanoseconds: now.timestamp_subsec_nanos().min(999_999_999),
+        })
+    }
+}
+
+impl store::Host for HostState {}
+
+impl HostTransaction for HostState {
+    fn begin(
+        &mut self,
+        mode: TransactionMode,
+    ) -> wasmtime::Result<Result<Resource<Transaction>, StoreError>> {
+        let opened = match &self.db {
+            Some(db) => Transaction::begin(db, mode),
+            None => Err(StoreError::Failure("this instance has no database".into())),
+        };
+        let result = match opened {
+            Ok(tx) => Ok(self.table.push(tx)?),
+            Err(e) => Err(e),
+        };
+        Ok(self.returning(result))
+    }
+
+    fn get(
+        &mut self,
+        tx: Resource<Transaction>,
+        round_id: String,
+    ) -> wasmtime::Result<Result<Option<RoundRow>, StoreError>> {
+        let result = self.table.get(&tx)?.get(&round_id);
+        Ok(self.returning(result))
+    }
+
+    fn list(
+        &mut self,
+        tx: Resource<Transaction>,
+        filter: RoundFilter,
+    ) -> wasmtime::Result<Result<Vec<RoundRow>, StoreError>> {
+        let result = self.table.get(&tx)?.list(&filter);
+        Ok(self.returning(result))
+    }
+
+    fn insert(
+        &mut self,
+        tx: Resource<Transaction>,
+        row: RoundRow,
+    ) -> wasmtime::Result<Result<bool, StoreError>> {
+        let result = self.table.get(&tx)?.insert(&row);
+        Ok(self.returning(result))
+    }
+
+    fn compare_and_set(
+        &mut self,
+        tx: Resource<Transaction>,
+        row: RoundRow,
+        expected_version: u64,
+    ) -> wasmtime::Result<Result<bool, StoreError>> {
+        let result = self.table.get(&tx)?.compare_and_set(&row, expected_version);
+        Ok(self.returning(result))
+    }
+
+    fn commit(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<Result<(), StoreError>> {
+        let result = self.table.get_mut(&tx)?.commit();
+        Ok(self.returning(result))
+    }
+
+    fn drop(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<()> {
+        // Dropping the connection rolls back anything not committed.
+        self.table.delete(tx)?;
+        self.last_host_call = Instant::now();
+        Ok(())
+    }
+}

@@ -1,0 +1,144 @@
+//! Bounded calls into the component: a pool of live instances per store object, each call
+//! under a memory limit and a CPU budget; an instance that traps is discarded.
+
+use crate::bindings;
+use crate::clock::Clock;
+use crate::engine::ComponentRuntime;
+use crate::error::{EngineError, EngineErrorKind};
+use crate::guest_imports::HostState;
+use crate::sqlite::database::Database;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wasmtime::{Store, UpdateDeadline};
+
+/// Limits of one component instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestLimits {
+    /// Most bytes of linear memory (default 64 MiB).
+    pub max_memory: usize,
+    /// Longest the component may compute between two host calls (default 100 ms).
+    pub cpu_budget: Duration,
+}
+
+impl Default for GuestLimits {
+    fn default() -> Self {
+        Self {
+            max_memory: 64 << 20,
+            cpu_budget: Duration::from_millis(100),
+        }
+    }
+}
+
+/// A live instance with its store.
+pub struct Instance {
+    store: Store<HostState>,
+    bindings: bindings::Engine,
+}
+
+/// Idle instances kept for reuse (their compiled-validator caches stay warm).
+const MAX_IDLE: usize = 8;
+
+/// Instances of one store object.
+pub struct InstancePool {
+    runtime: Arc<ComponentRuntime>,
+    clock: Arc<dyn Clock>,
+    db: Option<Arc<Database>>,
+    limits: GuestLimits,
+    idle: Mutex<Vec<Instance>>,
+}
+
+impl std::fmt::Debug for InstancePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstancePool")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+fn classify(error: &wasmtime::Error, state: &HostState) -> EngineError {
+    let message = format!("{error:#}");
+    let kind = if state.limiter.refused {
+        EngineErrorKind::MemoryLimitExceeded
+    } else if matches!(
+        error.downcast_ref::<wasmtime::Trap>(),
+        Some(wasmtime::Trap::Interrupt)
+    ) {
+        EngineErrorKind::CpuBudgetExceeded
+    } else if message.contains("unknown import") {
+        EngineErrorKind::ForbiddenImport
+    } else {
+        EngineErrorKind::Trap
+    };
+    EngineError { kind, message }
+}
+
+impl InstancePool {
+    /// A pool over `runtime` for one database and clock.
+    pub fn new(
+        runtime: Arc<ComponentRuntime>,
+        clock: Arc<dyn Clock>,
+        db: Option<Arc<Database>>,
+        limits: GuestLimits,
+    ) -> Self {
+        Self {
+            runtime,
+            clock,
+            db,
+            limits,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The database this pool's instances use.
+    pub fn database(&self) -> Option<&Arc<Database>> {
+        self.db.as_ref()
+    }
+
+    fn instantiate(&self) -> Result<Instance, EngineError> {
+        let state = HostState::new(self.clock.clone(), self.db.clone(), self.limits.max_memory);
+        let mut store = Store::new(&self.runtime.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let budget = self.limits.cpu_budget;
+        store.epoch_deadline_callback(move |ctx| {
+            if ctx.data().last_host_call.elapsed() > budget {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Continue(1))
+            }
+        });
+        store.set_epoch_deadline(1);
+        let bindings = self
+            .runtime
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| EngineError {
+                kind: EngineErrorKind::Load,
+                message: format!("{e:#}"),
+            })?;
+        Ok(Instance { store, bindings })
+    }
+
+    /// Runs `f` on an instance. A trap discards the instance and becomes an [`EngineError`].
+    pub fn call<T>(
+        &self,
+        f: impl FnOnce(&bindings::Engine, &mut Store<HostState>) -> wasmtime::Result<T>,
+    ) -> Result<T, EngineError> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut instance = match idle {
+            Some(instance) => instance,
+            None => self.instantiate()?,
+        };
+        instance.store.data_mut().last_host_call = Instant::now();
+        instance.store.set_epoch_deadline(1);
+        match f(&instance.bindings, &mut instance.store) {
+            Ok(value) => {
+                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                if idle.len() < MAX_IDLE {
+                    idle.push(instance);
+                }
+                Ok(value)
+            }
+            Err(error) => Err(classify(&error, instance.store.data())),
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The component's pure validation rules (`policy` export), callable without a database.
+
+use crate::bindings::exports::m3::managed_input::sandbox_probe::Probe;
+use crate::clock::SystemClock;
+use crate::convert;
+use crate::engine::ComponentRuntime;
+use crate::error::{EngineError, ErrorCode, ManagedInputError};
+use crate::instance::{GuestLimits, InstancePool};
+use crate::response::ElicitationResponse;
+use crate::round::PendingElicitationRound;
+use crate::sandbox::{self, ImportBinding};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Largest response map [`Policy::validate_responses_json`] passes to the component.
+pub const MAX_RESPONSES_BYTES: usize = 1024 * 1024;
+
+/// The validation rules of the component, without storage.
+#[derive(Debug)]
+pub struct Policy {
+    pool: InstancePool,
+    runtime: Arc<ComponentRuntime>,
+}
+
+impl Policy {
+    /// Rules from the process's shared component.
+    pub fn new() -> Result<Self, EngineError> {
+        Self::with_limits(GuestLimits::default())
+    }
+
+    /// Rules with explicit instance limits.
+    pub fn with_limits(limits: GuestLimits) -> Result<Self, EngineError> {
+        let runtime = ComponentRuntime::shared()?;
+        Ok(Self {
+            pool: InstancePool::new(runtime.clone(), Arc::new(SystemClock), None, limits),
+            runtime,
+        })
+    }
+
+    /// Checks a server's `requestedSchema` against the MCP form subset.
+    pub fn check_requested_schema(
+        &self,
+        schema: &serde_json::Value,
+    ) -> Result<(), ManagedInputError> {
+        let text = schema.to_string();
+        self.pool
+            .call(|b, s| {
+                b.m3_managed_input_policy()
+                    .call_check_requested_schema(s, &text)
+            })?
+            .map_err(|e| convert::error_back(&e))
+    }
+
+    /// Validates a response map (JSON text) against a round's requests; returns the canonical
+    /// answers.
+    pub fn validate_responses_json(
+        &self,
+        round: &PendingElicitationRound,
+        responses: &str,
+    ) -> Result<BTreeMap<String, ElicitationResponse>, ManagedInputError> {
+        if responses.len() > MAX_RESPONSES_BYTES {
+            return Err(ManagedInputError::edge_validation(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "responses are {} bytes; the limit is {MAX_RESPONSES_BYTES}",
+                    responses.len()
+                ),
+            ));
+        }
+        let wit_round = convert::pending_round(round);
+        let validated = self
+            .pool
+            .call(|b, s| {
+                b.m3_managed_input_policy().call_validate_responses(
+                    s,
+                    &wit_round,
+                    &responses.to_owned(),
+                )
+            })?
+            .map_err(|e| convert::error_back(&e))?;
+        convert::responses_back(&validated)
+    }
+
+    /// Whether two answers are the same after canonicalisation.
+    pub fn same_responses(
+        &self,
+        a: &BTreeMap<String, ElicitationResponse>,
+        b: &BTreeMap<String, ElicitationResponse>,
+    ) -> Result<bool, EngineError> {
+        let (a, b) = (convert::responses(a), convert::responses(b));
+        self.pool.call(|bind, s| {
+            bind.m3_managed_input_policy()
+                .call_same_responses(s, &a, &b)
+        })
+    }
+
+    /// Runs one sandbox probe inside the component (see the WIT `sandbox-probe`).
+    pub fn probe(&self, which: Probe, amount: u64) -> Result<String, EngineError> {
+        self.pool.call(|b, s| {
+            b.m3_managed_input_sandbox_probe()
+                .call_run(s, which, amount)
+        })
+    }
+
+    /// Every import of the component and what the sandbox binds it to.
+    pub fn imports(&self) -> Vec<ImportBinding> {
+        sandbox::imports(&self.runtime.engine, &self.runtime.component)
+    }
+}

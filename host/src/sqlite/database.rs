@@ -1,0 +1,172 @@
+//! A database file and how connections to it are made.
+
+use crate::error::OpenError;
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How hard a commit is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// `synchronous=FULL` (the default): a committed answer survives a power loss.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: a committed answer survives a crash of the process, but the last
+    /// commits may be lost on power loss. Faster.
+    Normal,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Self::Full => "FULL",
+            Self::Normal => "NORMAL",
+        }
+    }
+}
+
+/// `PRAGMA application_id` of an m3 database ("M3MI").
+pub const APPLICATION_ID: i64 = 0x4d33_4d49;
+
+/// A database file shared by every operation of one store object.
+pub struct Database {
+    path: PathBuf,
+    busy_timeout: Duration,
+    synchronous: Synchronous,
+    /// One idle connection held for the store's life, so that the last per-operation connection
+    /// closing does not checkpoint and delete the WAL every time. Never used for statements.
+    _keeper: Mutex<Connection>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Database {
+    /// Opens (creating if needed) the database at `path`, applies migrations and checks WAL mode.
+    pub fn open(
+        path: &Path,
+        busy_timeout: Duration,
+        synchronous: Synchronous,
+    ) -> Result<Self, OpenError> {
+        check_path(path)?;
+        let keeper = connect_raw(path, busy_timeout, synchronous).map_err(OpenError::Sqlite)?;
+        enable_wal(&keeper, busy_timeout)?;
+        super::migrations::migrate(&keeper)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            busy_timeout,
+            synchronous,
+            _keeper: Mutex::new(keeper),
+        })
+    }
+
+    /// A new connection with the store's pragmas: one per operation.
+    pub fn connect(&self) -> rusqlite::Result<Connection> {
+        connect_raw(&self.path, self.busy_timeout, self.synchronous)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn connect_raw(
+    path: &Path,
+    busy_timeout: Duration,
+    synchronous: Synchronous,
+) -> rusqlite::Result<Connection> {
+    // No SQLITE_OPEN_URI: a path is a path, never a `file:` URI with options.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(busy_timeout)?;
+    conn.pragma_update(None, "synchronous", synchronous.pragma())?;
+    Ok(conn)
+}
+
+fn enable_wal(conn: &Connection, busy_timeout: Duration) -> Result<(), OpenError> {
+    // Switching to WAL needs an exclusive lock that the busy handler does not wait for; retry
+    // within the busy timeout when several processes open a new file at once.
+    let started = std::time::Instant::now();
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)) {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(mode) => {
+                return Err(OpenError::Incompatible(format!(
+                    "journal mode stays {mode}, WAL is required"
+                )));
+            }
+            Err(e) if is_busy(&e) && started.elapsed() < busy_timeout => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(OpenError::Sqlite(e)),
+        }
+    }
+}
+
+/// Whether a SQLite error means the database was locked.
+pub fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Refuses paths that would open something other than the plain file the caller named.
+fn check_path(path: &Path) -> Result<(), OpenError> {
+    let text = path.as_os_str().as_encoded_bytes();
+    if text.is_empty() {
+        return Err(OpenError::InvalidPath("the path is empty".into()));
+    }
+    if text.contains(&0) {
+        return Err(OpenError::InvalidPath(
+            "the path contains a NUL byte".into(),
+        ));
+    }
+    if text.starts_with(b"file:") {
+        return Err(OpenError::InvalidPath(
+            "`file:` URIs are not accepted; give a plain path".into(),
+        ));
+    }
+    if text == b":memory:" || text.starts_with(b":") {
+        return Err(OpenError::InvalidPath(
+            "managed input needs a database file; in-memory databases are not persistent".into(),
+        ));
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(OpenError::InvalidPath(format!(
+                "{} is a directory",
+                path.display()
+            )));
+        }
+        Ok(meta) if !meta.is_file() => {
+            return Err(OpenError::InvalidPath(format!(
+                "{} is not a regular file",
+                path.display()
+            )));
+        }
+        Ok(_) => {}
+        Err(_) => {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(OpenError::InvalidPath(format!(
+                    "the directory {} does not exist",
+                    parent.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}

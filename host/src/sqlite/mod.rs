@@ -1,0 +1,8 @@
+//! SQLite behind the component's `store` import: opening, migrations and transactions.
+//!
+//! Every operation opens its own connection; every write is one `BEGIN IMMEDIATE` transaction.
+//! The host knows tables and columns, never what a status means.
+
+pub mod database;
+pub mod migrations;
+pub mod transaction;

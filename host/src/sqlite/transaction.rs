@@ -1,0 +1,212 @@
+//! One transaction on its own connection: the resource behind the component's `store` import.
+
+use super::database::{Database, is_busy};
+use crate::bindings::m3::managed_input::store::{
+    RoundFilter, RoundRow, StoreError, TransactionMode,
+};
+use crate::bindings::m3::managed_input::types::{Status, Timestamp};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// An open transaction. Dropped without [`Transaction::commit`], it rolls back (the connection
+/// closes with the transaction open).
+pub struct Transaction {
+    conn: Connection,
+    open: bool,
+}
+
+fn store_error(e: rusqlite::Error) -> StoreError {
+    // SQLite's messages name tables, columns and codes, never bound values.
+    if is_busy(&e) {
+        StoreError::Busy(format!("database locked past the busy timeout: {e}"))
+    } else {
+        StoreError::Failure(e.to_string())
+    }
+}
+
+fn status_text(status: Status) -> &'static str {
+    match status {
+        Status::Pending => "pending",
+        Status::ResponseValidated => "response_validated",
+        Status::DeliveryStarted => "delivery_started",
+        Status::Delivered => "delivered",
+        Status::Resolved => "resolved",
+        Status::Failed => "failed",
+    }
+}
+
+fn status_from_text(text: &str) -> rusqlite::Result<Status> {
+    Ok(match text {
+        "pending" => Status::Pending,
+        "response_validated" => Status::ResponseValidated,
+        "delivery_started" => Status::DeliveryStarted,
+        "delivered" => Status::Delivered,
+        "resolved" => Status::Resolved,
+        "failed" => Status::Failed,
+        _ => {
+            return Err(rusqlite::Error::InvalidColumnType(
+                2,
+                "status".into(),
+                rusqlite::types::Type::Text,
+            ));
+        }
+    })
+}
+
+fn to_ns(t: &Timestamp) -> i64 {
+    (i128::from(t.seconds) * 1_000_000_000 + i128::from(t.nanoseconds))
+        .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+fn from_ns(ns: i64) -> Timestamp {
+    Timestamp {
+        seconds: ns.div_euclid(1_000_000_000),
+        nanoseconds: ns.rem_euclid(1_000_000_000) as u32,
+    }
+}
+
+const COLUMNS: &str = "round_id, execution_id, status, version, owner_id, lease_expires_at_ns, \
+                       deadline_ns, created_at_ns, updated_at_ns, document";
+
+fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRow> {
+    Ok(RoundRow {
+        round_id: r.get(0)?,
+        execution_id: r.get(1)?,
+        status: status_from_text(&r.get::<_, String>(2)?)?,
+        version: r.get::<_, i64>(3)? as u64,
+        owner_id: r.get(4)?,
+        lease_expires_at: r.get::<_, Option<i64>>(5)?.map(from_ns),
+        deadline: r.get::<_, Option<i64>>(6)?.map(from_ns),
+        created_at: from_ns(r.get(7)?),
+        updated_at: from_ns(r.get(8)?),
+        document: r.get(9)?,
+    })
+}
+
+impl Transaction {
+    /// Opens a connection and begins (`BEGIN IMMEDIATE` for writes).
+    pub fn begin(db: &Database, mode: TransactionMode) -> Result<Self, StoreError> {
+        let conn = db.connect().map_err(store_error)?;
+        let sql = match mode {
+            TransactionMode::Read => "BEGIN DEFERRED",
+            TransactionMode::Write => "BEGIN IMMEDIATE",
+        };
+        conn.execute_batch(sql).map_err(store_error)?;
+        Ok(Self { conn, open: true })
+    }
+
+    fn ensure_open(&self) -> Result<(), StoreError> {
+        if self.open {
+            Ok(())
+        } else {
+            Err(StoreError::Failure(
+                "the transaction has already been committed".into(),
+            ))
+        }
+    }
+
+    /// The row of `round_id`.
+    pub fn get(&self, round_id: &str) -> Result<Option<RoundRow>, StoreError> {
+        self.ensure_open()?;
+        self.conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM managed_input_rounds WHERE round_id = ?1"
+            ))
+            .and_then(|mut s| s.query_row([round_id], row_from_sql).optional())
+            .map_err(store_error)
+    }
+
+    /// Rows matching `filter`, oldest first.
+    pub fn list(&self, filter: &RoundFilter) -> Result<Vec<RoundRow>, StoreError> {
+        self.ensure_open()?;
+        let mut sql = format!("SELECT {COLUMNS} FROM managed_input_rounds WHERE 1 = 1");
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        if let Some(execution_id) = &filter.execution_id {
+            args.push(execution_id.clone().into());
+            sql.push_str(&format!(" AND execution_id = ?{}", args.len()));
+        }
+        if let Some(status) = filter.status {
+            args.push(status_text(status).to_string().into());
+            sql.push_str(&format!(" AND status = ?{}", args.len()));
+        }
+        sql.push_str(" ORDER BY created_at_ns, round_id");
+        if let Some(limit) = filter.limit {
+            args.push(i64::from(limit).into());
+            sql.push_str(&format!(" LIMIT ?{}", args.len()));
+        }
+        let mut statement = self.conn.prepare_cached(&sql).map_err(store_error)?;
+        let rows = statement
+            .query_map(rusqlite::params_from_iter(args), row_from_sql)
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(store_error)?;
+        Ok(rows)
+    }
+
+    /// Inserts `row`; `false` if the round id exists.
+    pub fn insert(&self, row: &RoundRow) -> Result<bool, StoreError> {
+        self.ensure_open()?;
+        let changed = self
+            .conn
+            .prepare_cached(&format!(
+                "INSERT INTO managed_input_rounds ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                 ON CONFLICT (round_id) DO NOTHING"
+            ))
+            .and_then(|mut s| {
+                s.execute(params![
+                    row.round_id,
+                    row.execution_id,
+                    status_text(row.status),
+                    row.version as i64,
+                    row.owner_id,
+                    row.lease_expires_at.as_ref().map(to_ns),
+                    row.deadline.as_ref().map(to_ns),
+                    to_ns(&row.created_at),
+                    to_ns(&row.updated_at),
+                    row.document,
+                ])
+            })
+            .map_err(store_error)?;
+        Ok(changed == 1)
+    }
+
+    /// Replaces the row if its version is still `expected_version` (one conditional `UPDATE`,
+    /// checked by affected-row count).
+    pub fn compare_and_set(
+        &self,
+        row: &RoundRow,
+        expected_version: u64,
+    ) -> Result<bool, StoreError> {
+        self.ensure_open()?;
+        let changed = self
+            .conn
+            .prepare_cached(
+                "UPDATE managed_input_rounds SET execution_id = ?2, status = ?3, version = ?4, owner_id = ?5, \
+                 lease_expires_at_ns = ?6, deadline_ns = ?7, created_at_ns = ?8, updated_at_ns = ?9, document = ?10 \
+                 WHERE round_id = ?1 AND version = ?11",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    row.round_id,
+                    row.execution_id,
+                    status_text(row.status),
+                    row.version as i64,
+                    row.owner_id,
+                    row.lease_expires_at.as_ref().map(to_ns),
+                    row.deadline.as_ref().map(to_ns),
+                    to_ns(&row.created_at),
+                    to_ns(&row.updated_at),
+                    row.document,
+                    expected_version as i64,
+                ])
+            })
+            .map_err(store_error)?;
+        Ok(changed == 1)
+    }
+
+    /// Commits.
+    pub fn commit(&mut self) -> Result<(), StoreError> {
+        self.ensure_open()?;
+        self.conn.execute_batch("COMMIT").map_err(store_error)?;
+        self.open = false;
+        Ok(())
+    }
+}

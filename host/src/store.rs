@@ -1,0 +1,375 @@
+//! The `ManagedInputStore` protocol and its SQLite implementation.
+//!
+//! Each method is one call into the component, which validates, decides and runs one SQLite
+//! transaction through the host's `store` import. This module only converts types and enforces
+//! size limits at the edge.
+
+use crate::bindings;
+use crate::clock::{Clock, SystemClock};
+use crate::convert;
+use crate::engine::ComponentRuntime;
+use crate::error::{ErrorCode, ManagedInputError, OpenError};
+use crate::instance::{GuestLimits, InstancePool};
+use crate::record::{FailureCode, ManagedInputLease, ManagedInputRecord, RoundFilter};
+use crate::response::{ElicitationResponse, RedactedResponse};
+use crate::round::{NewRound, OwnerClaim};
+use crate::sqlite::database::{Database, Synchronous};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Result of a store operation.
+pub type StoreResult<T> = Result<T, ManagedInputError>;
+
+/// The managed-input store protocol of the specification. Storage and worker coordination:
+/// application code answers through an execution handle, so that the worker is woken.
+pub trait ManagedInputStore: Send + Sync {
+    /// Persists a new `pending` round (validating every request and schema).
+    fn create_round(&self, round: &NewRound) -> StoreResult<ManagedInputRecord>;
+    /// The record of a round, if it exists.
+    fn get_round(&self, round_id: &str) -> StoreResult<Option<ManagedInputRecord>>;
+    /// Records matching `filter`, oldest first.
+    fn list_rounds(&self, filter: &RoundFilter) -> StoreResult<Vec<ManagedInputRecord>>;
+    /// Takes the lease of an unowned round, or rotates the caller's own live lease.
+    fn claim_round(&self, round_id: &str, claim: &OwnerClaim) -> StoreResult<ManagedInputLease>;
+    /// Extends the caller's live lease by `lease_ttl` from now.
+    fn renew(
+        &self,
+        round_id: &str,
+        lease: &ManagedInputLease,
+        lease_ttl: Duration,
+    ) -> StoreResult<ManagedInputLease>;
+    /// Validates and stores answers given as JSON text (an object of request key ->
+    /// `{"action", "content"?}`): `pending` -> `response_validated`.
+    fn submit_responses_json(
+        &self,
+        round_id: &str,
+        responses: &str,
+        idempotency_key: &str,
+    ) -> StoreResult<ManagedInputRecord>;
+    /// Validates and stores answers: `pending` -> `response_validated`. The same key with the same
+    /// answers returns the stored record; the same key with other answers is a conflict.
+    fn submit_responses(
+        &self,
+        round_id: &str,
+        responses: &BTreeMap<String, ElicitationResponse>,
+        idempotency_key: &str,
+    ) -> StoreResult<ManagedInputRecord> {
+        let text = serde_json::to_string(responses).map_err(|_| {
+            ManagedInputError::edge_validation(
+                ErrorCode::InvalidResponse,
+                "responses could not be encoded as JSON".into(),
+            )
+        })?;
+        self.submit_responses_json(round_id, &text, idempotency_key)
+    }
+    /// `response_validated` -> `delivery_started`, committed before the answer is sent.
+    fn start_delivery(
+        &self,
+        round_id: &str,
+        lease: &ManagedInputLease,
+        delivery_idempotency_key: &str,
+    ) -> StoreResult<ManagedInputRecord>;
+    /// `delivery_started` -> `delivered`.
+    fn mark_delivered(
+        &self,
+        round_id: &str,
+        lease: &ManagedInputLease,
+    ) -> StoreResult<ManagedInputRecord>;
+    /// `delivered` -> `resolved`.
+    fn resolve(&self, round_id: &str, lease: &ManagedInputLease)
+    -> StoreResult<ManagedInputRecord>;
+    /// Any non-terminal status -> `failed` with `code`.
+    fn fail(
+        &self,
+        round_id: &str,
+        lease: &ManagedInputLease,
+        code: FailureCode,
+        message: &str,
+    ) -> StoreResult<ManagedInputRecord>;
+    /// Fails a round whose worker is gone with `recovery_unavailable`.
+    fn fail_recovery(
+        &self,
+        round_id: &str,
+        lease: Option<&ManagedInputLease>,
+        message: &str,
+    ) -> StoreResult<ManagedInputRecord>;
+    /// The diagnostic projection of a round's answers (`None` before any answer).
+    fn redacted_responses(&self, round_id: &str) -> StoreResult<Option<Vec<RedactedResponse>>>;
+}
+
+/// Options of [`SqliteManagedInputStore::open`].
+#[derive(Clone)]
+pub struct StoreOptions {
+    /// How long a write waits for a locked database (default 5000 ms).
+    pub busy_timeout_ms: u64,
+    /// Commit durability (default FULL).
+    pub synchronous: Synchronous,
+    /// The clock (default: system UTC time).
+    pub clock: Arc<dyn Clock>,
+    /// Limits of each component instance.
+    pub guest_limits: GuestLimits,
+    /// Largest response map accepted, in bytes of JSON; larger ones are refused before they reach
+    /// the component (default 1 MiB).
+    pub max_responses_bytes: usize,
+    /// Largest new round accepted (schemas, messages and context), in bytes (default 4 MiB).
+    pub max_round_bytes: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            busy_timeout_ms: 5000,
+            synchronous: Synchronous::Full,
+            clock: Arc::new(SystemClock),
+            guest_limits: GuestLimits::default(),
+            max_responses_bytes: 1024 * 1024,
+            max_round_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("busy_timeout_ms", &self.busy_timeout_ms)
+            .field("synchronous", &self.synchronous)
+            .field("guest_limits", &self.guest_limits)
+            .field("max_responses_bytes", &self.max_responses_bytes)
+            .field("max_round_bytes", &self.max_round_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The SQLite implementation of [`ManagedInputStore`]. One connection per operation; there is no
+/// `close()`: drop it. Any number of store objects, in any number of processes, may share a file.
+#[derive(Debug)]
+pub struct SqliteManagedInputStore {
+    pool: InstancePool,
+    options: StoreOptions,
+}
+
+impl SqliteManagedInputStore {
+    /// Opens (creating if needed) the store at `path`.
+    pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self, OpenError> {
+        Self::open_with_runtime(path, options, ComponentRuntime::shared()?)
+    }
+
+    /// Opens the store with an explicit component runtime (benchmarks, embedders).
+    pub fn open_with_runtime(
+        path: impl AsRef<Path>,
+        options: StoreOptions,
+        runtime: Arc<ComponentRuntime>,
+    ) -> Result<Self, OpenError> {
+        let db = Database::open(
+            path.as_ref(),
+            Duration::from_millis(options.busy_timeout_ms),
+            options.synchronous,
+        )?;
+        let pool = InstancePool::new(
+            runtime,
+            options.clock.clone(),
+            Some(Arc::new(db)),
+            options.guest_limits,
+        );
+        Ok(Self { pool, options })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        self.pool.database().map_or(Path::new(""), |db| db.path())
+    }
+
+    fn call<T, W>(
+        &self,
+        f: impl FnOnce(
+            &bindings::Engine,
+            &mut wasmtime::Store<crate::guest_imports::HostState>,
+        ) -> wasmtime::Result<
+            Result<W, bindings::m3::managed_input::types::ManagedInputError>,
+        >,
+        back: impl FnOnce(W) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        match self.pool.call(f)? {
+            Ok(value) => back(value),
+            Err(e) => Err(convert::error_back(&e)),
+        }
+    }
+
+    fn record(
+        &self,
+        f: impl FnOnce(
+            &bindings::exports::m3::managed_input::managed_input::Guest,
+            &mut wasmtime::Store<crate::guest_imports::HostState>,
+        ) -> wasmtime::Result<
+            Result<
+                bindings::m3::managed_input::types::ManagedInputRecord,
+                bindings::m3::managed_input::types::ManagedInputError,
+            >,
+        >,
+    ) -> StoreResult<ManagedInputRecord> {
+        self.call(
+            |b, s| f(b.m3_managed_input_managed_input(), s),
+            |r| convert::record_back(&r),
+        )
+    }
+
+    fn round_size(round: &NewRound) -> usize {
+        let mut size = round.round_id.len()
+            + round.execution_id.len()
+            + round.server.len()
+            + round.operation_name.len();
+        size += round.request_state.as_ref().map_or(0, String::len);
+        size += serde_json::to_string(&round.requests).map_or(usize::MAX, |s| s.len());
+        size += serde_json::to_string(&round.operation_parameters).map_or(usize::MAX, |s| s.len());
+        size
+    }
+}
+
+impl ManagedInputStore for SqliteManagedInputStore {
+    fn create_round(&self, round: &NewRound) -> StoreResult<ManagedInputRecord> {
+        let size = Self::round_size(round);
+        if size > self.options.max_round_bytes {
+            return Err(ManagedInputError::edge_validation(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "the round is {size} bytes; the limit is {}",
+                    self.options.max_round_bytes
+                ),
+            ));
+        }
+        let wit_round = convert::new_round(round);
+        self.record(|g, s| g.call_create_round(s, &wit_round))
+    }
+
+    fn get_round(&self, round_id: &str) -> StoreResult<Option<ManagedInputRecord>> {
+        self.call(
+            |b, s| {
+                b.m3_managed_input_managed_input()
+                    .call_get_round(s, round_id)
+            },
+            |r| r.as_ref().map(convert::record_back).transpose(),
+        )
+    }
+
+    fn list_rounds(&self, filter: &RoundFilter) -> StoreResult<Vec<ManagedInputRecord>> {
+        let wit_filter = convert::filter(filter);
+        self.call(
+            |b, s| {
+                b.m3_managed_input_managed_input()
+                    .call_list_rounds(s, &wit_filter)
+            },
+            |rows| rows.iter().map(convert::record_back).collect(),
+        )
+    }
+
+    fn claim_round(&self, round_id: &str, claim: &OwnerClaim) -> StoreResult<ManagedInputLease> {
+        let wit_claim = convert::owner_claim(claim);
+        self.call(
+            |b, s| {
+                b.m3_managed_input_managed_input()
+                    .call_claim_round(s, round_id, &wit_claim)
+            },
+            |l| convert::lease_back(&l),
+        )
+    }
+
+    fn renew(
+        &self,
+        round_id: &str,
+        lease: &ManagedInputLease,
+        lease_ttl: Duration,
+    ) -> StoreResult<ManagedInputLease> {
+        let wit_lease = convert::lease(lease);
+        let ttl = convert::duration_ms(lease_ttl);
+        self.call(
+            |b, s| {
+                b.m3_managed_input_managed_input()
+                    .call_renew(s, round_id, &wit_lease, ttl)
+            },
+            |l| convert::lease_back(&l),
+        )
+    }
+
+    fn submit_responses_json(
+        &self,
+        round_id: &str,
+        responses: &str,
+        idempotency_key: &str,
+    ) -> StoreResult<ManagedInputRecord> {
+        if responses.len() > self.options.max_responses_bytes {
+            return Err(ManagedInputError::edge_validation(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "responses are {} bytes; the limit is {}",
+                    responses.len(),
+                    self.options.max_responses_bytes
+                ),
+            ));
+        }
+        self.record(|g, s| {
+            g.call_submit_responses(s, round_id, &responses.to_owned(), idempotency_key)
+        })
+    }
+
+    fn start_delivery(
+        &self,
+        round_id: &str,
+        lease: &ManagedInputLease,
+        delivery_idempotency_key: &str,
+    ) -> StoreResult<ManagedInputRecord> {
+        let wit_lease = convert::lease(lease);
+        self.record(|g, s| g.call_start_delivery(s, round_id, &wit_lease, delivery_idempotency_key))
+    }
+
+    fn mark_delivered(
+        &self,
+        round_id: &str,
+        lease: &ManagedInputLease,
+    ) -> StoreResult<ManagedInputRecord> {
+        let wit_lease = convert::lease(lease);
+        self.record(|g, s| g.call_mark_delivered(s, round_id, &wit_lease))
+    }
+
+    fn resolve(
+        &self,
+        round_id: &str,
+        lease: &ManagedInputLease,
+    ) -> StoreResult<ManagedInputRecord> {
+        let wit_lease = convert::lease(lease);
+        self.record(|g, s| g.call_resolve(s, round_id, &wit_lease))
+    }
+
+    fn fail(
+        &self,
+        round_id: &str,
+        lease: &ManagedInputLease,
+        code: FailureCode,
+        message: &str,
+    ) -> StoreResult<ManagedInputRecord> {
+        let wit_lease = convert::lease(lease);
+        let wit_code = convert::failure_code(code);
+        self.record(|g, s| g.call_fail(s, round_id, &wit_lease, wit_code, message))
+    }
+
+    fn fail_recovery(
+        &self,
+        round_id: &str,
+        lease: Option<&ManagedInputLease>,
+        message: &str,
+    ) -> StoreResult<ManagedInputRecord> {
+        let wit_lease = lease.map(convert::lease);
+        self.record(|g, s| g.call_fail_recovery(s, round_id, wit_lease.as_ref(), message))
+    }
+
+    fn redacted_responses(&self, round_id: &str) -> StoreResult<Option<Vec<RedactedResponse>>> {
+        self.call(
+            |b, s| {
+                b.m3_managed_input_managed_input()
+                    .call_redacted_responses(s, round_id)
+            },
+            |r| Ok(r.map(|list| list.iter().map(convert::redacted_back).collect())),
+        )
+    }
+}
