@@ -1,1 +1,7 @@
-//! all
+//! One test binary for the whole suite (every binary links wasmtime; one keeps builds small).
+
+mod concurrency;
+mod lifecycle_model;
+mod sandbox;
+mod store_contract;
+mod tidy;

@@ -1,1 +1,137 @@
-//! placeholder
+//! Test support: temporary database files, stores on them, and request fixtures.
+
+use chrono::{DateTime, TimeZone, Utc};
+use m3::{
+    ElicitationRequest, ManagedInputStore, ManualClock, NewRound, OwnerClaim, SqliteManagedInputStore,
+    StoreOptions,
+};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A temporary directory holding one database file.
+pub struct TempDb {
+    /// Keeps the directory alive.
+    pub dir: tempfile::TempDir,
+    /// The database file (not created until a store opens it).
+    pub path: PathBuf,
+}
+
+impl TempDb {
+    /// A new directory with a database path in it.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("executions.sqlite");
+        Self { dir, path }
+    }
+
+    /// A store on this file with the system clock.
+    pub fn store(&self) -> SqliteManagedInputStore {
+        open(&self.path, StoreOptions::default())
+    }
+
+    /// A store on this file with `clock`.
+    pub fn store_with_clock(&self, clock: Arc<ManualClock>) -> SqliteManagedInputStore {
+        open(&self.path, StoreOptions { clock, ..StoreOptions::default() })
+    }
+}
+
+impl Default for TempDb {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Opens a store, panicking with the error if it cannot.
+pub fn open(path: &Path, options: StoreOptions) -> SqliteManagedInputStore {
+    SqliteManagedInputStore::open(path, options).unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
+}
+
+/// A fixed instant for manual clocks.
+pub fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap()
+}
+
+/// A manual clock at [`t0`].
+pub fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(t0()))
+}
+
+/// The spec example's address form.
+pub fn address_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "street": {"type": "string", "minLength": 1, "maxLength": 100},
+            "city": {"type": "string", "minLength": 1}
+        },
+        "required": ["street", "city"]
+    })
+}
+
+/// A schema with every primitive kind of the MCP form subset.
+pub fn every_kind_schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 2, "maxLength": 10},
+            "email": {"type": "string", "format": "email"},
+            "site": {"type": "string", "format": "uri"},
+            "day": {"type": "string", "format": "date"},
+            "at": {"type": "string", "format": "date-time"},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "score": {"type": "number", "minimum": 0.5, "maximum": 9.5},
+            "agree": {"type": "boolean"},
+            "color": {"type": "string", "enum": ["red", "green"], "enumNames": ["Red", "Green"]},
+            "size": {"type": "string", "oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}]},
+            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 2}
+        },
+        "required": ["name", "age"]
+    })
+}
+
+/// A valid answer to [`every_kind_schema`].
+pub fn every_kind_answer() -> Value {
+    json!({
+        "name": "Asha", "email": "asha@example.com", "site": "https://example.com/x",
+        "day": "2026-11-30", "at": "2026-11-30T12:00:00Z", "age": 30, "score": 2.5,
+        "agree": true, "color": "red", "size": "s", "tags": ["a", "b"]
+    })
+}
+
+/// One form request keyed `shipping_address`.
+pub fn address_requests() -> BTreeMap<String, ElicitationRequest> {
+    BTreeMap::from([(
+        "shipping_address".to_string(),
+        ElicitationRequest::form("Where should we ship?", address_schema()),
+    )])
+}
+
+/// A first-round tool call asking for the address, owned by `worker-1`.
+pub fn address_round(round_id: &str) -> NewRound {
+    NewRound::new(round_id, "exec-1", "shipping", "book_shipment", address_requests())
+        .owned_by(OwnerClaim::new("worker-1"))
+}
+
+/// A worker claim with a lease of `ttl`.
+pub fn claim(owner: &str, ttl: Duration) -> OwnerClaim {
+    OwnerClaim { owner_id: owner.to_string(), lease_ttl: ttl }
+}
+
+/// Creates `round` and returns its lease (panics on error).
+pub fn create(store: &dyn ManagedInputStore, round: &NewRound) -> m3::ManagedInputLease {
+    store
+        .create_round(round)
+        .unwrap_or_else(|e| panic!("create_round: {e}"))
+        .lease
+        .expect("owned round has a lease")
+}
+
+/// `PRAGMA integrity_check` of a database file.
+pub fn integrity_check(path: &Path) -> String {
+    let conn = rusqlite::Connection::open(path).expect("open for integrity check");
+    conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity_check")
+}
