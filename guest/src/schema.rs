@@ -245,12 +245,11 @@ fn check_property(name: &str, property: &Value) -> Outcome<()> {
     }
     if let (Some(Value::Array(values)), Some(Value::Array(names))) =
         (object.get("enum"), object.get("enumNames"))
+        && values.len() != names.len()
     {
-        if values.len() != names.len() {
-            return Err(unsupported(format!(
-                "property `{shown}`: `enumNames` must match `enum` in length"
-            )));
-        }
+        return Err(unsupported(format!(
+            "property `{shown}`: `enumNames` must match `enum` in length"
+        )));
     }
     Ok(())
 }

@@ -187,14 +187,14 @@ impl Model {
     fn apply(&mut self, op: &Op) -> Outcome {
         match *op {
             Op::Submit(answer, key) => {
-                if let Some((stored, stored_key)) = self.answer {
-                    if stored_key == key {
-                        return match answer {
-                            Answer::Invalid => Outcome::Validation,
-                            a if a == stored => Outcome::Ok,
-                            _ => Outcome::Conflict,
-                        };
-                    }
+                if let Some((stored, stored_key)) = self.answer
+                    && stored_key == key
+                {
+                    return match answer {
+                        Answer::Invalid => Outcome::Validation,
+                        a if a == stored => Outcome::Ok,
+                        _ => Outcome::Conflict,
+                    };
                 }
                 if self.recovered {
                     return Outcome::Recovery;

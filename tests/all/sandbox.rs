@@ -1,1 +1,489 @@
-//! (being written)
+//! The sandbox (architecture invariants 2 and 3) and the size limits at the host's edge.
+//!
+//! The component gets `wasi:random` and the m3 imports, and every other import traps; every
+//! call is bounded in memory and CPU time; a trapped instance is discarded and the next call
+//! works; payloads too large for the store are refused before they are copied into the guest.
+
+use anyhow::{Context, Result, bail, ensure};
+use m3::bindings::exports::m3::managed_input::sandbox_probe::Probe;
+use m3::sandbox::ImportProvider;
+use m3::{
+    ElicitationRequest, EngineError, EngineErrorKind, ErrorCode, GuestLimits, ManagedInputError,
+    ManagedInputStatus, ManagedInputStore, NewRound, Policy, RoundFilter, SqliteManagedInputStore,
+    StoreOptions, Synchronous,
+};
+use m3_tests::{TempDb, address_round, address_schema, claim, create, open};
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+const MIB: usize = 1024 * 1024;
+
+fn fast_options() -> StoreOptions {
+    StoreOptions {
+        synchronous: Synchronous::Normal,
+        ..StoreOptions::default()
+    }
+}
+
+/// A round whose worker lease outlives the test.
+fn live_round(round_id: &str) -> NewRound {
+    let mut round = address_round(round_id);
+    round.owner = Some(claim("worker-1", Duration::from_secs(3600)));
+    round
+}
+
+/// The policy's ordinary work still succeeds (a fresh instance after a trap).
+fn check_policy_works(policy: &Policy) -> Result<()> {
+    policy
+        .check_requested_schema(&address_schema())
+        .context("check_requested_schema after a trap")?;
+    let random = policy
+        .probe(Probe::Random, 0)
+        .context("the random probe after a trap")?;
+    ensure!(random == "random: true", "random probe saw {random:?}");
+    Ok(())
+}
+
+/// What the test itself expects an import to be bound to, written independently of the host's
+/// `provider_for`.
+fn expected_provider(name: &str) -> ImportProvider {
+    let package = name.split('/').next().unwrap_or_default();
+    match package {
+        "m3:managed-input" => ImportProvider::M3Host,
+        "wasi:random" => ImportProvider::WasiRandom,
+        _ => ImportProvider::Trap,
+    }
+}
+
+#[test]
+fn linker_gives_the_guest_only_wasi_random_and_m3_imports() -> Result<()> {
+    let policy = Policy::new()?;
+    let imports = policy.imports();
+    println!("imports of the component ({}):", imports.len());
+    for binding in &imports {
+        println!("  {} -> {:?}", binding.name, binding.provider);
+    }
+    let names: BTreeSet<&str> = imports.iter().map(|b| b.name.as_str()).collect();
+    ensure!(names.len() == imports.len(), "an import is listed twice");
+    for binding in &imports {
+        ensure!(
+            binding.provider == expected_provider(&binding.name),
+            "{} is bound to {:?}, expected {:?}",
+            binding.name,
+            binding.provider,
+            expected_provider(&binding.name)
+        );
+    }
+    let interface = |name: &str| name.split('@').next().unwrap_or(name).to_string();
+    let m3: BTreeSet<String> = imports
+        .iter()
+        .filter(|b| b.provider == ImportProvider::M3Host)
+        .map(|b| interface(&b.name))
+        .collect();
+    for needed in ["m3:managed-input/clock", "m3:managed-input/store"] {
+        ensure!(
+            m3.contains(needed),
+            "the component does not import {needed}"
+        );
+    }
+    let allowed_m3: BTreeSet<String> = [
+        "m3:managed-input/types",
+        "m3:managed-input/clock",
+        "m3:managed-input/store",
+    ]
+    .map(String::from)
+    .into();
+    ensure!(
+        m3.is_subset(&allowed_m3),
+        "the component imports m3 interfaces it should only export: {:?}",
+        m3.difference(&allowed_m3).collect::<Vec<_>>()
+    );
+    ensure!(
+        imports
+            .iter()
+            .any(|b| b.name.starts_with("wasi:random/") && b.provider == ImportProvider::WasiRandom),
+        "the component should import wasi:random (jsonschema's hashing needs it)"
+    );
+    for family in ["wasi:cli/", "wasi:io/", "wasi:clocks/"] {
+        ensure!(
+            imports
+                .iter()
+                .any(|b| b.name.starts_with(family) && b.provider == ImportProvider::Trap),
+            "expected the component to import some {family}* (bound to a trap)"
+        );
+    }
+    // Nothing but these three providers exists, and anything ambient is a trap.
+    for binding in &imports {
+        if binding.name.starts_with("wasi:") && !binding.name.starts_with("wasi:random/") {
+            ensure!(binding.provider == ImportProvider::Trap, "{}", binding.name);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_other_wasi_import_traps() -> Result<()> {
+    let policy = Policy::new()?;
+    let random = policy.probe(Probe::Random, 0)?;
+    ensure!(random == "random: true", "random probe saw {random:?}");
+    for (probe, interface) in [
+        (Probe::Environment, "wasi:cli/environment"),
+        (Probe::WallClock, "wasi:clocks/wall-clock"),
+        (Probe::Stdout, "wasi:cli/stdout"),
+        (Probe::Filesystem, "wasi:filesystem/"),
+    ] {
+        match policy.probe(probe, 0) {
+            Ok(seen) => bail!("probe {probe:?} returned normally: {seen}"),
+            Err(EngineError { kind, message }) => {
+                println!("{probe:?}: {kind:?}: {message}");
+                ensure!(
+                    kind == EngineErrorKind::ForbiddenImport,
+                    "probe {probe:?} should hit a forbidden import, got {kind:?}: {message}"
+                );
+                ensure!(
+                    message.contains(interface),
+                    "probe {probe:?}: the error should name the {interface} import: {message}"
+                );
+            }
+        }
+        check_policy_works(&policy)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_guest_that_loops_forever_traps_within_its_cpu_budget() -> Result<()> {
+    let budget = Duration::from_millis(100);
+    let policy = Policy::with_limits(GuestLimits {
+        cpu_budget: budget,
+        ..GuestLimits::default()
+    })?;
+    // Warm the instance so the timing below is the loop, not instantiation.
+    check_policy_works(&policy)?;
+    let started = Instant::now();
+    let result = policy.probe(Probe::Spin, 1);
+    let elapsed = started.elapsed();
+    let error = match result {
+        Ok(seen) => bail!("an endless loop returned: {seen}"),
+        Err(e) => e,
+    };
+    println!("spin trapped after {elapsed:?}: {error}");
+    ensure!(
+        error.kind == EngineErrorKind::CpuBudgetExceeded,
+        "expected CpuBudgetExceeded, got {error}"
+    );
+    ensure!(
+        elapsed >= budget,
+        "interrupted after {elapsed:?}, before the {budget:?} budget was spent"
+    );
+    ensure!(
+        elapsed < Duration::from_secs(5),
+        "an endless loop ran for {elapsed:?}: the CPU budget does not hold"
+    );
+    check_policy_works(&policy)?;
+    // And again: the fresh instance is bounded too.
+    let again = policy.probe(Probe::Spin, 2).map_err(|e| e.kind);
+    ensure!(
+        again == Err(EngineErrorKind::CpuBudgetExceeded),
+        "{again:?}"
+    );
+    check_policy_works(&policy)
+}
+
+/// The budget counts guest computation between host calls: a store operation that waits in the
+/// host (here for SQLite's write lock) far longer than the budget still completes.
+#[test]
+fn time_spent_in_host_imports_does_not_count_against_the_cpu_budget() -> Result<()> {
+    let db = TempDb::new();
+    let budget = Duration::from_millis(50);
+    let store = open(
+        &db.path,
+        StoreOptions {
+            guest_limits: GuestLimits {
+                cpu_budget: budget,
+                ..GuestLimits::default()
+            },
+            ..fast_options()
+        },
+    );
+    create(&store, &live_round("slow"));
+    let raw = rusqlite::Connection::open(&db.path)?;
+    raw.execute_batch("BEGIN IMMEDIATE")?;
+    let held = Duration::from_millis(500);
+    let release = std::thread::spawn(move || -> rusqlite::Result<()> {
+        std::thread::sleep(held);
+        raw.execute_batch("COMMIT")
+    });
+    let started = Instant::now();
+    let record = store.submit_responses_json(
+        "slow",
+        r#"{"shipping_address":{"action":"accept","content":{"street":"1 Main Street","city":"Pune"}}}"#,
+        "k",
+    )?;
+    let waited = started.elapsed();
+    release.join().expect("release thread")?;
+    ensure!(record.status == ManagedInputStatus::ResponseValidated);
+    ensure!(
+        waited >= held - Duration::from_millis(50),
+        "the submit did not wait for the lock ({waited:?}), so this test proves nothing"
+    );
+    Ok(())
+}
+
+#[test]
+fn guest_memory_is_bounded() -> Result<()> {
+    let limit = 16 * MIB;
+    let policy = Policy::with_limits(GuestLimits {
+        max_memory: limit,
+        ..GuestLimits::default()
+    })?;
+    let error = match policy.probe(Probe::Allocate, 64 * MIB as u64) {
+        Ok(seen) => bail!("allocating 64 MiB under a 16 MiB limit returned: {seen}"),
+        Err(e) => e,
+    };
+    println!("64 MiB allocation: {error}");
+    ensure!(
+        error.kind == EngineErrorKind::MemoryLimitExceeded,
+        "expected MemoryLimitExceeded, got {error}"
+    );
+    check_policy_works(&policy)?;
+    let small = policy.probe(Probe::Allocate, MIB as u64)?;
+    ensure!(small == format!("allocated {MIB} bytes"), "{small}");
+    // Just over the limit also fails: the limit is the limit, not a round number near it.
+    let over = policy
+        .probe(Probe::Allocate, limit as u64)
+        .map_err(|e| e.kind);
+    ensure!(
+        over == Err(EngineErrorKind::MemoryLimitExceeded),
+        "{over:?}"
+    );
+    check_policy_works(&policy)
+}
+
+/// A valid answer to the address form whose `city` makes it `bytes` long (the address schema
+/// bounds `street` only), as JSON text.
+fn padded_answer(bytes: usize) -> String {
+    let head =
+        r#"{"shipping_address":{"action":"accept","content":{"street":"1 Main Street","city":""#;
+    let tail = r#""}}}"#;
+    let pad = bytes.saturating_sub(head.len() + tail.len()).max(1);
+    let mut text = String::with_capacity(bytes);
+    text.push_str(head);
+    text.extend(std::iter::repeat_n('x', pad));
+    text.push_str(tail);
+    text
+}
+
+/// Asserts `result` is the host's `PayloadTooLarge` and the round is untouched.
+fn assert_refused_at_the_edge(
+    store: &SqliteManagedInputStore,
+    round_id: &str,
+    result: Result<m3::ManagedInputRecord, ManagedInputError>,
+    limit: usize,
+) -> Result<()> {
+    match result {
+        Err(ManagedInputError::Validation(e)) => {
+            ensure!(e.code() == ErrorCode::PayloadTooLarge, "{e}");
+            ensure!(
+                e.detail.message.contains(&format!("the limit is {limit}")),
+                "the refusal should state the store's limit {limit}: {}",
+                e.detail.message
+            );
+            ensure!(
+                !e.detail.message.contains("xxxx"),
+                "the error carries content"
+            );
+        }
+        Err(other) => bail!("expected a validation error, got {other}"),
+        Ok(_) => bail!("an oversized answer was stored"),
+    }
+    let record = store.get_round(round_id)?.context("round missing")?;
+    ensure!(record.status == ManagedInputStatus::Pending);
+    ensure!(record.responses.is_none() && record.idempotency_key.is_none());
+    Ok(())
+}
+
+const SMALL_ANSWER: &str = r#"{"shipping_address":{"action":"accept","content":{"street":"1 Main Street","city":"Pune"}}}"#;
+
+#[test]
+fn an_oversized_answer_is_refused_before_it_reaches_the_guest() -> Result<()> {
+    let db = TempDb::new();
+
+    // 1. A store limit of 64 KiB and a 200 KiB answer that the component's own rules accept
+    //    (shown on a second store with the default 1 MiB limit): the refusal can only come from
+    //    the host's edge.
+    let limit = 64 * 1024;
+    let strict = open(
+        &db.path,
+        StoreOptions {
+            max_responses_bytes: limit,
+            ..fast_options()
+        },
+    );
+    create(&strict, &live_round("strict"));
+    let big = padded_answer(200 * 1024);
+    let refused = strict.submit_responses_json("strict", &big, "key-1");
+    assert_refused_at_the_edge(&strict, "strict", refused, limit)?;
+    // A 1 MiB answer too.
+    let refused = strict.submit_responses_json("strict", &padded_answer(MIB), "key-1");
+    assert_refused_at_the_edge(&strict, "strict", refused, limit)?;
+    // The key was not consumed: a valid answer with the same key succeeds.
+    let record = strict.submit_responses_json("strict", SMALL_ANSWER, "key-1")?;
+    ensure!(record.status == ManagedInputStatus::ResponseValidated);
+    let lenient = open(&db.path, fast_options());
+    create(&lenient, &live_round("lenient"));
+    let accepted = lenient.submit_responses_json("lenient", &big, "key-1")?;
+    ensure!(
+        accepted.status == ManagedInputStatus::ResponseValidated,
+        "the component accepts the 200 KiB answer, so the refusal above was the host's"
+    );
+
+    // 2. A 100 MiB answer with the default 1 MiB limit. Copied into a guest bounded at 64 MiB it
+    //    would trap (an EngineError); a validation error means it never got there.
+    let default_store = open(&db.path, fast_options());
+    create(&default_store, &live_round("huge"));
+    let started = Instant::now();
+    let refused = default_store.submit_responses_json("huge", &padded_answer(100 * MIB), "key-2");
+    ensure!(
+        started.elapsed() < Duration::from_secs(5),
+        "refusing took {:?}",
+        started.elapsed()
+    );
+    assert_refused_at_the_edge(&default_store, "huge", refused, MIB)?;
+    default_store.submit_responses_json("huge", SMALL_ANSWER, "key-2")?;
+
+    // 3. A guest whose memory cannot even hold the payload: 8 MiB of memory, a 16 MiB answer.
+    let tiny_memory = GuestLimits {
+        max_memory: 8 * MIB,
+        ..GuestLimits::default()
+    };
+    let probe = Policy::with_limits(tiny_memory)?
+        .probe(Probe::Allocate, 16 * MIB as u64)
+        .map_err(|e| e.kind);
+    ensure!(
+        probe == Err(EngineErrorKind::MemoryLimitExceeded),
+        "a guest with 8 MiB cannot hold 16 MiB ({probe:?})"
+    );
+    let small_guest = open(
+        &db.path,
+        StoreOptions {
+            guest_limits: tiny_memory,
+            ..fast_options()
+        },
+    );
+    create(&small_guest, &live_round("tiny"));
+    let refused = small_guest.submit_responses_json("tiny", &padded_answer(16 * MIB), "key-3");
+    assert_refused_at_the_edge(&small_guest, "tiny", refused, MIB)?;
+    let record = small_guest.submit_responses_json("tiny", SMALL_ANSWER, "key-3")?;
+    ensure!(record.status == ManagedInputStatus::ResponseValidated);
+    Ok(())
+}
+
+/// A round whose only request is a form with `schema`.
+fn schema_round(round_id: &str, schema: Value) -> NewRound {
+    NewRound::new(
+        round_id,
+        "exec-hostile",
+        "hostile-server",
+        "tool",
+        BTreeMap::from([("q".to_string(), ElicitationRequest::form("hostile", schema))]),
+    )
+}
+
+#[test]
+fn hostile_schemas_are_refused_at_create_round() -> Result<()> {
+    let db = TempDb::new();
+    let store = open(&db.path, fast_options());
+    let string = json!({"type": "string"});
+    let many_properties: Map<String, Value> = (0..10_000)
+        .map(|i| (format!("p{i:05}"), string.clone()))
+        .collect();
+    let huge_properties: Map<String, Value> = (0..150_000)
+        .map(|i| (format!("property-{i:07}"), string.clone()))
+        .collect();
+    let enum_2000: Vec<String> = (0..2000).map(|i| format!("choice-{i}")).collect();
+    let description = "d".repeat(100 * 1024);
+    let cases: Vec<(&str, Value)> = vec![
+        (
+            "$ref",
+            json!({"type": "object", "properties": {
+                "a": {"$ref": "#/properties/b"}, "b": {"type": "string"}}}),
+        ),
+        (
+            "$ref with $defs",
+            json!({"type": "object", "$defs": {"x": {"type": "string"}},
+                   "properties": {"a": {"type": "string", "$ref": "#/$defs/x"}}}),
+        ),
+        (
+            "nested object",
+            json!({"type": "object", "properties": {"address": {"type": "object",
+                   "properties": {"street": {"type": "string"}}}}}),
+        ),
+        (
+            "pattern",
+            json!({"type": "object", "properties": {"code": {"type": "string",
+                   "pattern": "^(a+)+$"}}}),
+        ),
+        (
+            "2,000-entry enum",
+            json!({"type": "object", "properties": {"pick": {"type": "string",
+                   "enum": enum_2000}}}),
+        ),
+        (
+            "100 KiB description",
+            json!({"type": "object", "description": description,
+                   "properties": {"a": {"type": "string"}}}),
+        ),
+        (
+            "100 KiB property description",
+            json!({"type": "object", "properties": {"a": {"type": "string",
+                   "description": description}}}),
+        ),
+        (
+            "10,000 properties",
+            json!({"type": "object", "properties": many_properties}),
+        ),
+        (
+            "150,000 properties (over the host's round size limit)",
+            json!({"type": "object", "properties": huge_properties}),
+        ),
+    ];
+    for (i, (what, schema)) in cases.into_iter().enumerate() {
+        let round_id = format!("hostile-{i}");
+        let started = Instant::now();
+        let result = store.create_round(&schema_round(&round_id, schema));
+        let elapsed = started.elapsed();
+        match result {
+            Err(ManagedInputError::Validation(e)) => {
+                println!("{what}: {} in {elapsed:?}: {}", e.code(), e.detail.message);
+                ensure!(
+                    matches!(
+                        e.code(),
+                        ErrorCode::UnsupportedSchema | ErrorCode::PayloadTooLarge
+                    ),
+                    "{what}: unexpected code {}",
+                    e.code()
+                );
+            }
+            Err(other) => bail!("{what}: expected a validation error, got {other}"),
+            Ok(_) => bail!("{what}: a hostile schema was accepted"),
+        }
+        ensure!(
+            elapsed < Duration::from_secs(5),
+            "{what}: refusing took {elapsed:?}"
+        );
+        ensure!(
+            store.get_round(&round_id)?.is_none(),
+            "{what}: something was stored"
+        );
+    }
+    ensure!(
+        store.list_rounds(&RoundFilter::default())?.is_empty(),
+        "a refused round was stored"
+    );
+    // The ids were not consumed and the store still works.
+    let record = store.create_round(&schema_round("hostile-0", address_schema()))?;
+    ensure!(record.status == ManagedInputStatus::Pending);
+    Ok(())
+}

@@ -1,1 +1,670 @@
-//! (being written)
+//! Repository checks as tests (in the manner of rust-analyzer's `tidy.rs`): architecture
+//! invariant 1 (the guest decides, the host does I/O), the WIT contract against the Rust API,
+//! and no ignored tests or stubs.
+
+use anyhow::{Context, Result, ensure};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_path_buf()
+}
+
+fn cargo() -> PathBuf {
+    std::env::var_os("CARGO").map_or_else(|| PathBuf::from(env!("CARGO")), PathBuf::from)
+}
+
+/// `cargo tree -e normal -p <package>` for every target, one package per line.
+fn normal_dependencies(package: &str) -> Result<Vec<String>> {
+    let output = Command::new(cargo())
+        .current_dir(workspace_root())
+        .args(["tree", "-e", "normal", "-p", package])
+        .args(["--prefix", "none", "--target", "all", "--offline"])
+        .output()
+        .context("running cargo tree")?;
+    ensure!(
+        output.status.success(),
+        "cargo tree -p {package} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8(output.stdout)?
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+fn has_jsonschema(lines: &[String]) -> bool {
+    lines.iter().any(|l| l.starts_with("jsonschema "))
+}
+
+#[test]
+fn host_has_no_normal_dependency_on_jsonschema() -> Result<()> {
+    let host = normal_dependencies("m3")?;
+    ensure!(
+        host.first().is_some_and(|l| l.starts_with("m3 ")),
+        "unexpected cargo tree output for m3: {host:?}"
+    );
+    ensure!(
+        !has_jsonschema(&host),
+        "the host crate m3 depends on jsonschema: validation belongs in the guest"
+    );
+    // The check can fail: the same query finds jsonschema under the guest.
+    let guest = normal_dependencies("m3-guest")?;
+    ensure!(
+        has_jsonschema(&guest),
+        "the guest should depend on jsonschema; is the query broken? {guest:?}"
+    );
+    Ok(())
+}
+
+/// Every `.rs` file under `dir`, skipping build output and hidden directories.
+fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).with_context(|| format!("{}", dir.display()))? {
+            let path = entry?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    stack.push(path);
+                }
+            } else if name.ends_with(".rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Rust source with comments blanked out (`code_and_strings`), and additionally with the
+/// contents of string and character literals blanked out (`code`). Newlines are kept, so line
+/// numbers stay right. A small lexer: enough for checks on our own sources.
+struct Stripped {
+    code: String,
+    code_and_strings: String,
+}
+
+fn strip(source: &str) -> Stripped {
+    let chars: Vec<char> = source.chars().collect();
+    let (mut code, mut with_strings) = (String::new(), String::new());
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                code.push(' ');
+                with_strings.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    code.push_str("  ");
+                    with_strings.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    code.push_str("  ");
+                    with_strings.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    code.push(blank(chars[i]));
+                    with_strings.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == '"' || (c == 'r' && matches!(next, Some('"' | '#'))) {
+            // A (raw) string literal: keep the delimiters in `code`, blank its contents.
+            let raw = c == 'r';
+            let mut hashes = 0;
+            let mut j = i + usize::from(raw);
+            while raw && chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                // `r#ident`, not a string.
+                code.push(c);
+                with_strings.push(c);
+                i += 1;
+                continue;
+            }
+            for &d in &chars[i..=j] {
+                code.push(d);
+                with_strings.push(d);
+            }
+            i = j + 1;
+            while i < chars.len() {
+                let d = chars[i];
+                if !raw && d == '\\' {
+                    code.push(' ');
+                    with_strings.push(d);
+                    if let Some(&e) = chars.get(i + 1) {
+                        code.push(blank(e));
+                        with_strings.push(e);
+                    }
+                    i += 2;
+                    continue;
+                }
+                let closes = d == '"' && (0..hashes).all(|k| chars.get(i + 1 + k) == Some(&'#'));
+                if closes {
+                    for &e in &chars[i..=i + hashes] {
+                        code.push(e);
+                        with_strings.push(e);
+                    }
+                    i += 1 + hashes;
+                    break;
+                }
+                code.push(blank(d));
+                with_strings.push(d);
+                i += 1;
+            }
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '"'), or a lifetime ('a).
+            let end = if next == Some('\\') {
+                (i + 2..chars.len()).find(|&k| chars[k] == '\'')
+            } else if chars.get(i + 2) == Some(&'\'') {
+                Some(i + 2)
+            } else {
+                None
+            };
+            match end {
+                Some(end) => {
+                    code.push('\'');
+                    with_strings.push('\'');
+                    for &d in &chars[i + 1..end] {
+                        code.push(' ');
+                        with_strings.push(d);
+                    }
+                    code.push('\'');
+                    with_strings.push('\'');
+                    i = end + 1;
+                }
+                None => {
+                    code.push(c);
+                    with_strings.push(c);
+                    i += 1;
+                }
+            }
+        } else {
+            code.push(c);
+            with_strings.push(c);
+            i += 1;
+        }
+    }
+    Stripped {
+        code,
+        code_and_strings: with_strings,
+    }
+}
+
+/// Files whose job is to map between equivalent types (public Rust <-> WIT <-> SQL text). They
+/// may name statuses and failure codes, but only in arms mapping a variant to the same variant.
+const MAPPING_FILES: &[&str] = &["convert.rs", "sqlite/transaction.rs", "record.rs"];
+const STATUSES: &[&str] = &[
+    "Pending",
+    "ResponseValidated",
+    "DeliveryStarted",
+    "Delivered",
+    "Resolved",
+    "Failed",
+];
+const FAILURE_CODES: &[&str] = &[
+    "Cancelled",
+    "DeadlineExceeded",
+    "RoundLimitExceeded",
+    "ServerError",
+    "InvalidRequestState",
+    "ElicitationUnhandled",
+    "RecoveryUnavailable",
+];
+/// Error codes the host may raise itself: its edge size limits, and a response map serde cannot
+/// encode. Every other code is the component's decision.
+const HOST_ERROR_CODES: &[&str] = &["PayloadTooLarge", "InvalidResponse"];
+/// JSON Schema keywords: a host that looks them up is validating schemas.
+const SCHEMA_KEYWORDS: &[&str] = &[
+    "\"minLength\"",
+    "\"maxLength\"",
+    "\"minimum\"",
+    "\"maximum\"",
+    "\"pattern\"",
+    "\"enum\"",
+    "\"oneOf\"",
+    "\"format\"",
+    "\"required\"",
+    "\"properties\"",
+];
+
+fn is_ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Byte offsets where `needle` occurs as a whole token (not inside a longer identifier after it).
+fn token_positions(text: &str, needle: &str) -> Vec<usize> {
+    text.match_indices(needle)
+        .filter(|(at, _)| {
+            !text[at + needle.len()..]
+                .chars()
+                .next()
+                .is_some_and(is_ident_char)
+        })
+        .map(|(at, _)| at)
+        .collect()
+}
+
+fn snake_case(camel: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The status and failure-code variants a piece of a line names: as `Status::V`,
+/// `FailureCode::V` or `Self::V` paths, or as `"snake_case"` string literals.
+fn named_variants(raw: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (prefixes, variants) in [
+        (&["Status::", "Self::"][..], STATUSES),
+        (&["FailureCode::", "Self::"][..], FAILURE_CODES),
+    ] {
+        for variant in variants {
+            let named_as_path = prefixes
+                .iter()
+                .any(|p| !token_positions(raw, &format!("{p}{variant}")).is_empty());
+            let named_as_text = raw.contains(&format!("\"{}\"", snake_case(variant)));
+            if named_as_path || named_as_text {
+                found.insert((*variant).to_string());
+            }
+        }
+    }
+    found
+}
+
+/// The invariant-1 rules for one host source file (`rel` is its path under `host/src`).
+///
+/// The host does I/O and type mapping; the component validates and decides. Precisely:
+///
+/// 1. No code mentions `jsonschema` (comments may).
+/// 2. Outside the pure type-mapping files ([`MAPPING_FILES`]), no code names a status or a
+///    failure code (`...Status::Resolved`, `FailureCode::Cancelled`): naming one is choosing one,
+///    and the host never chooses.
+/// 3. In the mapping files, a line with a match arm (`=>`) that names a status or failure code
+///    must map it to the same variant (`Status::Delivered => wit::Status::Delivered`,
+///    `Status::Delivered => "delivered"`); `Status::Delivered => Status::Resolved` is a transition.
+/// 4. Nowhere is a `status` field or variable assigned (`record.status = ...`, `*status = ...`,
+///    `status = ...`; a `let status = ...` binding is not an assignment): records are built field
+///    by field by the mapping code, never moved to a new status by the host.
+/// 5. Outside `error.rs` and `convert.rs` (the error types and their mapping), the only error
+///    codes the host raises itself are [`HOST_ERROR_CODES`]; every other rejection is the
+///    component's.
+/// 6. No code looks up JSON Schema keywords ([`SCHEMA_KEYWORDS`] as string literals).
+fn host_rule_violations(rel: &str, source: &str) -> Vec<String> {
+    let stripped = strip(source);
+    let mapping = MAPPING_FILES.contains(&rel);
+    let mut violations = Vec::new();
+    let code_lines = stripped.code.lines();
+    let string_lines = stripped.code_and_strings.lines();
+    for (n, (code, with_strings)) in code_lines.zip(string_lines).enumerate() {
+        let mut flag = |rule: &str| {
+            violations.push(format!(
+                "host/src/{rel}:{}: {rule}: {}",
+                n + 1,
+                with_strings.trim()
+            ))
+        };
+        if code.contains("jsonschema") {
+            flag("the host uses jsonschema");
+        }
+        if !mapping {
+            let names_status = STATUSES
+                .iter()
+                .any(|v| !token_positions(code, &format!("Status::{v}")).is_empty());
+            let names_failure = FAILURE_CODES
+                .iter()
+                .any(|v| !token_positions(code, &format!("FailureCode::{v}")).is_empty());
+            if names_status || names_failure {
+                flag("the host names a status or failure code outside the mapping files");
+            }
+        } else if let (Some((lhs, rhs)), true) = (
+            with_strings.split_once("=>"),
+            !named_variants(code).is_empty(),
+        ) {
+            // An arm naming a status by path: both sides must name the same variants.
+            let (left, right) = (named_variants(lhs), named_variants(rhs));
+            if left != right || left.is_empty() {
+                flag("a mapping arm maps a status or failure code to a different one");
+            }
+        }
+        for at in token_positions(code, "status") {
+            let before = code[..at].trim_end();
+            let starts_token = !code[..at].ends_with(is_ident_char);
+            // `x.status = ..`, `*status = ..` or a statement `status = ..`; not `let status =`.
+            let assigns_place = before.is_empty() || before.ends_with(['.', ';', '{', '}', '*']);
+            let rest = code[at + "status".len()..].trim_start();
+            if starts_token && assigns_place && rest.starts_with('=') && !rest.starts_with("==") {
+                flag("the host assigns a status");
+            }
+        }
+        if rel != "error.rs" && rel != "convert.rs" {
+            for (at, _) in code.match_indices("ErrorCode::") {
+                if code[..at].ends_with("rusqlite::") {
+                    continue;
+                }
+                let name: String = code[at + "ErrorCode::".len()..]
+                    .chars()
+                    .take_while(|c| is_ident_char(*c))
+                    .collect();
+                if !HOST_ERROR_CODES.contains(&name.as_str()) {
+                    flag("the host raises an error code that only the component may decide");
+                }
+            }
+        }
+        if SCHEMA_KEYWORDS.iter().any(|k| with_strings.contains(k)) {
+            flag("the host looks at JSON Schema keywords");
+        }
+    }
+    violations
+}
+
+/// The rules catch what they are meant to catch, and not comments, SQL text or mapping arms.
+#[test]
+fn host_rules_catch_transitions_and_validation() {
+    let caught = |rel: &str, sample: &str| !host_rule_violations(rel, sample).is_empty();
+    let transition =
+        "fn f(record: &mut Record) {\n    record.status = ManagedInputStatus::Resolved;\n}\n";
+    assert!(caught("store.rs", transition));
+    assert!(
+        caught("convert.rs", transition),
+        "assignment is caught everywhere"
+    );
+    assert!(caught("store.rs", "let s = Status::Delivered;"));
+    assert!(caught("store.rs", "status = next;"));
+    assert!(caught("store.rs", "self.status=next;"));
+    assert!(caught(
+        "store.rs",
+        "let next = match r.status { ManagedInputStatus::Delivered => ManagedInputStatus::Resolved, s => s };"
+    ));
+    assert!(caught(
+        "convert.rs",
+        "        wit::Status::Delivered => ManagedInputStatus::Resolved,"
+    ));
+    assert!(caught(
+        "record.rs",
+        "        Self::Delivered => \"resolved\","
+    ));
+    assert!(caught(
+        "store.rs",
+        "fail(r, FailureCode::RecoveryUnavailable)"
+    ));
+    assert!(caught("instance.rs", "use jsonschema::Validator;"));
+    assert!(caught(
+        "store.rs",
+        "edge_validation(ErrorCode::SchemaViolation, m)"
+    ));
+    assert!(caught(
+        "round.rs",
+        "if schema.get(\"minLength\").is_some() {}"
+    ));
+
+    let clean = |rel: &str, sample: &str| host_rule_violations(rel, sample);
+    let none: Vec<String> = Vec::new();
+    assert_eq!(
+        clean(
+            "store.rs",
+            "// record.status = ManagedInputStatus::Resolved;\n/* Status::Failed */"
+        ),
+        none
+    );
+    assert_eq!(
+        clean(
+            "sqlite/transaction.rs",
+            "let sql = \"UPDATE t SET status = ?3 WHERE version = ?11\";"
+        ),
+        none
+    );
+    assert_eq!(
+        clean(
+            "convert.rs",
+            "        ManagedInputStatus::Pending => wit::Status::Pending,"
+        ),
+        none
+    );
+    assert_eq!(
+        clean(
+            "sqlite/transaction.rs",
+            "        \"delivery_started\" => Status::DeliveryStarted,"
+        ),
+        none
+    );
+    assert_eq!(
+        clean("record.rs", "            Self::Failed => \"failed\","),
+        none
+    );
+    assert_eq!(clean("store.rs", "if rec.status == other.status {}"), none);
+    assert_eq!(clean("store.rs", "let status = child.wait()?;"), none);
+    assert_eq!(
+        clean(
+            "sqlite/transaction.rs",
+            "if let Some(status) = filter.status {}"
+        ),
+        none
+    );
+    assert_eq!(clean("store.rs", "let substatus = 1; my_status = 2;"), none);
+    assert_eq!(
+        clean(
+            "sqlite/database.rs",
+            "Some(rusqlite::ErrorCode::DatabaseBusy)"
+        ),
+        none
+    );
+    assert_eq!(
+        clean("store.rs", "edge_validation(ErrorCode::PayloadTooLarge, m)"),
+        none
+    );
+    assert_eq!(clean("store.rs", "let c = '\"'; let s = \"a\\\"b\";"), none);
+}
+
+#[test]
+fn host_source_holds_no_transition_or_validation_logic() -> Result<()> {
+    let src = workspace_root().join("host/src");
+    let files = rust_files(&src)?;
+    ensure!(
+        files.len() >= 10,
+        "found only {} files under {}",
+        files.len(),
+        src.display()
+    );
+    let mut violations = Vec::new();
+    let mut mapping_seen = BTreeSet::new();
+    for file in &files {
+        let rel = file
+            .strip_prefix(&src)?
+            .to_string_lossy()
+            .replace('\\', "/");
+        if MAPPING_FILES.contains(&rel.as_str()) {
+            mapping_seen.insert(rel.clone());
+        }
+        let source = std::fs::read_to_string(file)?;
+        violations.extend(host_rule_violations(&rel, &source));
+    }
+    ensure!(
+        mapping_seen.len() == MAPPING_FILES.len(),
+        "a mapping file moved; update MAPPING_FILES (found {mapping_seen:?})"
+    );
+    ensure!(
+        violations.is_empty(),
+        "decision or validation logic in the host (it belongs in the guest):\n{}",
+        violations.join("\n")
+    );
+    Ok(())
+}
+
+/// The functions of one WIT interface, in snake_case.
+fn wit_functions(wit: &str, interface: &str) -> Result<Vec<String>> {
+    let header = format!("interface {interface} {{");
+    let start = wit
+        .find(&header)
+        .with_context(|| format!("no `{header}` in the WIT"))?;
+    let body = &wit[start + header.len()..];
+    let end = body.find("\n}").context("the interface never closes")?;
+    let functions: Vec<String> = body[..end]
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("//"))
+        .filter_map(|l| l.split_once(": func("))
+        .map(|(name, _)| name.trim().trim_start_matches('%').replace('-', "_"))
+        .collect();
+    ensure!(!functions.is_empty(), "no functions in {interface}");
+    Ok(functions)
+}
+
+/// The `fn` names declared in the block that starts at `header` in `source`.
+fn block_fns(source: &str, header: &str) -> Result<BTreeSet<String>> {
+    let start = source
+        .find(header)
+        .with_context(|| format!("no `{header}`"))?;
+    let body = &source[start..];
+    let end = body.find("\n}").context("the block never closes")?;
+    Ok(body[..end]
+        .split("fn ")
+        .skip(1)
+        .filter_map(|rest| rest.split(['(', '<']).next())
+        .map(|name| name.trim().to_string())
+        .collect())
+}
+
+#[test]
+fn every_wit_function_of_managed_input_is_a_method_of_the_store_trait() -> Result<()> {
+    let root = workspace_root();
+    let wit = std::fs::read_to_string(root.join("wit/exports.wit"))?;
+    let store_rs = std::fs::read_to_string(root.join("host/src/store.rs"))?;
+    let policy_rs = std::fs::read_to_string(root.join("host/src/policy.rs"))?;
+
+    let protocol = wit_functions(&wit, "managed-input")?;
+    ensure!(
+        protocol.len() == 12,
+        "the spec's store protocol has twelve methods, the WIT has {}: {protocol:?}",
+        protocol.len()
+    );
+    let trait_methods = block_fns(&store_rs, "pub trait ManagedInputStore")?;
+    for function in &protocol {
+        ensure!(
+            trait_methods.contains(function),
+            "WIT managed-input.{function} is not a method of ManagedInputStore ({trait_methods:?})"
+        );
+    }
+    for method in &trait_methods {
+        let base = method.strip_suffix("_json").unwrap_or(method);
+        ensure!(
+            protocol.iter().any(|f| f == base),
+            "ManagedInputStore::{method} is not in the WIT managed-input interface"
+        );
+    }
+
+    let policy = wit_functions(&wit, "policy")?;
+    let policy_methods = block_fns(&policy_rs, "impl Policy")?;
+    for function in &policy {
+        ensure!(
+            policy_methods.contains(function)
+                || policy_methods.contains(&format!("{function}_json")),
+            "WIT policy.{function} is not a method of m3::Policy ({policy_methods:?})"
+        );
+    }
+    Ok(())
+}
+
+/// `missing_docs` is a workspace lint that CI turns into an error (clippy `-D warnings`); this
+/// checks that the host still opts in and silences it nowhere new.
+#[test]
+fn every_public_item_of_the_host_has_docs() -> Result<()> {
+    let root = workspace_root();
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml"))?;
+    ensure!(
+        workspace
+            .lines()
+            .any(|l| l.replace(' ', "") == "missing_docs=\"warn\""
+                || l.replace(' ', "") == "missing_docs=\"deny\""),
+        "the workspace no longer lints missing_docs"
+    );
+    let host = std::fs::read_to_string(root.join("host/Cargo.toml"))?;
+    ensure!(
+        host.contains("[lints]\nworkspace = true"),
+        "host/Cargo.toml does not use the workspace lints"
+    );
+    let src = root.join("host/src");
+    let mut silenced = Vec::new();
+    for file in rust_files(&src)? {
+        let rel = file
+            .strip_prefix(&src)?
+            .to_string_lossy()
+            .replace('\\', "/");
+        let code = strip(&std::fs::read_to_string(&file)?).code;
+        // Generated bindings; the error-code variants, documented by their `snake_case` name
+        // and the rejection table.
+        if code.contains("missing_docs") && !["bindings.rs", "error.rs"].contains(&rel.as_str()) {
+            silenced.push(rel);
+        }
+    }
+    ensure!(
+        silenced.is_empty(),
+        "missing_docs is allowed in {silenced:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn no_ignored_tests_or_stubs() -> Result<()> {
+    // Built from pieces so that this file does not match itself.
+    let needles = [
+        concat!("#[", "ignore"),
+        concat!("todo", "!("),
+        concat!("unimplemented", "!("),
+    ];
+    let root = workspace_root();
+    let mut hits = Vec::new();
+    let mut scanned = 0;
+    for dir in ["host", "guest", "tests"] {
+        for file in rust_files(&root.join(dir))? {
+            scanned += 1;
+            let text = std::fs::read_to_string(&file)?;
+            for (n, line) in text.lines().enumerate() {
+                if needles.iter().any(|needle| line.contains(needle)) {
+                    hits.push(format!(
+                        "{}:{}: {}",
+                        file.strip_prefix(&root)?.display(),
+                        n + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    ensure!(scanned >= 20, "scanned only {scanned} files");
+    ensure!(
+        hits.is_empty(),
+        "ignored tests or stubs:\n{}",
+        hits.join("\n")
+    );
+    Ok(())
+}

@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 use m3::{
-    ElicitationRequest, ManagedInputStore, ManualClock, NewRound, OwnerClaim, SqliteManagedInputStore,
-    StoreOptions,
+    ElicitationRequest, ManagedInputStore, ManualClock, NewRound, OwnerClaim,
+    SqliteManagedInputStore, StoreOptions,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -34,7 +34,13 @@ impl TempDb {
 
     /// A store on this file with `clock`.
     pub fn store_with_clock(&self, clock: Arc<ManualClock>) -> SqliteManagedInputStore {
-        open(&self.path, StoreOptions { clock, ..StoreOptions::default() })
+        open(
+            &self.path,
+            StoreOptions {
+                clock,
+                ..StoreOptions::default()
+            },
+        )
     }
 }
 
@@ -46,7 +52,8 @@ impl Default for TempDb {
 
 /// Opens a store, panicking with the error if it cannot.
 pub fn open(path: &Path, options: StoreOptions) -> SqliteManagedInputStore {
-    SqliteManagedInputStore::open(path, options).unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
+    SqliteManagedInputStore::open(path, options)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
 }
 
 /// A fixed instant for manual clocks.
@@ -112,13 +119,22 @@ pub fn address_requests() -> BTreeMap<String, ElicitationRequest> {
 
 /// A first-round tool call asking for the address, owned by `worker-1`.
 pub fn address_round(round_id: &str) -> NewRound {
-    NewRound::new(round_id, "exec-1", "shipping", "book_shipment", address_requests())
-        .owned_by(OwnerClaim::new("worker-1"))
+    NewRound::new(
+        round_id,
+        "exec-1",
+        "shipping",
+        "book_shipment",
+        address_requests(),
+    )
+    .owned_by(OwnerClaim::new("worker-1"))
 }
 
 /// A worker claim with a lease of `ttl`.
 pub fn claim(owner: &str, ttl: Duration) -> OwnerClaim {
-    OwnerClaim { owner_id: owner.to_string(), lease_ttl: ttl }
+    OwnerClaim {
+        owner_id: owner.to_string(),
+        lease_ttl: ttl,
+    }
 }
 
 /// Creates `round` and returns its lease (panics on error).
@@ -133,5 +149,6 @@ pub fn create(store: &dyn ManagedInputStore, round: &NewRound) -> m3::ManagedInp
 /// `PRAGMA integrity_check` of a database file.
 pub fn integrity_check(path: &Path) -> String {
     let conn = rusqlite::Connection::open(path).expect("open for integrity check");
-    conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity_check")
+    conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .expect("integrity_check")
 }
