@@ -1,5 +1,5 @@
 //! Builds the guest component (`m3-guest`) for `wasm32-wasip2` and hands its path to the crate
-//! as `M3_GUEST_WASM_PATH`. See `m3-build-support` for how; `M3_GUEST_WASM=path` skips the build
+//! as `M3_GUEST_WASM_PATH` (and its SHA-256 as `M3_GUEST_WASM_SHA256`). See `m3-build-support` for how; `M3_GUEST_WASM=path` skips the build
 //! and embeds a prebuilt component.
 
 use std::path::Path;
@@ -14,4 +14,9 @@ fn main() {
         &["guest/src", "guest/Cargo.toml", "wit"],
     );
     println!("cargo:rustc-env=M3_GUEST_WASM_PATH={}", wasm.display());
+    // The digest names the compiled artifact in the component cache; computing it here saves
+    // hashing megabytes at every process start.
+    let bytes = std::fs::read(&wasm).expect("reading the built component");
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    println!("cargo:rustc-env=M3_GUEST_WASM_SHA256={digest}");
 }

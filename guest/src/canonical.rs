@@ -5,7 +5,7 @@
 
 use crate::m3::managed_input::types::ElicitationResponse;
 use serde_json::Value;
-use std::fmt::Write;
+use std::io::Write;
 
 /// Whether two JSON values are the same answer.
 pub fn same_value(a: &Value, b: &Value) -> bool {
@@ -68,44 +68,49 @@ fn same_content(a: &Option<String>, b: &Option<String>) -> bool {
 /// The canonical text of a value: compact, object keys sorted, integral floats written as
 /// integers, so that values that are the same answer have the same text (and hash).
 pub fn canonical_text(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::with_capacity(128);
     write_canonical(value, &mut out);
-    out
+    // Only JSON text and UTF-8 strings were written.
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(&map[key], out);
+                let _ = serde_json::to_writer(&mut *out, key);
+                out.push(b':');
+                write_canonical(item, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
         Value::Number(n) => match n.as_f64() {
             Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15 => {
                 let _ = write!(out, "{}", f as i64);
             }
-            _ => out.push_str(&n.to_string()),
+            _ => {
+                let _ = serde_json::to_writer(&mut *out, n);
+            }
         },
-        other => out.push_str(&other.to_string()),
+        other => {
+            let _ = serde_json::to_writer(&mut *out, other);
+        }
     }
 }
 

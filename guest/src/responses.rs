@@ -135,12 +135,12 @@ fn check_response(
         (
             ElicitationRequest::Form(form),
             ElicitationAction::Accept,
-            Some(Value::Object(content)),
+            Some(content @ Value::Object(_)),
         ) => {
             check_form_content(key, &form.requested_schema, content)?;
             Ok(ElicitationResponse {
                 action,
-                content: Some(canonical_text(&Value::Object(content.clone()))),
+                content: Some(canonical_text(content)),
             })
         }
         (ElicitationRequest::Form(_), ElicitationAction::Accept, _) => Err(validation_at(
@@ -177,10 +177,12 @@ fn check_response(
     }
 }
 
-fn check_form_content(key: &str, schema_text: &str, content: &Map<String, Value>) -> Outcome<()> {
+fn check_form_content(key: &str, schema_text: &str, content: &Value) -> Outcome<()> {
     let validator = schema::validator_for(schema_text)?;
-    let instance = Value::Object(content.clone());
-    let Some(error) = validator.iter_errors(&instance).next() else {
+    if validator.is_valid(content) {
+        return Ok(());
+    }
+    let Some(error) = validator.iter_errors(content).next() else {
         return Ok(());
     };
     let keyword = error.kind().keyword().to_string();

@@ -317,8 +317,21 @@ fn enforced_schema(schema: &Value) -> Value {
     enforced
 }
 
+/// Compiled validators by schema text. Hashed with foldhash (fast) under a per-instance seed from
+/// `wasi:random` (foldhash's own default seed reads the wall clock, which the sandbox forbids); a
+/// hit still compares the whole text, so a colliding schema can never borrow another schema's
+/// validator.
+type ValidatorCache = HashMap<String, Rc<Validator>, foldhash::fast::FixedState>;
+
+fn new_cache() -> ValidatorCache {
+    let mut seed = [0u8; 8];
+    // Without randomness the seed is fixed; correctness never depends on it.
+    let _ = getrandom::fill(&mut seed);
+    ValidatorCache::with_hasher(foldhash::fast::FixedState::with_seed(u64::from_le_bytes(seed)))
+}
+
 thread_local! {
-    static CACHE: RefCell<HashMap<String, Rc<Validator>>> = RefCell::new(HashMap::new());
+    static CACHE: RefCell<ValidatorCache> = RefCell::new(new_cache());
 }
 
 /// A compiled validator for a checked schema, cached by the schema's text for the life of this

@@ -24,7 +24,7 @@
 use chrono::Utc;
 use m3::bindings::m3::managed_input::store::{RoundRow, StoreError, TransactionMode};
 use m3::component_cache::{self, CacheOutcome};
-use m3::engine::{ComponentRuntime, GUEST_WASM, engine_config};
+use m3::engine::{ComponentRuntime, GUEST_WASM, GUEST_WASM_SHA256, engine_config};
 use m3::guest_imports::HostState;
 use m3::sqlite::database::Database;
 use m3::sqlite::transaction::Transaction;
@@ -945,7 +945,7 @@ fn validation_bench(
 ) -> BenchResult<Vec<ValidationResult>> {
     let mut results = Vec::new();
     for form in forms() {
-        let round = form.pending_round();
+        let round = policy.prepare(&form.pending_round());
         let validator = jsonschema::options()
             .with_draft(jsonschema::Draft::Draft202012)
             .should_validate_formats(true)
@@ -955,19 +955,19 @@ fn validation_bench(
 
         // Both contenders must accept the answer (and the component must reject a bad one,
         // so that the baseline is not measuring a no-op).
-        policy.validate_responses_json(&round, text)?;
+        policy.validate_prepared_json(&round, text)?;
         if !native_validate(text, form.request_key, &validator) {
             return Err(format!("the native validator rejects the {} answer", form.name).into());
         }
         let bad = text.replacen("\"accept\"", "\"accept\",\"extra\":1", 1);
-        if policy.validate_responses_json(&round, &bad).is_ok()
+        if policy.validate_prepared_json(&round, &bad).is_ok()
             || native_validate(&bad, form.request_key, &validator)
         {
             return Err(format!("a malformed {} answer was accepted", form.name).into());
         }
 
         for _ in 0..plan.validation_warmup {
-            black_box(policy.validate_responses_json(&round, black_box(text))?);
+            black_box(policy.validate_prepared_json(&round, black_box(text))?);
             black_box(native_validate(
                 black_box(text),
                 form.request_key,
@@ -981,7 +981,7 @@ fn validation_bench(
             let run_component = |out: &mut Vec<f64>| -> BenchResult<()> {
                 for _ in 0..plan.validation_batch {
                     let t = Instant::now();
-                    let validated = policy.validate_responses_json(&round, black_box(text))?;
+                    let validated = policy.validate_prepared_json(&round, black_box(text))?;
                     out.push(secs(t.elapsed()));
                     black_box(validated);
                 }
@@ -1073,7 +1073,7 @@ fn cold_start_bench(plan: &Plan, scratch: &Path) -> BenchResult<ColdStartResult>
 
     let cache_dir = scratch.join("component-cache");
     let (cache_store, first) =
-        timed(|| component_cache::load(&engine, GUEST_WASM, Some(&cache_dir)));
+        timed(|| component_cache::load(&engine, GUEST_WASM, GUEST_WASM_SHA256, Some(&cache_dir)));
     let (component, outcome) = first?;
     drop(component);
     let artifact = match outcome {
@@ -1084,13 +1084,15 @@ fn cold_start_bench(plan: &Plan, scratch: &Path) -> BenchResult<ColdStartResult>
     let mut artifact_name = Vec::new();
     let mut deserialize_file = Vec::new();
     for i in 0..plan.load_warmup + plan.load_reps {
-        let (t, loaded) = timed(|| component_cache::load(&engine, GUEST_WASM, Some(&cache_dir)));
+        let (t, loaded) = timed(|| {
+            component_cache::load(&engine, GUEST_WASM, GUEST_WASM_SHA256, Some(&cache_dir))
+        });
         let (component, outcome) = loaded?;
         if !matches!(outcome, CacheOutcome::Hit(_)) {
             return Err(format!("a later cache load missed: {outcome:?}").into());
         }
         black_box(component);
-        let (t_name, name) = timed(|| component_cache::artifact_name(&engine, GUEST_WASM));
+        let (t_name, name) = timed(|| component_cache::artifact_name(&engine, GUEST_WASM_SHA256));
         black_box(name);
         // SAFETY: `artifact` was written just now by `component_cache::load` from
         // `Engine::precompile_component` of this engine, in a private temporary directory.
@@ -1104,7 +1106,7 @@ fn cold_start_bench(plan: &Plan, scratch: &Path) -> BenchResult<ColdStartResult>
     }
 
     // Instantiation from the `InstancePre` of a runtime loaded from that cache.
-    let runtime = ComponentRuntime::new(GUEST_WASM, Some(&cache_dir))?;
+    let runtime = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&cache_dir))?;
     let limits = GuestLimits::default();
     let form = &forms()[0];
     let wit_round = m3::convert::pending_round(&form.pending_round());

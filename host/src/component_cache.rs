@@ -35,19 +35,31 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     dirs::cache_dir().map(|d| d.join("m3").join("components"))
 }
 
-/// The file name of a component's compiled artifact for this engine.
-pub fn artifact_name(engine: &Engine, wasm: &[u8]) -> String {
+/// The SHA-256 of a component, hex.
+pub fn sha256_hex(wasm: &[u8]) -> String {
+    hex::encode(Sha256::digest(wasm))
+}
+
+/// The file name of a component's compiled artifact for this engine, from the component's
+/// SHA-256 (hex) and the engine's compatibility hash.
+pub fn artifact_name(engine: &Engine, wasm_sha256: &str) -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     env!("CARGO_PKG_VERSION").hash(&mut hasher);
-    let wasm_hash = hex::encode(Sha256::digest(wasm));
-    format!("{}-{:016x}.cwasm", &wasm_hash[..32], hasher.finish())
+    let prefix = wasm_sha256.get(..32).unwrap_or(wasm_sha256);
+    format!("{prefix}-{:016x}.cwasm", hasher.finish())
 }
 
-/// Loads `wasm` compiled for `engine`, from the cache at `dir` when possible.
+/// How many compiled artifacts the cache keeps (the newest); older builds' files are removed.
+pub const KEEP_ARTIFACTS: usize = 4;
+
+/// Loads `wasm` compiled for `engine`, from the cache at `dir` when possible. `wasm_sha256` must
+/// be [`sha256_hex`] of `wasm` (the embedded component's is computed at build time): it names
+/// the artifact.
 pub fn load(
     engine: &Engine,
     wasm: &[u8],
+    wasm_sha256: &str,
     dir: Option<&Path>,
 ) -> wasmtime::Result<(Component, CacheOutcome)> {
     let Some(dir) = dir else {
@@ -62,7 +74,7 @@ pub fn load(
             CacheOutcome::Bypassed(reason),
         ));
     }
-    let path = dir.join(artifact_name(engine, wasm));
+    let path = dir.join(artifact_name(engine, wasm_sha256));
     if owned_private_file(&path) {
         // SAFETY: the file is a regular file owned by this user, mode 0600, in a 0700 directory
         // owned by this user: only this user (running this code) can have written it, and it was
@@ -76,7 +88,10 @@ pub fn load(
     // SAFETY: `compiled` was produced just now by this engine from `wasm`.
     let component = unsafe { Component::deserialize(engine, &compiled)? };
     match store(dir, &path, &compiled) {
-        Ok(()) => Ok((component, CacheOutcome::Stored(path))),
+        Ok(()) => {
+            evict_old_artifacts(dir);
+            Ok((component, CacheOutcome::Stored(path)))
+        }
         Err(e) => Ok((
             component,
             CacheOutcome::Bypassed(format!("cannot write the cache: {e}")),
@@ -142,4 +157,20 @@ fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
     file.sync_all()?;
     drop(file);
     fs::rename(&temporary, path)
+}
+
+/// Removes all but the [`KEEP_ARTIFACTS`] newest `.cwasm` files of the cache directory.
+fn evict_old_artifacts(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut artifacts: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    artifacts.sort_by_key(|a| std::cmp::Reverse(a.0));
+    for (_, old) in artifacts.into_iter().skip(KEEP_ARTIFACTS) {
+        let _ = fs::remove_file(old);
+    }
 }

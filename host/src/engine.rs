@@ -16,6 +16,9 @@ use wasmtime::{Config, Engine};
 /// The guest component, built by `build.rs` from `guest/`.
 pub static GUEST_WASM: &[u8] = include_bytes!(env!("M3_GUEST_WASM_PATH"));
 
+/// SHA-256 (hex) of [`GUEST_WASM`], computed by `build.rs`.
+pub const GUEST_WASM_SHA256: &str = env!("M3_GUEST_WASM_SHA256");
+
 /// How often the epoch advances; the CPU budget is checked at each tick.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
@@ -55,11 +58,16 @@ fn load_error(e: impl std::fmt::Display) -> EngineError {
 }
 
 impl ComponentRuntime {
-    /// Builds a runtime for `wasm`, caching its compiled code in `cache_dir`.
-    pub fn new(wasm: &[u8], cache_dir: Option<&std::path::Path>) -> Result<Self, EngineError> {
+    /// Builds a runtime for `wasm` (whose SHA-256 is `wasm_sha256`), caching its compiled code in
+    /// `cache_dir`.
+    pub fn new(
+        wasm: &[u8],
+        wasm_sha256: &str,
+        cache_dir: Option<&std::path::Path>,
+    ) -> Result<Self, EngineError> {
         let engine = Engine::new(&engine_config()).map_err(load_error)?;
         let (component, cache) =
-            component_cache::load(&engine, wasm, cache_dir).map_err(load_error)?;
+            component_cache::load(&engine, wasm, wasm_sha256, cache_dir).map_err(load_error)?;
         let mut linker = Linker::<HostState>::new(&engine);
         sandbox::link(&mut linker, &component).map_err(load_error)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
@@ -79,7 +87,7 @@ impl ComponentRuntime {
         SHARED
             .get_or_init(|| {
                 let dir = component_cache::default_cache_dir();
-                Self::new(GUEST_WASM, dir.as_deref()).map(Arc::new)
+                Self::new(GUEST_WASM, GUEST_WASM_SHA256, dir.as_deref()).map(Arc::new)
             })
             .clone()
     }

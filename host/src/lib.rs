@@ -30,7 +30,7 @@ pub use error::{
     StorageError,
 };
 pub use instance::GuestLimits;
-pub use policy::Policy;
+pub use policy::{Policy, PreparedRound};
 pub use record::{
     FailureCode, HarnessMetadata, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord,
     ManagedInputStatus, RoundFailure, RoundFilter,

@@ -15,6 +15,12 @@ use std::sync::Arc;
 /// Largest response map [`Policy::validate_responses_json`] passes to the component.
 pub const MAX_RESPONSES_BYTES: usize = 1024 * 1024;
 
+/// A round in the component's form, ready to validate answers against.
+#[derive(Debug, Clone)]
+pub struct PreparedRound {
+    round: crate::bindings::m3::managed_input::types::PendingRound,
+}
+
 /// The validation rules of the component, without storage.
 #[derive(Debug)]
 pub struct Policy {
@@ -30,11 +36,23 @@ impl Policy {
 
     /// Rules with explicit instance limits.
     pub fn with_limits(limits: GuestLimits) -> Result<Self, EngineError> {
-        let runtime = ComponentRuntime::shared()?;
-        Ok(Self {
-            pool: InstancePool::new(runtime.clone(), Arc::new(SystemClock), None, limits),
+        Ok(Self::with_runtime(ComponentRuntime::shared()?, limits))
+    }
+
+    /// Rules from an explicit component runtime (benchmarks, embedders with their own cache).
+    pub fn with_runtime(runtime: Arc<ComponentRuntime>, limits: GuestLimits) -> Self {
+        let clock = Arc::new(SystemClock);
+        Self {
+            pool: InstancePool::new(runtime.clone(), clock, None, limits),
             runtime,
-        })
+        }
+    }
+
+    /// Converts a round once for repeated validation (its schemas are serialised only here).
+    pub fn prepare(&self, round: &PendingElicitationRound) -> PreparedRound {
+        PreparedRound {
+            round: convert::pending_round(round),
+        }
     }
 
     /// Checks a server's `requestedSchema` against the MCP form subset.
@@ -58,6 +76,15 @@ impl Policy {
         round: &PendingElicitationRound,
         responses: &str,
     ) -> Result<BTreeMap<String, ElicitationResponse>, ManagedInputError> {
+        self.validate_prepared_json(&self.prepare(round), responses)
+    }
+
+    /// [`Policy::validate_responses_json`] for a round converted once with [`Policy::prepare`].
+    pub fn validate_prepared_json(
+        &self,
+        round: &PreparedRound,
+        responses: &str,
+    ) -> Result<BTreeMap<String, ElicitationResponse>, ManagedInputError> {
         if responses.len() > MAX_RESPONSES_BYTES {
             return Err(ManagedInputError::edge_validation(
                 ErrorCode::PayloadTooLarge,
@@ -67,15 +94,12 @@ impl Policy {
                 ),
             ));
         }
-        let wit_round = convert::pending_round(round);
+        let responses = responses.to_owned();
         let validated = self
             .pool
             .call(|b, s| {
-                b.m3_managed_input_policy().call_validate_responses(
-                    s,
-                    &wit_round,
-                    &responses.to_owned(),
-                )
+                b.m3_managed_input_policy()
+                    .call_validate_responses(s, &round.round, &responses)
             })?
             .map_err(|e| convert::error_back(&e))?;
         convert::responses_back(&validated)

@@ -6,7 +6,8 @@ use rusqlite::Connection;
 
 /// Migrations in order; index `i` takes the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
-    // 1: rounds, with the columns the host indexes and the component's document.
+    // 1: rounds, with the columns the host indexes and the component's document. Only `status`
+    // is both indexed and changed by transitions, so a transition rewrites one index entry.
     "CREATE TABLE managed_input_rounds (
         round_id            TEXT PRIMARY KEY NOT NULL,
         execution_id        TEXT NOT NULL,
@@ -20,11 +21,9 @@ const MIGRATIONS: &[&str] = &[
         document            TEXT NOT NULL
     ) STRICT;
     CREATE INDEX managed_input_rounds_by_execution
-        ON managed_input_rounds (execution_id, status, created_at_ns);
+        ON managed_input_rounds (execution_id, created_at_ns);
     CREATE INDEX managed_input_rounds_by_status
-        ON managed_input_rounds (status, created_at_ns);
-    CREATE INDEX managed_input_rounds_by_lease
-        ON managed_input_rounds (lease_expires_at_ns) WHERE lease_expires_at_ns IS NOT NULL;",
+        ON managed_input_rounds (status, created_at_ns);",
 ];
 
 /// The schema version this build writes.

@@ -168,8 +168,10 @@ impl Transaction {
         Ok(changed == 1)
     }
 
-    /// Replaces the row if its version is still `expected_version` (one conditional `UPDATE`,
-    /// checked by affected-row count).
+    /// Replaces the mutable columns of the row if its version is still `expected_version` (one
+    /// conditional `UPDATE`, checked by affected-row count). The round id, execution, creation
+    /// time and deadline never change; leaving them out of the `SET` list keeps SQLite from
+    /// rewriting the indexes on them.
     pub fn compare_and_set(
         &self,
         row: &RoundRow,
@@ -179,23 +181,21 @@ impl Transaction {
         let changed = self
             .conn
             .prepare_cached(
-                "UPDATE managed_input_rounds SET execution_id = ?2, status = ?3, version = ?4, owner_id = ?5, \
-                 lease_expires_at_ns = ?6, deadline_ns = ?7, created_at_ns = ?8, updated_at_ns = ?9, document = ?10 \
-                 WHERE round_id = ?1 AND version = ?11",
+                "UPDATE managed_input_rounds SET status = ?2, version = ?3, owner_id = ?4, \
+                 lease_expires_at_ns = ?5, updated_at_ns = ?6, document = ?7 \
+                 WHERE round_id = ?1 AND version = ?8 AND execution_id = ?9",
             )
             .and_then(|mut s| {
                 s.execute(params![
                     row.round_id,
-                    row.execution_id,
                     status_text(row.status),
                     row.version as i64,
                     row.owner_id,
                     row.lease_expires_at.as_ref().map(to_ns),
-                    row.deadline.as_ref().map(to_ns),
-                    to_ns(&row.created_at),
                     to_ns(&row.updated_at),
                     row.document,
                     expected_version as i64,
+                    row.execution_id,
                 ])
             })
             .map_err(store_error)?;
