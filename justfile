@@ -1,5 +1,21 @@
 # Convenience recipes; the README's commands are plain cargo and need nothing else.
 
+# Run the whole test suite (the README's test command)
+test:
+    cargo test --workspace
+
+# What CI runs: fmt, clippy, tests
+ci:
+    bash .ci/run
+
+# Build the host and its embedded component
+build:
+    cargo build --workspace
+
+# The minimal three-piece component example
+example:
+    cargo run -p minimal-host
+
 # Engine benchmark: prints a table, writes target/bench/engine.json
 bench:
     cargo bench -p m3 --bench engine
