@@ -15,6 +15,7 @@ pub mod canonical;
 pub mod errors;
 pub mod lease;
 pub mod lifecycle;
+pub mod mcp;
 pub mod probe;
 pub mod record;
 pub mod redaction;

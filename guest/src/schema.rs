@@ -327,7 +327,9 @@ fn new_cache() -> ValidatorCache {
     let mut seed = [0u8; 8];
     // Without randomness the seed is fixed; correctness never depends on it.
     let _ = getrandom::fill(&mut seed);
-    ValidatorCache::with_hasher(foldhash::fast::FixedState::with_seed(u64::from_le_bytes(seed)))
+    ValidatorCache::with_hasher(foldhash::fast::FixedState::with_seed(u64::from_le_bytes(
+        seed,
+    )))
 }
 
 thread_local! {

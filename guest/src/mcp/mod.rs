@@ -1,0 +1,27 @@
+//! The MCP client side of managed elicitation, as pure functions over JSON-RPC messages: no I/O.
+//! The execution runtime feeds it lines from the server's stdout and writes what it returns.
+//!
+//! - [`framing`]: newline-delimited JSON-RPC over stdio, with a bounded line length.
+//! - [`message`]: routing an incoming message by kind (request to us, notification, response).
+//! - [`era`]: choosing the protocol era (`server/discover` probe, `initialize` fallback).
+//! - [`legacy`]: server-initiated `elicitation/create` (MCP 2025-06-18 and 2025-11-25).
+//! - [`mrtr`]: multi round-trip requests (`input_required`, MCP 2026-07-28).
+//! - [`request`]: turning a server's elicitation parameters into a round's request.
+
+pub mod era;
+pub mod framing;
+pub mod legacy;
+pub mod message;
+pub mod mrtr;
+pub mod request;
+
+/// The `_meta` key a server may set to name the request key of a single elicitation.
+pub const REQUEST_KEY_HINT: &str = "m3/request_key";
+/// The request key of a single elicitation without a hint.
+pub const DEFAULT_REQUEST_KEY: &str = "elicitation";
+/// The modern protocol version.
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// The legacy protocol version the client asks for.
+pub const LEGACY_VERSION: &str = "2025-11-25";
+/// Default cap on the rounds of one operation (every MCP SDK uses 10).
+pub const DEFAULT_ROUND_LIMIT: u32 = 10;
