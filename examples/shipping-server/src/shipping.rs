@@ -1,0 +1,373 @@
+//! The shipping domain, shared by both eras: the tools, what each round asks, and what the
+//! answers lead to.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::rpc::{INTERNAL_ERROR, RpcError};
+
+/// The server's name.
+pub const SERVER_NAME: &str = "shipping";
+/// The tool that books a shipment (and asks for the address).
+pub const BOOK_SHIPMENT: &str = "book_shipment";
+/// The tool that reports the process environment (only with `--report-env`).
+pub const REPORT_ENV: &str = "report_env";
+/// The request key of the delivery-address question.
+pub const SHIPPING_ADDRESS: &str = "shipping_address";
+/// The request key of the contact-email question (only with `--two-keys`).
+pub const CONTACT_EMAIL: &str = "contact_email";
+
+/// The test knobs that change how `book_shipment` behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Knobs {
+    /// How many rounds to ask before booking (at least 1).
+    pub ask_rounds: u32,
+    /// Never book: ask again after every accepted round.
+    pub ask_forever: bool,
+    /// Answer the first round's answers with -32603 "booking service unavailable".
+    pub fail_after_answer: bool,
+    /// Round 1 also asks for `contact_email`.
+    pub two_keys: bool,
+    /// Offer the `report_env` tool.
+    pub report_env: bool,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Self {
+            ask_rounds: 1,
+            ask_forever: false,
+            fail_after_answer: false,
+            two_keys: false,
+            report_env: false,
+        }
+    }
+}
+
+impl Knobs {
+    /// The request keys asked in `round` (1-based), in the order they are asked.
+    pub fn keys_for_round(&self, round: u32) -> &'static [&'static str] {
+        if round == 1 && self.two_keys {
+            &[SHIPPING_ADDRESS, CONTACT_EMAIL]
+        } else {
+            &[SHIPPING_ADDRESS]
+        }
+    }
+
+    /// The `tools/list` result.
+    pub fn tools_list(&self) -> Value {
+        let mut tools = vec![json!({
+            "name": BOOK_SHIPMENT,
+            "title": "Book a shipment",
+            "description": "Books a shipment; asks the user for the delivery address.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "item": {"type": "string"},
+                    "weight_kg": {"type": "number"}
+                }
+            }
+        })];
+        if self.report_env {
+            tools.push(json!({
+                "name": REPORT_ENV,
+                "title": "Report the environment",
+                "description": "Returns this server process's environment variables as JSON text.",
+                "inputSchema": {"type": "object", "properties": {}}
+            }));
+        }
+        json!({ "tools": tools })
+    }
+
+    /// Whether `name` is a tool this server offers.
+    pub fn has_tool(&self, name: &str) -> bool {
+        name == BOOK_SHIPMENT || (self.report_env && name == REPORT_ENV)
+    }
+
+    /// What follows once `round`'s answers are in. `answers` holds the round's keys in asking
+    /// order; it may stop early at a decline or cancel (the legacy era stops asking there).
+    pub fn after_round(&self, round: u32, answers: &[(&str, Answer)]) -> Next {
+        if self.fail_after_answer && round == 1 {
+            return Next::Fail(RpcError::new(INTERNAL_ERROR, "booking service unavailable"));
+        }
+        if answers.iter().any(|(_, a)| matches!(a, Answer::Cancel)) {
+            return Next::Finish(not_booked("Shipment not booked: cancelled", "cancelled"));
+        }
+        if let Some((key, _)) = answers.iter().find(|(_, a)| matches!(a, Answer::Decline)) {
+            let what = if *key == CONTACT_EMAIL {
+                "contact email"
+            } else {
+                "address"
+            };
+            return Next::Finish(not_booked(
+                &format!("Shipment not booked: the {what} was declined"),
+                "declined",
+            ));
+        }
+        let mut address = None;
+        let mut email = None;
+        for (key, answer) in answers {
+            let Answer::Accept(content) = answer else {
+                continue;
+            };
+            if *key == CONTACT_EMAIL {
+                match non_empty(content, "email") {
+                    Some(e) => email = Some(e),
+                    None => {
+                        return Next::Finish(tool_error(
+                            "Shipment not booked: the answer has no email",
+                        ));
+                    }
+                }
+            } else {
+                match (non_empty(content, "street"), non_empty(content, "city")) {
+                    (Some(street), Some(city)) => address = Some((street, city)),
+                    _ => {
+                        return Next::Finish(tool_error(
+                            "Shipment not booked: the answer is missing street or city",
+                        ));
+                    }
+                }
+            }
+        }
+        if self.ask_forever || round < self.ask_rounds {
+            return Next::AskAgain(round.saturating_add(1));
+        }
+        match address {
+            Some((street, city)) => Next::Finish(booked(street, city, email)),
+            None => Next::Finish(tool_error("Shipment not booked: no address was given")),
+        }
+    }
+}
+
+/// What `book_shipment` does after a round.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Ask the next round (its 1-based number).
+    AskAgain(u32),
+    /// Complete the call with this tool result.
+    Finish(Value),
+    /// Answer the call with this JSON-RPC error.
+    Fail(RpcError),
+}
+
+/// One elicitation answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// Accepted, with the form content (empty when absent or `null`).
+    Accept(Map<String, Value>),
+    /// Declined.
+    Decline,
+    /// Cancelled.
+    Cancel,
+}
+
+/// The wire shape of an elicitation answer (unknown fields, such as `_meta`, are ignored).
+#[derive(Deserialize)]
+struct WireAnswer {
+    /// `accept`, `decline` or `cancel`.
+    action: String,
+    /// The form content (accept only).
+    #[serde(default)]
+    content: Option<Map<String, Value>>,
+}
+
+impl Answer {
+    /// Parses `{"action": ..., "content": ...}`; the error says what is wrong (never the content).
+    pub fn parse(value: &Value) -> Result<Self, String> {
+        let wire = WireAnswer::deserialize(value)
+            .map_err(|_| "not an elicitation result object".to_string())?;
+        match wire.action.as_str() {
+            "accept" => Ok(Self::Accept(wire.content.unwrap_or_default())),
+            "decline" => Ok(Self::Decline),
+            "cancel" => Ok(Self::Cancel),
+            _ => Err("action is not accept, decline or cancel".to_string()),
+        }
+    }
+}
+
+/// `content[key]` when it is a non-empty string.
+fn non_empty<'a>(content: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    content
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The `elicitation/create` params asking for `key` (form mode), without `_meta`.
+pub fn elicitation_params(key: &str) -> Value {
+    if key == CONTACT_EMAIL {
+        json!({
+            "mode": "form",
+            "message": "Which email address should receive shipping updates?",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "email": {"type": "string", "title": "Email", "format": "email"}
+                },
+                "required": ["email"]
+            }
+        })
+    } else {
+        json!({
+            "mode": "form",
+            "message": "Where should the shipment be delivered?",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "street": {"type": "string", "title": "Street", "minLength": 1},
+                    "city": {"type": "string", "title": "City", "minLength": 1}
+                },
+                "required": ["street", "city"]
+            }
+        })
+    }
+}
+
+/// Whether a client's `elicitation` capability covers form mode: an object that is empty
+/// (form only, the 2025-06-18 shape) or names `form`.
+pub fn supports_form(capabilities: &Value) -> bool {
+    match capabilities.get("elicitation") {
+        Some(Value::Object(elicitation)) => {
+            elicitation.is_empty() || elicitation.contains_key("form")
+        }
+        _ => false,
+    }
+}
+
+/// A successful booking.
+fn booked(street: &str, city: &str, email: Option<&str>) -> Value {
+    let mut structured = json!({"booked": true, "street": street, "city": city});
+    if let Some(email) = email {
+        structured["email"] = json!(email);
+    }
+    json!({
+        "content": [{"type": "text", "text": format!("Booked shipment to {street}, {city}")}],
+        "structuredContent": structured,
+        "isError": false
+    })
+}
+
+/// A call that completed without booking (not an error).
+fn not_booked(text: &str, reason: &str) -> Value {
+    json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": {"booked": false, "reason": reason},
+        "isError": false
+    })
+}
+
+/// A tool error result (`isError: true`).
+pub fn tool_error(text: &str) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+/// The `report_env` result: the process environment as JSON text (and structured).
+pub fn report_env() -> Value {
+    let env: BTreeMap<String, String> = std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    let text = serde_json::to_string(&env).unwrap_or_else(|_| "{}".to_string());
+    json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": {"env": env},
+        "isError": false
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(content: Value) -> Answer {
+        Answer::parse(&json!({"action": "accept", "content": content})).unwrap()
+    }
+
+    #[test]
+    fn one_round_books_the_address() {
+        let knobs = Knobs::default();
+        let next = knobs.after_round(
+            1,
+            &[(
+                SHIPPING_ADDRESS,
+                accept(json!({"street": "1 Main", "city": "Oslo"})),
+            )],
+        );
+        let Next::Finish(result) = next else {
+            panic!("{next:?}")
+        };
+        assert_eq!(
+            result["content"][0]["text"],
+            "Booked shipment to 1 Main, Oslo"
+        );
+        assert_eq!(result["structuredContent"]["booked"], true);
+    }
+
+    #[test]
+    fn rounds_and_failures_follow_the_knobs() {
+        let address = || accept(json!({"street": "s", "city": "c"}));
+        let two = Knobs {
+            ask_rounds: 2,
+            ..Knobs::default()
+        };
+        assert_eq!(
+            two.after_round(1, &[(SHIPPING_ADDRESS, address())]),
+            Next::AskAgain(2)
+        );
+        assert!(matches!(
+            two.after_round(2, &[(SHIPPING_ADDRESS, address())]),
+            Next::Finish(_)
+        ));
+        let forever = Knobs {
+            ask_forever: true,
+            ..Knobs::default()
+        };
+        assert_eq!(
+            forever.after_round(7, &[(SHIPPING_ADDRESS, address())]),
+            Next::AskAgain(8)
+        );
+        let failing = Knobs {
+            fail_after_answer: true,
+            ..Knobs::default()
+        };
+        assert!(matches!(
+            failing.after_round(1, &[(SHIPPING_ADDRESS, Answer::Decline)]),
+            Next::Fail(RpcError { code: -32603, .. })
+        ));
+    }
+
+    #[test]
+    fn bad_answers_do_not_book() {
+        let knobs = Knobs::default();
+        let Next::Finish(missing) =
+            knobs.after_round(1, &[(SHIPPING_ADDRESS, accept(json!({"street": "s"})))])
+        else {
+            panic!()
+        };
+        assert_eq!(missing["isError"], true);
+        assert!(Answer::parse(&json!({"action": "maybe"})).is_err());
+        assert!(Answer::parse(&json!("accept")).is_err());
+        assert_eq!(
+            Answer::parse(&json!({"action": "accept", "content": null})).unwrap(),
+            Answer::Accept(Map::new())
+        );
+    }
+
+    #[test]
+    fn form_support_follows_the_capability_shape() {
+        assert!(supports_form(&json!({"elicitation": {}})));
+        assert!(supports_form(
+            &json!({"elicitation": {"form": {}, "url": {}}})
+        ));
+        assert!(!supports_form(&json!({"elicitation": {"url": {}}})));
+        assert!(!supports_form(&json!({"sampling": {}})));
+        assert!(!supports_form(&Value::Null));
+    }
+}
