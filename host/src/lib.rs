@@ -16,6 +16,7 @@ pub mod error;
 pub mod guest_imports;
 pub mod instance;
 pub mod policy;
+pub mod process;
 pub mod record;
 pub mod response;
 pub mod round;

@@ -3,6 +3,8 @@
 mod component_cache;
 mod concurrency;
 mod lifecycle_model;
+mod peers;
+mod process;
 mod sandbox;
 mod store_contract;
 mod tidy;

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod peers;
+
 /// A temporary directory holding one database file.
 pub struct TempDb {
     /// Keeps the directory alive.

@@ -1,0 +1,230 @@
+//! `shipping-server`: the bundled example MCP server of m3.
+//!
+//! An MCP server over stdio (one JSON-RPC 2.0 message per line; logs on stderr; it exits when
+//! stdin closes) named `shipping`, with one tool, `book_shipment`, that asks the client for a
+//! delivery address under the request key `shipping_address` before it books. It speaks the
+//! legacy era (2025-06-18 / 2025-11-25: server-initiated `elicitation/create`, the key hinted in
+//! `_meta["m3/request_key"]`) or the modern one (2026-07-28: `input_required` results with a
+//! sealed `requestState`), chosen by `--era`. The other flags are knobs for the kit's tests.
+
+mod legacy;
+mod modern;
+mod rpc;
+mod seal;
+mod shipping;
+
+use std::io::{self, BufRead, Write};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde_json::{Value, json};
+
+use crate::legacy::Legacy;
+use crate::modern::Modern;
+use crate::rpc::{INVALID_REQUEST, Incoming, PARSE_ERROR, RpcError};
+use crate::seal::Sealer;
+use crate::shipping::Knobs;
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "shipping-server",
+    version,
+    about = "Example MCP server `shipping` (tool `book_shipment`) over stdio, in either protocol era",
+    long_about = "Example MCP server `shipping` over stdio: one JSON-RPC 2.0 message per line, \
+                  logs on stderr, exits when stdin closes. The tool `book_shipment` asks for a \
+                  delivery address (request key `shipping_address`) before it books."
+)]
+struct Args {
+    /// Protocol era: `legacy` (initialize + server-initiated elicitation/create), `modern`
+    /// (2026-07-28 server/discover + input_required results), or `auto` (decided per
+    /// connection by the first request: server/discover -> modern, initialize -> legacy).
+    #[arg(long, value_enum, default_value_t = EraSetting::Auto)]
+    era: EraSetting,
+
+    /// Modern era: seconds a sealed requestState stays valid (0: every state is already
+    /// expired).
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    state_ttl_secs: u64,
+
+    /// How many times book_shipment asks for the address before booking (modern: one
+    /// input_required round each; legacy: one elicitation/create each).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    ask_rounds: u32,
+
+    /// Never book: ask again after every accepted answer (decline or cancel still end the call).
+    #[arg(long)]
+    ask_forever: bool,
+
+    /// Answer the first round's answers with JSON-RPC error -32603 "booking service
+    /// unavailable" (modern: the first retry; legacy: the tools/call after the elicitation).
+    #[arg(long)]
+    fail_after_answer: bool,
+
+    /// The first round also asks for `contact_email` (modern: both keys in one inputRequests;
+    /// legacy: a second elicitation/create with `_meta["m3/request_key"] = "contact_email"`).
+    #[arg(long)]
+    two_keys: bool,
+
+    /// Also offer the tool `report_env`, which returns this process's environment as JSON text.
+    #[arg(long)]
+    report_env: bool,
+}
+
+/// The `--era` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum EraSetting {
+    /// 2025-06-18 / 2025-11-25.
+    Legacy,
+    /// 2026-07-28.
+    Modern,
+    /// Decided by the connection's first request.
+    Auto,
+}
+
+/// The `serverInfo` object of both eras.
+pub fn server_info() -> Value {
+    json!({
+        "name": shipping::SERVER_NAME,
+        "title": "Shipping (m3 example)",
+        "version": env!("CARGO_PKG_VERSION")
+    })
+}
+
+/// The era a connection runs in, once decided.
+enum Era {
+    /// 2025-06-18 / 2025-11-25.
+    Legacy(Legacy),
+    /// 2026-07-28.
+    Modern(Modern),
+}
+
+/// One stdio connection.
+struct Server {
+    /// The test knobs.
+    knobs: Knobs,
+    /// The modern era's state lifetime.
+    state_ttl: Duration,
+    /// The era, once decided (`None` only in `auto` before the first request).
+    era: Option<Era>,
+}
+
+impl Server {
+    /// A connection for these flags.
+    fn new(args: &Args) -> Self {
+        let knobs = Knobs {
+            ask_rounds: args.ask_rounds,
+            ask_forever: args.ask_forever,
+            fail_after_answer: args.fail_after_answer,
+            two_keys: args.two_keys,
+            report_env: args.report_env,
+        };
+        let mut server = Self {
+            knobs,
+            state_ttl: Duration::from_secs(args.state_ttl_secs),
+            era: None,
+        };
+        server.era = match args.era {
+            EraSetting::Legacy => Some(server.legacy()),
+            EraSetting::Modern => Some(server.modern()),
+            EraSetting::Auto => None,
+        };
+        server
+    }
+
+    /// A fresh legacy connection state.
+    fn legacy(&self) -> Era {
+        Era::Legacy(Legacy::new(self.knobs))
+    }
+
+    /// A fresh modern handler (with its own sealing key).
+    fn modern(&self) -> Era {
+        Era::Modern(Modern::new(self.knobs, Sealer::new(self.state_ttl)))
+    }
+
+    /// Handles one input line; returns the messages to write.
+    fn on_line(&mut self, line: &str) -> Vec<Value> {
+        if line.trim().is_empty() {
+            return Vec::new();
+        }
+        let message: Value = match serde_json::from_str(line) {
+            Ok(message) => message,
+            Err(_) => {
+                let error = RpcError::new(PARSE_ERROR, "Parse error");
+                return vec![rpc::error(Value::Null, &error)];
+            }
+        };
+        match rpc::classify(message) {
+            Incoming::Request { id, method, params } => {
+                let era = self
+                    .era
+                    .take()
+                    .unwrap_or_else(|| self.decide(&method, &params));
+                match self.era.insert(era) {
+                    Era::Legacy(legacy) => legacy.on_request(id, &method, &params),
+                    Era::Modern(modern) => {
+                        vec![rpc::respond(id, modern.on_request(&method, &params))]
+                    }
+                }
+            }
+            Incoming::Notification { method, params } => {
+                if let Some(Era::Legacy(legacy)) = &mut self.era {
+                    legacy.on_notification(&method, &params);
+                }
+                Vec::new()
+            }
+            Incoming::Response { id, outcome } => match &mut self.era {
+                Some(Era::Legacy(legacy)) => legacy.on_response(&id, outcome),
+                _ => {
+                    eprintln!("shipping-server: ignoring a response (id {id}): no request pending");
+                    Vec::new()
+                }
+            },
+            Incoming::Invalid { id } => {
+                vec![rpc::error(
+                    id,
+                    &RpcError::new(INVALID_REQUEST, "Invalid Request"),
+                )]
+            }
+        }
+    }
+
+    /// `auto`: the era for a connection whose first request is `method`. `server/discover`
+    /// means modern and `initialize` legacy; any other request is modern only when it carries
+    /// the 2026-07-28 protocol version in `_meta`.
+    fn decide(&self, method: &str, params: &Value) -> Era {
+        let modern = match method {
+            "server/discover" => true,
+            "initialize" => false,
+            _ => rpc::field(
+                rpc::field(params, "_meta"),
+                "io.modelcontextprotocol/protocolVersion",
+            )
+            .is_string(),
+        };
+        eprintln!(
+            "shipping-server: era {} (first request {method})",
+            if modern { "modern" } else { "legacy" }
+        );
+        if modern { self.modern() } else { self.legacy() }
+    }
+}
+
+/// Runs the server with the process's arguments: reads stdin line by line until it closes,
+/// answering on stdout.
+pub fn run() -> io::Result<()> {
+    let args = Args::parse();
+    let mut server = Server::new(&args);
+    let stdin = io::stdin();
+    let mut stdout = io::stdout().lock();
+    for line in stdin.lock().lines() {
+        let line = line?;
+        for message in server.on_line(&line) {
+            let text = serde_json::to_string(&message).map_err(io::Error::other)?;
+            stdout.write_all(text.as_bytes())?;
+            stdout.write_all(b"\n")?;
+            stdout.flush()?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! One child process on tokio, with exactly the environment it is given.
+
+use super::scratch::ScratchDir;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+
+/// How to start a child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessSpec {
+    /// The program: a path, or a name looked up in the `PATH` of `env` (not of the host).
+    pub command: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// The whole environment of the child: nothing of the host's environment is inherited.
+    pub env: BTreeMap<String, String>,
+    /// Working directory relative to the scratch directory (`None`: the scratch directory).
+    pub cwd: Option<PathBuf>,
+}
+
+/// What a child did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessEvent {
+    /// Bytes the child wrote to stdout (not framed).
+    Stdout(Vec<u8>),
+    /// The child's stdout closed.
+    StdoutClosed,
+    /// The child exited (`None`: killed by a signal).
+    Exited(Option<i32>),
+}
+
+/// Why a child could not be started or written to.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The program was not found (in the given environment's `PATH`).
+    #[error("program not found: {0}")]
+    NotFound(String),
+    /// The working directory is not inside the scratch directory.
+    #[error("working directory must be a relative path inside the scratch directory")]
+    InvalidCwd,
+    /// The operating system refused.
+    #[error("process I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The child's stdin is closed.
+    #[error("the child's stdin is closed")]
+    StdinClosed,
+}
+
+/// A running child. Dropping it kills its whole process group; tokio reaps it.
+#[derive(Debug)]
+pub struct ChildProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    pid: u32,
+    stderr_tail: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+/// How much of a child's stderr is kept (the tail), for diagnostics only.
+pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
+
+fn resolve(command: &str, env: &BTreeMap<String, String>) -> Result<PathBuf, ProcessError> {
+    if command.contains('/') {
+        return Ok(PathBuf::from(command));
+    }
+    let path = env.get("PATH").map(String::as_str).unwrap_or("");
+    std::env::split_paths(path)
+        .map(|dir| dir.join(command))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| ProcessError::NotFound(command.to_string()))
+}
+
+impl ChildProcess {
+    /// Starts `spec` in `scratch`; its events arrive on the returned receiver.
+    pub fn spawn(
+        spec: &ProcessSpec,
+        scratch: &ScratchDir,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<ProcessEvent>), ProcessError> {
+        let cwd = match &spec.cwd {
+            None => scratch.path().to_path_buf(),
+            Some(relative) => {
+                let inside = relative.is_relative()
+                    && relative
+                        .components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)));
+                if !inside {
+                    return Err(ProcessError::InvalidCwd);
+                }
+                scratch.path().join(relative)
+            }
+        };
+        let program = resolve(&spec.command, &spec.env)?;
+        let mut command = Command::new(&program);
+        command
+            .args(&spec.args)
+            .env_clear()
+            .envs(&spec.env)
+            .current_dir(&cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ProcessError::NotFound(program.display().to_string()),
+            _ => ProcessError::Io(e),
+        })?;
+        let pid = child.id().unwrap_or_default();
+        let (events, receiver) = mpsc::unbounded_channel();
+        if let Some(mut stdout) = child.stdout.take() {
+            let events = events.clone();
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 64 * 1024];
+                loop {
+                    match stdout.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if events
+                                .send(ProcessEvent::Stdout(buffer[..n].to_vec()))
+                                .is_err()
+                            {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = events.send(ProcessEvent::StdoutClosed);
+            });
+        }
+        let stderr_tail = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        if let Some(mut stderr) = child.stderr.take() {
+            let tail = stderr_tail.clone();
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 16 * 1024];
+                while let Ok(n) = stderr.read(&mut buffer).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                    tail.extend_from_slice(&buffer[..n]);
+                    let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+                    tail.drain(..excess);
+                }
+            });
+        }
+        let stdin = child.stdin.take();
+        Ok((
+            Self {
+                child,
+                stdin,
+                pid,
+                stderr_tail,
+            },
+            receiver,
+        ))
+    }
+
+    /// The child's process id (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Writes one line (a newline is appended) to the child's stdin.
+    pub async fn write_line(&mut self, line: &str) -> Result<(), ProcessError> {
+        let stdin = self.stdin.as_mut().ok_or(ProcessError::StdinClosed)?;
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        stdin.write_all(&bytes).await?;
+        stdin.flush().await?;
+        Ok(())
+    }
+
+    /// Closes the child's stdin (an MCP server ends its session on EOF).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Waits for the child to exit and reaps it.
+    pub async fn wait(&mut self) -> Result<ProcessEvent, ProcessError> {
+        let status = self.child.wait().await?;
+        Ok(ProcessEvent::Exited(status.code()))
+    }
+
+    /// Kills the child's whole process group and reaps the child.
+    pub async fn kill(&mut self) -> Result<ProcessEvent, ProcessError> {
+        self.signal_group();
+        let _ = self.child.start_kill();
+        self.wait().await
+    }
+
+    /// The last [`STDERR_TAIL_BYTES`] the child wrote to stderr (diagnostics; may hold anything
+    /// the child printed, so never logged by the host).
+    pub fn stderr_tail(&self) -> Vec<u8> {
+        self.stderr_tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn signal_group(&self) {
+        if let Ok(pgid) = i32::try_from(self.pid)
+            && pgid > 0
+        {
+            // SAFETY: kill(2) with a negative pid signals the process group this host created
+            // for the child (`process_group(0)`); it has no memory-safety preconditions.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        // Still running: take the whole group down. `kill_on_drop` lets tokio reap the child.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.signal_group();
+        }
+    }
+}
+
+/// Whether a process id is alive and not a zombie (Linux `/proc`).
+pub fn is_running(pid: u32) -> bool {
+    let status = Path::new("/proc").join(pid.to_string()).join("status");
+    std::fs::read_to_string(status).is_ok_and(|s| {
+        s.lines()
+            .find(|l| l.starts_with("State:"))
+            .is_some_and(|l| !l.contains('Z') && !l.contains('X'))
+    })
+}

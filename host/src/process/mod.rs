@@ -1,0 +1,12 @@
+//! Child processes (agent harnesses and MCP servers) for the execution runtime: each gets exactly
+//! the environment it is given, a private scratch directory handed out as a capability, and is
+//! killed (with its whole process group) and reaped on every exit path.
+//!
+//! The host frames nothing: a child's stdout arrives as byte chunks, and the component's MCP
+//! client does the line framing. Protocol knowledge stays in the component.
+
+pub mod child;
+pub mod scratch;
+
+pub use child::{ChildProcess, ProcessError, ProcessEvent, ProcessSpec};
+pub use scratch::ScratchDir;

@@ -1,0 +1,178 @@
+//! The host's process capability: children get exactly the environment they are given and a
+//! private scratch directory, and are killed with their process group and reaped on every exit.
+
+use m3::process::child::is_running;
+use m3::process::{ChildProcess, ProcessError, ProcessEvent, ProcessSpec, ScratchDir};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::timeout;
+
+const SHIPPING_SERVER: &str = env!("CARGO_BIN_EXE_m3-test-shipping-server");
+
+fn spec(command: &str, args: &[&str], env: &[(&str, &str)]) -> ProcessSpec {
+    ProcessSpec {
+        command: command.to_string(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        cwd: None,
+    }
+}
+
+/// Reads stdout until a whole line arrives (10 s at most).
+async fn next_line(events: &mut UnboundedReceiver<ProcessEvent>, pending: &mut Vec<u8>) -> String {
+    loop {
+        if let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            return String::from_utf8(line).unwrap().trim_end().to_string();
+        }
+        match timeout(Duration::from_secs(10), events.recv()).await {
+            Ok(Some(ProcessEvent::Stdout(bytes))) => pending.extend(bytes),
+            other => panic!("no line from the child: {other:?}"),
+        }
+    }
+}
+
+async fn wait_until_gone(pid: u32) -> bool {
+    for _ in 0..500 {
+        if !is_running(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_child_sees_exactly_the_environment_it_is_given() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let env = [("ONLY_THIS", "value"), ("LANG", "C")];
+    let (mut child, mut events) = ChildProcess::spawn(
+        &spec(SHIPPING_SERVER, &["--era", "legacy", "--report-env"], &env),
+        &scratch,
+    )
+    .unwrap();
+    let mut pending = Vec::new();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    child.write_line(&initialize.to_string()).await.unwrap();
+    let _ = next_line(&mut events, &mut pending).await;
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "report_env", "arguments": {}}});
+    child.write_line(&call.to_string()).await.unwrap();
+    let reply: Value = serde_json::from_str(&next_line(&mut events, &mut pending).await).unwrap();
+    let text = reply["result"]["content"][0]["text"]
+        .as_str()
+        .expect("a text result");
+    let seen: BTreeMap<String, String> = serde_json::from_str(text).unwrap();
+    let expected: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(seen, expected, "nothing of the parent's environment leaks");
+    assert!(
+        std::env::var_os("PATH").is_some(),
+        "the parent does have a PATH"
+    );
+    child.close_stdin();
+    let exited = timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        exited,
+        ProcessEvent::Exited(Some(0)),
+        "an MCP server ends its session on EOF"
+    );
+}
+
+#[tokio::test]
+async fn dropping_a_child_kills_its_process_group_and_it_is_reaped() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let script = "sleep 60 & echo $!; wait";
+    let (child, mut events) =
+        ChildProcess::spawn(&spec("/bin/sh", &["-c", script], &[]), &scratch).unwrap();
+    let mut pending = Vec::new();
+    let grandchild: u32 = next_line(&mut events, &mut pending).await.parse().unwrap();
+    let pid = child.pid();
+    assert!(is_running(pid) && is_running(grandchild));
+    drop(child);
+    assert!(
+        wait_until_gone(pid).await,
+        "the child was not killed and reaped"
+    );
+    assert!(
+        wait_until_gone(grandchild).await,
+        "the grandchild outlived its execution"
+    );
+}
+
+#[tokio::test]
+async fn kill_ends_the_group_and_reports_the_signal() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let (mut child, _events) =
+        ChildProcess::spawn(&spec("/bin/sleep", &["60"], &[]), &scratch).unwrap();
+    let exited = timeout(Duration::from_secs(10), child.kill())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exited, ProcessEvent::Exited(None), "killed by a signal");
+    assert!(!is_running(child.pid()));
+    assert!(matches!(
+        child.write_line("x").await,
+        Err(ProcessError::Io(_)) | Ok(())
+    ));
+}
+
+#[tokio::test]
+async fn the_scratch_directory_is_private_the_working_directory_and_removed_after() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let path = scratch.path().to_path_buf();
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    scratch.dir().create_dir("work").unwrap();
+    scratch.dir().write("work/config.toml", b"x = 1\n").unwrap();
+    let mut in_work = spec("/bin/sh", &["-c", "pwd; cat config.toml"], &[]);
+    in_work.cwd = Some("work".into());
+    let (_child, mut events) = ChildProcess::spawn(&in_work, &scratch).unwrap();
+    let mut pending = Vec::new();
+    assert_eq!(
+        next_line(&mut events, &mut pending).await,
+        path.join("work").display().to_string()
+    );
+    assert_eq!(next_line(&mut events, &mut pending).await, "x = 1");
+    // The capability cannot reach outside the scratch directory.
+    assert!(scratch.dir().write("../escape", b"no").is_err());
+    for escape in ["../", "/tmp", "work/../.."] {
+        let mut outside = spec("/bin/true", &[], &[]);
+        outside.cwd = Some(escape.into());
+        assert!(
+            matches!(
+                ChildProcess::spawn(&outside, &scratch),
+                Err(ProcessError::InvalidCwd)
+            ),
+            "{escape}"
+        );
+    }
+    drop(scratch);
+    assert!(!path.exists());
+}
+
+#[tokio::test]
+async fn programs_are_looked_up_in_the_given_path_only() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let no_path = ChildProcess::spawn(&spec("sh", &["-c", "true"], &[]), &scratch);
+    assert!(matches!(no_path, Err(ProcessError::NotFound(_))));
+    let (mut child, _events) = ChildProcess::spawn(
+        &spec("sh", &["-c", "exit 3"], &[("PATH", "/usr/bin:/bin")]),
+        &scratch,
+    )
+    .unwrap();
+    assert_eq!(child.wait().await.unwrap(), ProcessEvent::Exited(Some(3)));
+}

@@ -1,0 +1,366 @@
+//! Real MCP peers, installed on first use from the pinned files in `tests/peers/`.
+//!
+//! - `server_everything()`: `@modelcontextprotocol/server-everything`, pinned by
+//!   `tests/peers/package.json` and its committed `package-lock.json`, installed with `npm ci`
+//!   into `tests/.peers/npm/`.
+//! - `python_mcp()` and `booking_server()`: the Python SDK (`mcp`), pinned by
+//!   `tests/peers/requirements.txt`, installed with pip into the venv `tests/.peers/venv/`;
+//!   `tests/peers/booking_server.py` runs on it.
+//!
+//! `tests/.peers/` is ignored by git. Each install runs under an exclusive file lock
+//! (`tests/.peers/<peer>.lock`), so parallel tests and parallel test processes install once; it
+//! ends by writing a marker that records the pin files it installed from, and a marker that no
+//! longer matches the pin files (the pins changed) means a clean re-install. Every install command
+//! runs under a timeout. A failed install is an error saying what failed, where its log is and
+//! how to run it by hand: tests that need a peer then fail, they never skip.
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The pinned server-everything version (must match `tests/peers/package.json`).
+pub const SERVER_EVERYTHING_VERSION: &str = "2026.8.31";
+/// The pinned Python SDK version (must match `tests/peers/requirements.txt`).
+pub const PYTHON_MCP_VERSION: &str = "2.3.0";
+
+const SERVER_EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything";
+/// How long `npm ci` may take.
+const NPM_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long `python3 -m venv` may take.
+const VENV_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long `pip install` may take.
+const PIP_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a version check may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
+/// The marker an install writes last, in its install directory.
+const MARKER: &str = ".m3-installed";
+
+/// A command that starts a peer server speaking MCP over stdio.
+#[derive(Debug, Clone)]
+pub struct PeerCommand {
+    /// The program, as an absolute path (so a child with a cleared environment still runs it).
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
+impl PeerCommand {
+    /// `program args...` for messages.
+    pub fn display(&self) -> String {
+        let mut text = self.program.display().to_string();
+        for arg in &self.args {
+            text.push(' ');
+            text.push_str(&arg.to_string_lossy());
+        }
+        text
+    }
+}
+
+/// `tests/peers/`: the pinned peer files (committed).
+pub fn pin_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers")
+}
+
+/// `tests/.peers/`: where the peers are installed (ignored by git).
+pub fn install_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(".peers")
+}
+
+/// `server-everything` over stdio, installed on first use.
+pub fn server_everything() -> Result<PeerCommand> {
+    static INSTALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = once(&INSTALL, install_npm_peers)?;
+    let script = server_everything_script(&dir);
+    Ok(PeerCommand {
+        program: which("node")?,
+        args: vec![script.into_os_string(), "stdio".into()],
+    })
+}
+
+/// The venv's Python with the pinned `mcp` installed, installed on first use.
+pub fn python_mcp() -> Result<PathBuf> {
+    static INSTALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let venv = once(&INSTALL, install_python_peers)?;
+    Ok(venv_python(&venv))
+}
+
+/// `tests/peers/booking_server.py` on the venv's Python (stdio).
+pub fn booking_server() -> Result<PeerCommand> {
+    let script = pin_dir().join("booking_server.py");
+    ensure!(script.is_file(), "{} is missing", script.display());
+    Ok(PeerCommand {
+        program: python_mcp()?,
+        args: vec![script.into_os_string()],
+    })
+}
+
+/// The version of server-everything that is installed (from its `package.json`).
+pub fn installed_server_everything_version() -> Result<String> {
+    let dir = install_root().join("npm");
+    let manifest = dir
+        .join("node_modules")
+        .join(SERVER_EVERYTHING_PACKAGE)
+        .join("package.json");
+    let text =
+        fs::read_to_string(&manifest).with_context(|| format!("reading {}", manifest.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", manifest.display()))?;
+    value["version"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("{} has no version", manifest.display()))
+}
+
+/// The version of `mcp` that `python` imports (from the package metadata).
+pub fn installed_python_mcp_version(python: &Path) -> Result<String> {
+    let log = tempfile::NamedTempFile::new().context("a temporary log file")?;
+    let mut command = Command::new(python);
+    command.args([
+        "-c",
+        "import importlib.metadata as m, mcp.server.mcpserver; print(m.version('mcp'))",
+    ]);
+    let output = run_logged(&mut command, CHECK_TIMEOUT, log.path())?;
+    Ok(output.lines().last().unwrap_or_default().trim().to_string())
+}
+
+/// Runs `install` once per process; the outcome (even a failure) is kept, so a broken install
+/// fails every test that needs it quickly and with the same message.
+fn once(
+    cell: &OnceLock<Result<PathBuf, String>>,
+    install: fn() -> Result<PathBuf>,
+) -> Result<PathBuf> {
+    cell.get_or_init(|| install().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+fn server_everything_script(dir: &Path) -> PathBuf {
+    dir.join("node_modules")
+        .join(SERVER_EVERYTHING_PACKAGE)
+        .join("dist")
+        .join("index.js")
+}
+
+fn venv_python(venv: &Path) -> PathBuf {
+    venv.join("bin").join("python")
+}
+
+/// What the marker of an install records: the pin files it was installed from, verbatim.
+fn stamp(files: &[&str]) -> Result<String> {
+    let mut stamp = String::from("m3 test peers, installed from these pin files:\n");
+    for name in files {
+        let path = pin_dir().join(name);
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        stamp.push_str(&format!("==> {name} <==\n{text}\n"));
+    }
+    Ok(stamp)
+}
+
+/// Whether `dir` holds a finished install of exactly `stamp` (and its key file still exists).
+fn installed(dir: &Path, stamp: &str, key_file: &Path) -> bool {
+    key_file.exists() && fs::read_to_string(dir.join(MARKER)).is_ok_and(|m| m == stamp)
+}
+
+/// Holds `tests/.peers/<name>.lock` exclusively while it lives (released on drop).
+fn lock(name: &str) -> Result<File> {
+    let root = install_root();
+    fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+    let path = root.join(format!("{name}.lock"));
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    file.lock()
+        .with_context(|| format!("locking {}", path.display()))?;
+    Ok(file)
+}
+
+fn write_marker(dir: &Path, stamp: &str) -> Result<()> {
+    let tmp = dir.join(format!("{MARKER}.tmp"));
+    fs::write(&tmp, stamp).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, dir.join(MARKER)).context("publishing the install marker")
+}
+
+fn fresh_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+fn install_npm_peers() -> Result<PathBuf> {
+    let dir = install_root().join("npm");
+    let pins = ["package.json", "package-lock.json"];
+    let stamp = stamp(&pins)?;
+    let script = server_everything_script(&dir);
+    let by_hand = format!(
+        "rm -rf {dir} && mkdir -p {dir} && cp {pins}/package.json \
+         {pins}/package-lock.json {dir}/ && cd {dir} && npm ci --ignore-scripts \
+         (needs Node.js and npm on PATH and the npm registry)",
+        dir = dir.display(),
+        pins = pin_dir().display(),
+    );
+    let _lock = lock("npm")?;
+    if installed(&dir, &stamp, &script) {
+        return Ok(dir);
+    }
+    let result = (|| {
+        which("node")?;
+        let npm = which("npm")?;
+        fresh_dir(&dir)?;
+        for name in pins {
+            fs::copy(pin_dir().join(name), dir.join(name))
+                .with_context(|| format!("copying {name} to {}", dir.display()))?;
+        }
+        let mut command = Command::new(npm);
+        command
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+            .current_dir(&dir);
+        run_logged(
+            &mut command,
+            NPM_TIMEOUT,
+            &install_root().join("npm-install.log"),
+        )?;
+        let version = installed_server_everything_version()?;
+        ensure!(
+            version == SERVER_EVERYTHING_VERSION,
+            "npm installed {SERVER_EVERYTHING_PACKAGE} {version}, the pin is \
+             {SERVER_EVERYTHING_VERSION} (is tests/peers/package-lock.json up to date?)"
+        );
+        ensure!(
+            script.is_file(),
+            "{} is missing after npm ci",
+            script.display()
+        );
+        write_marker(&dir, &stamp)
+    })();
+    result
+        .map_err(|e| {
+            anyhow!("installing the npm test peers failed: {e:#}\nTo run it by hand: {by_hand}")
+        })
+        .map(|()| dir)
+}
+
+fn install_python_peers() -> Result<PathBuf> {
+    let venv = install_root().join("venv");
+    let stamp = stamp(&["requirements.txt"])?;
+    let python = venv_python(&venv);
+    let requirements = pin_dir().join("requirements.txt");
+    let by_hand = format!(
+        "rm -rf {venv} && python3 -m venv {venv} && {venv}/bin/python -m pip \
+         install -r {requirements} (needs python3 with the venv module and the PyPI registry)",
+        venv = venv.display(),
+        requirements = requirements.display(),
+    );
+    let _lock = lock("venv")?;
+    if installed(&venv, &stamp, &python) {
+        return Ok(venv);
+    }
+    let result = (|| {
+        let python3 = which("python3")?;
+        if venv.exists() {
+            fs::remove_dir_all(&venv).with_context(|| format!("removing {}", venv.display()))?;
+        }
+        let mut command = Command::new(python3);
+        command.args(["-m", "venv"]).arg(&venv);
+        run_logged(
+            &mut command,
+            VENV_TIMEOUT,
+            &install_root().join("venv-create.log"),
+        )?;
+        let mut command = Command::new(&python);
+        command
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+            ])
+            .arg("-r")
+            .arg(&requirements);
+        run_logged(
+            &mut command,
+            PIP_TIMEOUT,
+            &install_root().join("pip-install.log"),
+        )?;
+        let version = installed_python_mcp_version(&python)?;
+        ensure!(
+            version == PYTHON_MCP_VERSION,
+            "pip installed mcp {version}, the pin is {PYTHON_MCP_VERSION}"
+        );
+        write_marker(&venv, &stamp)
+    })();
+    result
+        .map_err(|e| {
+            anyhow!("installing the Python test peers failed: {e:#}\nTo run it by hand: {by_hand}")
+        })
+        .map(|()| venv)
+}
+
+/// `name` on `PATH`, as an absolute path.
+fn which(name: &str) -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| anyhow!("`{name}` is not on PATH; the peer tests need it"))
+}
+
+/// Runs `command` (stdin closed, stdout and stderr to `log`) and returns its stdout+stderr text;
+/// kills its whole process group after `timeout`. Fails with the tail of the log.
+fn run_logged(command: &mut Command, timeout: Duration, log: &Path) -> Result<String> {
+    use std::os::unix::process::CommandExt;
+    let shown = format!("{command:?}");
+    let file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    command
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file.try_clone()?)
+        .process_group(0);
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("starting {shown}"))?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if started.elapsed() > timeout {
+            // The whole group: npm and pip may have children of their own.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = String::from_utf8_lossy(&fs::read(log)?).into_owned();
+    let tail = || {
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    };
+    match status {
+        None => bail!(
+            "{shown} did not finish within {} s and was killed (log: {}):\n{}",
+            timeout.as_secs(),
+            log.display(),
+            tail()
+        ),
+        Some(status) if !status.success() => bail!(
+            "{shown} failed with {status} (log: {}):\n{}",
+            log.display(),
+            tail()
+        ),
+        Some(_) => Ok(text),
+    }
+}
