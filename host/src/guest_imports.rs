@@ -151,7 +151,9 @@ impl HostTransaction for HostState {
     }
 
     fn commit(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<Result<(), StoreError>> {
+        crate::fault::hit("commit.before");
         let result = self.table.get_mut(&tx)?.commit();
+        crate::fault::hit("commit.after");
         Ok(self.returning(result))
     }
 

@@ -13,6 +13,7 @@ pub mod component_cache;
 pub mod convert;
 pub mod engine;
 pub mod error;
+pub mod fault;
 pub mod guest_imports;
 pub mod instance;
 pub mod policy;

@@ -183,6 +183,7 @@ impl SqliteManagedInputStore {
 
     fn call<T, W>(
         &self,
+        point: &'static str,
         f: impl FnOnce(
             &bindings::Engine,
             &mut wasmtime::Store<crate::guest_imports::HostState>,
@@ -192,13 +193,17 @@ impl SqliteManagedInputStore {
         back: impl FnOnce(W) -> StoreResult<T>,
     ) -> StoreResult<T> {
         match self.pool.call(f)? {
-            Ok(value) => back(value),
+            Ok(value) => {
+                crate::fault::hit(point);
+                back(value)
+            }
             Err(e) => Err(convert::error_back(&e)),
         }
     }
 
     fn record(
         &self,
+        point: &'static str,
         f: impl FnOnce(
             &bindings::exports::m3::managed_input::managed_input::Guest,
             &mut wasmtime::Store<crate::guest_imports::HostState>,
@@ -210,6 +215,7 @@ impl SqliteManagedInputStore {
         >,
     ) -> StoreResult<ManagedInputRecord> {
         self.call(
+            point,
             |b, s| f(b.m3_managed_input_managed_input(), s),
             |r| convert::record_back(&r),
         )
@@ -240,11 +246,14 @@ impl ManagedInputStore for SqliteManagedInputStore {
             ));
         }
         let wit_round = convert::new_round(round);
-        self.record(|g, s| g.call_create_round(s, &wit_round))
+        self.record("create_round.returned", |g, s| {
+            g.call_create_round(s, &wit_round)
+        })
     }
 
     fn get_round(&self, round_id: &str) -> StoreResult<Option<ManagedInputRecord>> {
         self.call(
+            "get_round.returned",
             |b, s| {
                 b.m3_managed_input_managed_input()
                     .call_get_round(s, round_id)
@@ -256,6 +265,7 @@ impl ManagedInputStore for SqliteManagedInputStore {
     fn list_rounds(&self, filter: &RoundFilter) -> StoreResult<Vec<ManagedInputRecord>> {
         let wit_filter = convert::filter(filter);
         self.call(
+            "list_rounds.returned",
             |b, s| {
                 b.m3_managed_input_managed_input()
                     .call_list_rounds(s, &wit_filter)
@@ -267,6 +277,7 @@ impl ManagedInputStore for SqliteManagedInputStore {
     fn claim_round(&self, round_id: &str, claim: &OwnerClaim) -> StoreResult<ManagedInputLease> {
         let wit_claim = convert::owner_claim(claim);
         self.call(
+            "claim_round.returned",
             |b, s| {
                 b.m3_managed_input_managed_input()
                     .call_claim_round(s, round_id, &wit_claim)
@@ -284,6 +295,7 @@ impl ManagedInputStore for SqliteManagedInputStore {
         let wit_lease = convert::lease(lease);
         let ttl = convert::duration_ms(lease_ttl);
         self.call(
+            "renew.returned",
             |b, s| {
                 b.m3_managed_input_managed_input()
                     .call_renew(s, round_id, &wit_lease, ttl)
@@ -308,7 +320,7 @@ impl ManagedInputStore for SqliteManagedInputStore {
                 ),
             ));
         }
-        self.record(|g, s| {
+        self.record("submit_responses.returned", |g, s| {
             g.call_submit_responses(s, round_id, &responses.to_owned(), idempotency_key)
         })
     }
@@ -320,7 +332,9 @@ impl ManagedInputStore for SqliteManagedInputStore {
         delivery_idempotency_key: &str,
     ) -> StoreResult<ManagedInputRecord> {
         let wit_lease = convert::lease(lease);
-        self.record(|g, s| g.call_start_delivery(s, round_id, &wit_lease, delivery_idempotency_key))
+        self.record("start_delivery.returned", |g, s| {
+            g.call_start_delivery(s, round_id, &wit_lease, delivery_idempotency_key)
+        })
     }
 
     fn mark_delivered(
@@ -329,7 +343,9 @@ impl ManagedInputStore for SqliteManagedInputStore {
         lease: &ManagedInputLease,
     ) -> StoreResult<ManagedInputRecord> {
         let wit_lease = convert::lease(lease);
-        self.record(|g, s| g.call_mark_delivered(s, round_id, &wit_lease))
+        self.record("mark_delivered.returned", |g, s| {
+            g.call_mark_delivered(s, round_id, &wit_lease)
+        })
     }
 
     fn resolve(
@@ -338,7 +354,9 @@ impl ManagedInputStore for SqliteManagedInputStore {
         lease: &ManagedInputLease,
     ) -> StoreResult<ManagedInputRecord> {
         let wit_lease = convert::lease(lease);
-        self.record(|g, s| g.call_resolve(s, round_id, &wit_lease))
+        self.record("resolve.returned", |g, s| {
+            g.call_resolve(s, round_id, &wit_lease)
+        })
     }
 
     fn fail(
@@ -350,7 +368,9 @@ impl ManagedInputStore for SqliteManagedInputStore {
     ) -> StoreResult<ManagedInputRecord> {
         let wit_lease = convert::lease(lease);
         let wit_code = convert::failure_code(code);
-        self.record(|g, s| g.call_fail(s, round_id, &wit_lease, wit_code, message))
+        self.record("fail.returned", |g, s| {
+            g.call_fail(s, round_id, &wit_lease, wit_code, message)
+        })
     }
 
     fn fail_recovery(
@@ -360,11 +380,14 @@ impl ManagedInputStore for SqliteManagedInputStore {
         message: &str,
     ) -> StoreResult<ManagedInputRecord> {
         let wit_lease = lease.map(convert::lease);
-        self.record(|g, s| g.call_fail_recovery(s, round_id, wit_lease.as_ref(), message))
+        self.record("fail_recovery.returned", |g, s| {
+            g.call_fail_recovery(s, round_id, wit_lease.as_ref(), message)
+        })
     }
 
     fn redacted_responses(&self, round_id: &str) -> StoreResult<Option<Vec<RedactedResponse>>> {
         self.call(
+            "redacted_responses.returned",
             |b, s| {
                 b.m3_managed_input_managed_input()
                     .call_redacted_responses(s, round_id)

@@ -2,6 +2,7 @@
 
 mod component_cache;
 mod concurrency;
+mod crash;
 mod lifecycle_model;
 mod peers;
 mod process;
