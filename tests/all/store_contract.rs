@@ -1319,3 +1319,33 @@ fn opening_refuses_paths_that_are_not_plain_database_files() {
     let err = SqliteManagedInputStore::open(&foreign, StoreOptions::default()).unwrap_err();
     assert!(matches!(err, OpenError::Incompatible(_)), "{err}");
 }
+
+#[test]
+fn schema_migrations_are_versioned_and_a_newer_schema_is_refused() {
+    let db = TempDb::new();
+    fresh_address_round(&db.store(), "r1");
+    let version = |path: &std::path::Path| -> i64 {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(version(&db.path), m3::sqlite::migrations::SCHEMA_VERSION);
+    // Reopening an up-to-date file migrates nothing and keeps the data.
+    assert!(db.store().get_round("r1").unwrap().is_some());
+    // A file written by a newer build is refused, untouched.
+    rusqlite::Connection::open(&db.path)
+        .unwrap()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
+    let err = SqliteManagedInputStore::open(&db.path, StoreOptions::default()).unwrap_err();
+    assert!(matches!(err, OpenError::Incompatible(_)), "{err}");
+    assert_eq!(version(&db.path), 99);
+    // An empty SQLite file is initialised.
+    let empty = db.dir.path().join("empty.sqlite");
+    rusqlite::Connection::open(&empty)
+        .unwrap()
+        .execute_batch("VACUUM")
+        .unwrap();
+    SqliteManagedInputStore::open(&empty, StoreOptions::default()).unwrap();
+    assert_eq!(version(&empty), m3::sqlite::migrations::SCHEMA_VERSION);
+}
