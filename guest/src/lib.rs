@@ -20,6 +20,7 @@ pub mod probe;
 pub mod record;
 pub mod redaction;
 pub mod responses;
+pub mod runtime;
 pub mod schema;
 pub mod store_protocol;
 pub mod strict_json;
