@@ -7,5 +7,6 @@ mod lifecycle_model;
 mod peers;
 mod process;
 mod sandbox;
+mod scripted_session;
 mod store_contract;
 mod tidy;
