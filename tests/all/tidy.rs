@@ -668,3 +668,47 @@ fn no_ignored_tests_or_stubs() -> Result<()> {
     );
     Ok(())
 }
+
+/// MCP and Codex protocol words that only the component may know.
+const PROTOCOL_WORDS: &[&str] = &[
+    "elicitation/create",
+    "server/discover",
+    "tools/call",
+    "prompts/get",
+    "resources/read",
+    "inputRequests",
+    "inputResponses",
+    "requestState",
+    "input_required",
+    "notifications/cancelled",
+    "notifications/initialized",
+    "requestedSchema",
+    "mcpServer/elicitation/request",
+    "turn/start",
+];
+
+/// The MCP client lives in the component: the host's source (comments aside) names no protocol
+/// method or field. Test fixtures (tests/, the bundled server) may.
+#[test]
+fn host_source_holds_no_mcp_protocol_names() -> Result<()> {
+    let src = workspace_root().join("host/src");
+    let mut found = Vec::new();
+    for file in rust_files(&src)? {
+        let source = std::fs::read_to_string(&file)?;
+        let code = strip(&source).code_and_strings;
+        for word in PROTOCOL_WORDS {
+            if code.contains(word) {
+                found.push(format!("{}: {word}", file.display()));
+            }
+        }
+    }
+    ensure!(
+        found.is_empty(),
+        "protocol knowledge in the host:\n{}",
+        found.join("\n")
+    );
+    // The check can fail: the component's MCP client does use these words.
+    let guest = std::fs::read_to_string(workspace_root().join("guest/src/mcp/mrtr.rs"))?;
+    ensure!(strip(&guest).code_and_strings.contains("requestState"));
+    Ok(())
+}
