@@ -298,8 +298,9 @@ fn check_items(value: &Value) -> bool {
 }
 
 /// The schema actually enforced on answers: the server's, with unknown fields refused unless the
-/// server explicitly allowed them, and annotation-only keywords dropped.
-fn enforced_schema(schema: &Value) -> Value {
+/// server explicitly allowed them, and annotation-only keywords dropped. (Public so that the
+/// benchmark's native baseline enforces exactly the same schema.)
+pub fn enforced_schema(schema: &Value) -> Value {
     let mut enforced = schema.clone();
     if let Some(top) = enforced.as_object_mut() {
         top.remove("$schema");

@@ -815,27 +815,6 @@ fn lifecycle_bench(
 // ---------------------------------------------------------------------------------------------
 // 2. Validation: component vs native jsonschema
 
-/// The schema the component enforces for a server's `requestedSchema` (unknown fields refused
-/// unless allowed, annotation-only keywords dropped), rebuilt here so that the native baseline
-/// does the same work.
-fn enforced_schema(schema: &Value) -> Value {
-    let mut enforced = schema.clone();
-    if let Some(top) = enforced.as_object_mut() {
-        top.remove("$schema");
-        top.remove("$id");
-        top.entry("additionalProperties").or_insert(json!(false));
-        if let Some(Value::Object(properties)) = top.get_mut("properties") {
-            for property in properties.values_mut() {
-                if let Some(p) = property.as_object_mut() {
-                    p.remove("enumNames");
-                    p.remove("default");
-                }
-            }
-        }
-    }
-    enforced
-}
-
 /// Native: parse the response map, check its shape, validate the content with a compiled
 /// validator. `true` when the answer is valid.
 fn native_validate(text: &str, request_key: &str, validator: &jsonschema::Validator) -> bool {
@@ -949,7 +928,7 @@ fn validation_bench(
         let validator = jsonschema::options()
             .with_draft(jsonschema::Draft::Draft202012)
             .should_validate_formats(true)
-            .build(&enforced_schema(&form.schema))
+            .build(&m3_guest::schema::enforced_schema(&form.schema))
             .map_err(|e| format!("native validator for {}: {e}", form.name))?;
         let text = form.answer_text.as_str();
 
