@@ -5,7 +5,46 @@
 //! once. Every validation rule and state-machine decision runs inside a WebAssembly component
 //! (`guest/`); this crate is the native host: wasmtime, SQLite, the clock.
 //!
-//! Start with [`SqliteManagedInputStore`] and the [`ManagedInputStore`] trait.
+//! Start with [`SqliteManagedInputStore`] and the [`ManagedInputStore`] trait:
+//!
+//! ```
+//! use m3::{ElicitationRequest, ElicitationResponse, ManagedInputStatus, ManagedInputStore,
+//!          NewRound, OwnerClaim, SqliteManagedInputStore, StoreOptions};
+//! use serde_json::json;
+//! use std::collections::BTreeMap;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = std::env::temp_dir().join(format!("m3-doc-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir)?;
+//! let store = SqliteManagedInputStore::open(dir.join("executions.sqlite"), StoreOptions::default())?;
+//! let requests = BTreeMap::from([(
+//!     "shipping_address".to_string(),
+//!     ElicitationRequest::form("Where should we ship?", json!({
+//!         "type": "object",
+//!         "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+//!         "required": ["street", "city"]
+//!     })),
+//! )]);
+//! // A worker persists the round it waits on, owning it with a lease.
+//! let record = store.create_round(
+//!     &NewRound::new("round-1", "exec-1", "shipping", "book_shipment", requests)
+//!         .owned_by(OwnerClaim::new("worker-1")),
+//! )?;
+//! // Any caller answers; the same key with the same answer is safe to retry.
+//! let answer = BTreeMap::from([(
+//!     "shipping_address".to_string(),
+//!     ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
+//! )]);
+//! store.submit_responses("round-1", &answer, "address-round-1")?;
+//! // The worker delivers it once.
+//! let lease = record.lease.expect("owned");
+//! store.start_delivery("round-1", &lease, "delivery-1")?;
+//! store.mark_delivered("round-1", &lease)?;
+//! assert_eq!(store.resolve("round-1", &lease)?.status, ManagedInputStatus::Resolved);
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod bindings;
 pub mod clock;
