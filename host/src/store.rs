@@ -146,6 +146,7 @@ impl std::fmt::Debug for StoreOptions {
 /// `close()`: drop it. Any number of store objects, in any number of processes, may share a file.
 #[derive(Debug)]
 pub struct SqliteManagedInputStore {
+    db: Arc<Database>,
     pool: InstancePool,
     options: StoreOptions,
 }
@@ -167,18 +168,25 @@ impl SqliteManagedInputStore {
             Duration::from_millis(options.busy_timeout_ms),
             options.synchronous,
         )?;
+        let db = Arc::new(db);
         let pool = InstancePool::new(
             runtime,
             options.clock.clone(),
-            Some(Arc::new(db)),
+            Some(db.clone()),
             options.guest_limits,
         );
-        Ok(Self { pool, options })
+        Ok(Self { db, pool, options })
+    }
+
+    /// A watch over commits to this store's file by any other connection or process (the worker
+    /// waits on it for answers submitted elsewhere).
+    pub fn watch(&self) -> rusqlite::Result<crate::sqlite::watch::ChangeWatch> {
+        crate::sqlite::watch::ChangeWatch::new(self.db.clone())
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
-        self.pool.database().map_or(Path::new(""), |db| db.path())
+        self.db.path()
     }
 
     fn call<T, W>(

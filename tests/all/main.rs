@@ -10,3 +10,4 @@ mod sandbox;
 mod scripted_session;
 mod store_contract;
 mod tidy;
+mod watch;

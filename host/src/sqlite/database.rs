@@ -34,9 +34,11 @@ pub struct Database {
     path: PathBuf,
     busy_timeout: Duration,
     synchronous: Synchronous,
-    /// One idle connection held for the store's life, so that the last per-operation connection
-    /// closing does not checkpoint and delete the WAL every time. Never used for statements.
-    _keeper: Mutex<Connection>,
+    /// One long-lived connection held for the store's life: the last per-operation connection
+    /// closing then does not checkpoint and delete the WAL every time, and `PRAGMA data_version`
+    /// on it tells when any other connection (of this process or another) committed. It never
+    /// writes and never holds a transaction open.
+    keeper: Mutex<Connection>,
 }
 
 impl std::fmt::Debug for Database {
@@ -62,7 +64,7 @@ impl Database {
             path: path.to_path_buf(),
             busy_timeout,
             synchronous,
-            _keeper: Mutex::new(keeper),
+            keeper: Mutex::new(keeper),
         })
     }
 
@@ -74,6 +76,13 @@ impl Database {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `PRAGMA data_version` of the keeper connection: it changes whenever another connection,
+    /// in any process, commits a change to the file.
+    pub fn data_version(&self) -> rusqlite::Result<i64> {
+        let keeper = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
+        keeper.query_row("PRAGMA data_version", [], |r| r.get(0))
     }
 }
 

@@ -61,6 +61,9 @@ fn apply(conn: &Connection) -> Result<(), OpenError> {
             "schema version {version} is newer than this build supports ({SCHEMA_VERSION})"
         )));
     }
+    if version == SCHEMA_VERSION && app == APPLICATION_ID {
+        return Ok(()); // up to date: opening writes nothing
+    }
     for migration in &MIGRATIONS[version as usize..] {
         conn.execute_batch(migration).map_err(OpenError::Sqlite)?;
     }

@@ -6,3 +6,4 @@
 pub mod database;
 pub mod migrations;
 pub mod transaction;
+pub mod watch;
