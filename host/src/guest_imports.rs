@@ -6,10 +6,10 @@ use crate::bindings::m3::managed_input::store::{
 };
 use crate::bindings::m3::managed_input::{clock, types};
 use crate::clock::Clock;
+use crate::cpu_time::ThreadCpuTime;
 use crate::sqlite::database::Database;
 use crate::sqlite::transaction::Transaction;
 use std::sync::Arc;
-use std::time::Instant;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::random::WasiRandomCtx;
 
@@ -57,8 +57,9 @@ pub struct HostState {
     pub clock: Arc<dyn Clock>,
     /// The store's database (`None` for policy-only use: every transaction fails).
     pub db: Option<Arc<Database>>,
-    /// When the host last returned to the component: the CPU budget counts from here.
-    pub last_host_call: Instant,
+    /// The thread's CPU time when the host last returned to the component: the CPU budget
+    /// counts from here.
+    pub last_host_call: ThreadCpuTime,
 }
 
 impl HostState {
@@ -73,12 +74,12 @@ impl HostState {
             },
             clock,
             db,
-            last_host_call: Instant::now(),
+            last_host_call: ThreadCpuTime::now(),
         }
     }
 
     fn returning<T>(&mut self, value: T) -> T {
-        self.last_host_call = Instant::now();
+        self.last_host_call = ThreadCpuTime::now();
         value
     }
 }
@@ -160,7 +161,7 @@ impl HostTransaction for HostState {
     fn drop(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<()> {
         // Dropping the connection rolls back anything not committed.
         self.table.delete(tx)?;
-        self.last_host_call = Instant::now();
+        self.last_host_call = ThreadCpuTime::now();
         Ok(())
     }
 }

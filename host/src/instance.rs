@@ -3,12 +3,13 @@
 
 use crate::bindings;
 use crate::clock::Clock;
+use crate::cpu_time::ThreadCpuTime;
 use crate::engine::ComponentRuntime;
 use crate::error::{EngineError, EngineErrorKind};
 use crate::guest_imports::HostState;
 use crate::sqlite::database::Database;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use wasmtime::{Store, UpdateDeadline};
 
 /// Limits of one component instance.
@@ -16,7 +17,8 @@ use wasmtime::{Store, UpdateDeadline};
 pub struct GuestLimits {
     /// Most bytes of linear memory (default 64 MiB).
     pub max_memory: usize,
-    /// Longest the component may compute between two host calls (default 100 ms).
+    /// Most CPU time the component may use between two host calls (default 100 ms; measured
+    /// in the thread's CPU time, so a descheduled thread never counts).
     pub cpu_budget: Duration,
 }
 
@@ -128,7 +130,7 @@ impl InstancePool {
             Some(instance) => instance,
             None => self.instantiate()?,
         };
-        instance.store.data_mut().last_host_call = Instant::now();
+        instance.store.data_mut().last_host_call = ThreadCpuTime::now();
         instance.store.set_epoch_deadline(1);
         match f(&instance.bindings, &mut instance.store) {
             Ok(value) => {

@@ -50,6 +50,7 @@ pub mod bindings;
 pub mod clock;
 pub mod component_cache;
 pub mod convert;
+pub mod cpu_time;
 pub mod engine;
 pub mod error;
 pub mod fault;

@@ -487,3 +487,55 @@ fn hostile_schemas_are_refused_at_create_round() -> Result<()> {
     ensure!(record.status == ManagedInputStatus::Pending);
     Ok(())
 }
+
+/// Regression: the CPU budget was measured in wall-clock time, so on a loaded machine (64 racing
+/// threads on 2 cores while CI compiled) a guest call that the OS did not schedule for 100 ms
+/// trapped as "CPU budget exceeded". The budget now counts the thread's CPU time: sleeping (or
+/// being descheduled) costs nothing, computing does.
+#[test]
+fn regression_cpu_budget_counts_thread_cpu_time_not_wall_time() {
+    use m3::cpu_time::ThreadCpuTime;
+    let start = ThreadCpuTime::now();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        start.elapsed() < Duration::from_millis(50),
+        "sleeping used {:?} of CPU",
+        start.elapsed()
+    );
+    let start = ThreadCpuTime::now();
+    let wall = Instant::now();
+    let mut x = 0u64;
+    while wall.elapsed() < Duration::from_millis(200) {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+    assert!(
+        start.elapsed() > Duration::from_millis(20),
+        "computing used only {:?}",
+        start.elapsed()
+    );
+    // And under oversubscription, validations with a tight budget still pass.
+    let hogs: Vec<_> = (0..6)
+        .map(|_| {
+            std::thread::spawn(|| {
+                let wall = Instant::now();
+                let mut y = 0u64;
+                while wall.elapsed() < Duration::from_millis(1500) {
+                    y = std::hint::black_box(y.wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let policy = Policy::with_limits(GuestLimits {
+        cpu_budget: Duration::from_millis(20),
+        ..GuestLimits::default()
+    })
+    .unwrap();
+    for _ in 0..200 {
+        policy
+            .check_requested_schema(&m3_tests::every_kind_schema())
+            .expect("no trap under load");
+    }
+    for hog in hogs {
+        hog.join().unwrap();
+    }
+}
