@@ -53,6 +53,7 @@ pub mod convert;
 pub mod cpu_time;
 pub mod engine;
 pub mod error;
+pub mod execution_store;
 pub mod fault;
 pub mod guest_imports;
 pub mod instance;
@@ -70,6 +71,9 @@ pub use error::{
     EngineError, EngineErrorKind, ErrorCode, ErrorDetail, ManagedInputConflict, ManagedInputError,
     ManagedInputRecoveryError, ManagedInputStateError, ManagedInputValidationError, OpenError,
     StorageError,
+};
+pub use execution_store::{
+    ExecutionStore, ExecutionStoreError, InMemoryExecutionStore, SqliteExecutionStore,
 };
 pub use instance::GuestLimits;
 pub use policy::{Policy, PreparedRound};

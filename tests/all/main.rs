@@ -3,6 +3,7 @@
 mod component_cache;
 mod concurrency;
 mod crash;
+mod execution_store;
 mod lifecycle_model;
 mod peers;
 mod process;

@@ -130,7 +130,7 @@ pub fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 /// Refuses paths that would open something other than the plain file the caller named.
-fn check_path(path: &Path) -> Result<(), OpenError> {
+pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
     let text = path.as_os_str().as_encoded_bytes();
     if text.is_empty() {
         return Err(OpenError::InvalidPath("the path is empty".into()));
