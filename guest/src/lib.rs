@@ -24,6 +24,7 @@ pub mod runtime;
 pub mod schema;
 pub mod store_protocol;
 pub mod strict_json;
+pub mod submission;
 pub mod time;
 
 use exports::m3::managed_input::{managed_input, policy, sandbox_probe};
@@ -52,6 +53,25 @@ impl policy::Guest for Component {
         b: Vec<(String, ElicitationResponse)>,
     ) -> bool {
         canonical::same_responses(&a, &b)
+    }
+
+    fn parse_human_input(value: String) -> Result<policy::HumanInput, policy::SubmissionError> {
+        submission::parse_human_input(&value)
+    }
+
+    fn check_human_input(
+        mode: policy::HumanInput,
+        agent_has_plan: bool,
+        store_resolves_managed_input: bool,
+    ) -> Result<(), policy::SubmissionError> {
+        submission::check_human_input(mode, agent_has_plan, store_resolves_managed_input)
+    }
+
+    fn check_tool_allow_list(
+        server: String,
+        tools: Vec<String>,
+    ) -> Result<Vec<String>, policy::SubmissionError> {
+        submission::check_tool_allow_list(&server, &tools)
     }
 }
 

@@ -65,6 +65,7 @@ pub mod round;
 pub mod sandbox;
 pub mod sqlite;
 pub mod store;
+pub mod submission;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{
@@ -88,3 +89,4 @@ pub use round::{
 };
 pub use sqlite::database::Synchronous;
 pub use store::{ManagedInputStore, SqliteManagedInputStore, StoreOptions, StoreResult};
+pub use submission::{HumanInput, ModelValidationError};

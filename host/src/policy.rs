@@ -9,6 +9,7 @@ use crate::instance::{GuestLimits, InstancePool};
 use crate::response::ElicitationResponse;
 use crate::round::PendingElicitationRound;
 use crate::sandbox::{self, ImportBinding};
+use crate::submission::{self, HumanInput, ModelValidationError};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -116,6 +117,54 @@ impl Policy {
             bind.m3_managed_input_policy()
                 .call_same_responses(s, &a, &b)
         })
+    }
+
+    /// Parses a human-input value (`fail` or `managed`), as written in a CLI flag or config.
+    pub fn parse_human_input(
+        &self,
+        value: &str,
+    ) -> Result<Result<HumanInput, ModelValidationError>, EngineError> {
+        let value = value.to_owned();
+        let parsed = self.pool.call(|b, s| {
+            b.m3_managed_input_policy()
+                .call_parse_human_input(s, &value)
+        })?;
+        Ok(parsed
+            .map(submission::from_wit)
+            .map_err(ModelValidationError::from))
+    }
+
+    /// Checks a human-input mode against the agent (has it an elicitation plan?) and the store
+    /// (does it resolve a managed-input store?).
+    pub fn check_human_input(
+        &self,
+        mode: HumanInput,
+        agent_has_plan: bool,
+        store_resolves_managed_input: bool,
+    ) -> Result<Result<(), ModelValidationError>, EngineError> {
+        let checked = self.pool.call(|b, s| {
+            b.m3_managed_input_policy().call_check_human_input(
+                s,
+                submission::to_wit(mode),
+                agent_has_plan,
+                store_resolves_managed_input,
+            )
+        })?;
+        Ok(checked.map_err(ModelValidationError::from))
+    }
+
+    /// Checks a tool allow-list (`server:tool` entries) for the server binding `server`; returns
+    /// the tool names.
+    pub fn check_tool_allow_list(
+        &self,
+        server: &str,
+        tools: &[String],
+    ) -> Result<Result<Vec<String>, ModelValidationError>, EngineError> {
+        let checked = self.pool.call(|b, s| {
+            b.m3_managed_input_policy()
+                .call_check_tool_allow_list(s, server, tools)
+        })?;
+        Ok(checked.map_err(ModelValidationError::from))
     }
 
     /// Runs one sandbox probe inside the component (see the WIT `sandbox-probe`).

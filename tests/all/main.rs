@@ -10,5 +10,6 @@ mod process;
 mod sandbox;
 mod scripted_session;
 mod store_contract;
+mod submission;
 mod tidy;
 mod watch;
