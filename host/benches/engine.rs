@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::Component;
-use wasmtime::{Engine, Store, UpdateDeadline};
+use wasmtime::{Engine, Store};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -1015,21 +1015,10 @@ struct ColdStartResult {
     warm_validation: Stats,
 }
 
-/// A store for one instance, made like `m3::instance` makes it.
+/// A store for one instance, made exactly as `m3::instance` makes it.
 fn new_store(engine: &Engine, limits: GuestLimits) -> Store<HostState> {
     let state = HostState::new(Arc::new(SystemClock), None, limits.max_memory);
-    let mut store = Store::new(engine, state);
-    store.limiter(|s| &mut s.limiter);
-    let budget = limits.cpu_budget;
-    store.epoch_deadline_callback(move |ctx| {
-        if ctx.data().last_host_call.elapsed() > budget {
-            Ok(UpdateDeadline::Interrupt)
-        } else {
-            Ok(UpdateDeadline::Continue(1))
-        }
-    });
-    store.set_epoch_deadline(1);
-    store
+    m3::instance::bounded_store(engine, state, limits)
 }
 
 fn timed<T>(f: impl FnOnce() -> T) -> (f64, T) {

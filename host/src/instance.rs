@@ -74,6 +74,27 @@ fn classify(error: &wasmtime::Error, state: &HostState) -> EngineError {
     EngineError { kind, message }
 }
 
+/// A store for one instance under `limits`: the memory limiter, and an epoch callback that
+/// traps once the component has used more than the CPU budget since the host last returned.
+pub fn bounded_store(
+    engine: &wasmtime::Engine,
+    state: HostState,
+    limits: GuestLimits,
+) -> Store<HostState> {
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limiter);
+    let budget = limits.cpu_budget;
+    store.epoch_deadline_callback(move |ctx| {
+        if ctx.data().last_host_call.elapsed() > budget {
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            Ok(UpdateDeadline::Continue(1))
+        }
+    });
+    store.set_epoch_deadline(1);
+    store
+}
+
 impl InstancePool {
     /// A pool over `runtime` for one database and clock.
     pub fn new(
@@ -98,17 +119,7 @@ impl InstancePool {
 
     fn instantiate(&self) -> Result<Instance, EngineError> {
         let state = HostState::new(self.clock.clone(), self.db.clone(), self.limits.max_memory);
-        let mut store = Store::new(&self.runtime.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        let budget = self.limits.cpu_budget;
-        store.epoch_deadline_callback(move |ctx| {
-            if ctx.data().last_host_call.elapsed() > budget {
-                Ok(UpdateDeadline::Interrupt)
-            } else {
-                Ok(UpdateDeadline::Continue(1))
-            }
-        });
-        store.set_epoch_deadline(1);
+        let mut store = bounded_store(&self.runtime.engine, state, self.limits);
         let bindings = self
             .runtime
             .pre

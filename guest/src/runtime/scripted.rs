@@ -448,8 +448,14 @@ impl ScriptedSession {
             server_request_id: server_request_id.clone(),
             key,
         };
+        self.await_answer(next_index, origin, out);
+    }
+
+    /// Makes `origin` the open round of the current call (round `index`); in mode `fail` it is
+    /// answered and failed at once.
+    fn await_answer(&mut self, index: u32, origin: RoundOrigin, out: &mut Vec<Action>) {
         self.set_open(
-            next_index,
+            index,
             Some(OpenRound {
                 origin,
                 delivered: false,
@@ -672,17 +678,7 @@ impl ScriptedSession {
                     *p = params.clone();
                 }
                 let origin = RoundOrigin::InputRequired { request_state };
-                self.set_open(
-                    next_index,
-                    Some(OpenRound {
-                        origin,
-                        delivered: false,
-                        unhandled: false,
-                    }),
-                );
-                if self.config.mode == Mode::Fail {
-                    self.fail_unhandled(out);
-                }
+                self.await_answer(next_index, origin, out);
             }
         }
     }
@@ -709,17 +705,7 @@ impl ScriptedSession {
                     requests,
                     request_state: None,
                 });
-                self.set_open(
-                    round_index,
-                    Some(OpenRound {
-                        origin: RoundOrigin::UrlRequired,
-                        delivered: false,
-                        unhandled: false,
-                    }),
-                );
-                if self.config.mode == Mode::Fail {
-                    self.fail_unhandled(out);
-                }
+                self.await_answer(round_index, RoundOrigin::UrlRequired, out);
             }
         }
     }
