@@ -27,7 +27,7 @@ pub mod strict_json;
 pub mod submission;
 pub mod time;
 
-use exports::m3::managed_input::{managed_input, policy, sandbox_probe};
+use exports::m3::managed_input::{managed_input, policy, runtime as runtime_export, sandbox_probe};
 use m3::managed_input::types::{
     ElicitationResponse, Lease, ManagedInputError, ManagedInputRecord, PendingRound,
     RedactedResponse,
@@ -155,6 +155,40 @@ impl managed_input::Guest for Component {
         round_id: String,
     ) -> Result<Option<Vec<RedactedResponse>>, ManagedInputError> {
         store_protocol::redacted_responses(&round_id)
+    }
+}
+
+impl runtime_export::Guest for Component {
+    fn submit(
+        spec: runtime_export::ExecutionSpec,
+    ) -> Result<runtime_export::ExecutionState, runtime_export::SubmitError> {
+        runtime::worker::check_spec(&spec).map_err(runtime_export::SubmitError::Invalid)?;
+        runtime::execution::insert(spec).map_err(runtime_export::SubmitError::Failed)
+    }
+
+    fn snapshot(
+        execution_id: String,
+    ) -> Result<Option<runtime_export::ExecutionState>, ManagedInputError> {
+        runtime::execution::check_execution_id(&execution_id)?;
+        runtime::execution::snapshot(&execution_id)
+    }
+
+    fn request_cancel(
+        execution_id: String,
+    ) -> Result<runtime_export::ExecutionState, ManagedInputError> {
+        runtime::execution::check_execution_id(&execution_id)?;
+        runtime::execution::request_cancel(&execution_id)
+    }
+
+    fn run_execution(
+        execution_id: String,
+        owner_id: String,
+    ) -> Result<runtime_export::ExecutionState, ManagedInputError> {
+        runtime::worker::run(&execution_id, &owner_id)
+    }
+
+    fn recover() -> Result<runtime_export::RecoveryReport, ManagedInputError> {
+        runtime::recovery::recover()
     }
 }
 

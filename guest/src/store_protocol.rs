@@ -22,14 +22,14 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// Most requests in one round.
 pub const MAX_REQUESTS: usize = 64;
 
-fn store_error(e: StoreError) -> ManagedInputError {
+pub(crate) fn store_error(e: StoreError) -> ManagedInputError {
     match e {
         StoreError::Busy(m) => storage(ErrorCode::StorageBusy, m),
         StoreError::Failure(m) => storage(ErrorCode::StorageFailure, m),
     }
 }
 
-fn begin(mode: TransactionMode) -> Outcome<Transaction> {
+pub(crate) fn begin(mode: TransactionMode) -> Outcome<Transaction> {
     Transaction::begin(mode).map_err(store_error)
 }
 

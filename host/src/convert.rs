@@ -106,7 +106,8 @@ pub fn failure_code(code: FailureCode) -> wit::FailureCode {
     }
 }
 
-fn failure_code_back(code: wit::FailureCode) -> FailureCode {
+/// WIT -> public failure code.
+pub fn failure_code_back(code: wit::FailureCode) -> FailureCode {
     match code {
         wit::FailureCode::Cancelled => FailureCode::Cancelled,
         wit::FailureCode::DeadlineExceeded => FailureCode::DeadlineExceeded,
@@ -417,6 +418,8 @@ fn error_code_back(code: wit::ErrorCode) -> ErrorCode {
         W::InvalidTransition => ErrorCode::InvalidTransition,
         W::RoundTerminal => ErrorCode::RoundTerminal,
         W::DeadlineExceeded => ErrorCode::DeadlineExceeded,
+        W::ExecutionNotFound => ErrorCode::ExecutionNotFound,
+        W::ExecutionNotRunnable => ErrorCode::ExecutionNotRunnable,
         W::RecoveryUnavailable => ErrorCode::RecoveryUnavailable,
         W::ReclaimUnsafe => ErrorCode::ReclaimUnsafe,
         W::StorageBusy => ErrorCode::StorageBusy,

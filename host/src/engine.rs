@@ -28,8 +28,11 @@ pub struct ComponentRuntime {
     pub engine: Engine,
     /// The compiled component.
     pub component: Component,
-    /// Imports resolved once, instantiated many times.
+    /// Imports resolved once, instantiated many times (synchronous calls: no `process` or
+    /// `events`).
     pub pre: bindings::EnginePre<HostState>,
+    /// The same component with every import linked, for `run-execution` (async calls).
+    pub execution_pre: bindings::EnginePre<HostState>,
     /// Where the compiled code came from.
     pub cache: CacheOutcome,
 }
@@ -69,14 +72,19 @@ impl ComponentRuntime {
         let (component, cache) =
             component_cache::load(&engine, wasm, wasm_sha256, cache_dir).map_err(load_error)?;
         let mut linker = Linker::<HostState>::new(&engine);
-        sandbox::link(&mut linker, &component).map_err(load_error)?;
+        sandbox::link_sync(&mut linker, &component).map_err(load_error)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
         let pre = bindings::EnginePre::new(instance_pre).map_err(load_error)?;
+        let mut linker = Linker::<HostState>::new(&engine);
+        sandbox::link(&mut linker, &component).map_err(load_error)?;
+        let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
+        let execution_pre = bindings::EnginePre::new(instance_pre).map_err(load_error)?;
         start_epoch_ticker(&engine);
         Ok(Self {
             engine,
             component,
             pre,
+            execution_pre,
             cache,
         })
     }

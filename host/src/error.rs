@@ -58,6 +58,8 @@ error_codes! {
     InvalidTransition => "invalid_transition",
     RoundTerminal => "round_terminal",
     DeadlineExceeded => "deadline_exceeded",
+    ExecutionNotFound => "execution_not_found",
+    ExecutionNotRunnable => "execution_not_runnable",
     RecoveryUnavailable => "recovery_unavailable",
     ReclaimUnsafe => "reclaim_unsafe",
     StorageBusy => "storage_busy",

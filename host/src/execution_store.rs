@@ -1,10 +1,14 @@
 //! Where executions are kept, and how a persistent one resolves its managed-input store.
 //!
 //! `HumanInput::Managed` needs a persistent execution store that can resolve a managed-input
-//! store; an in-memory one cannot, and submitting managed input with it is refused.
+//! store; an in-memory one cannot, and submitting managed input with it is refused. An in-memory
+//! store still runs `fail`-mode executions: it keeps them in a private database file that is
+//! deleted with the store, so nothing outlives it.
 
 use crate::error::OpenError;
+use crate::process::ScratchDir;
 use crate::store::{ManagedInputStore, SqliteManagedInputStore, StoreOptions};
+use crate::worker::Executions;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -17,6 +21,9 @@ pub enum ExecutionStoreError {
     /// The database could not be opened.
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// The private directory of an in-memory store could not be made.
+    #[error("the in-memory store's private directory could not be created: {0}")]
+    Scratch(String),
 }
 
 /// An execution store.
@@ -26,6 +33,9 @@ pub trait ExecutionStore: Send + Sync {
     fn managed_input_store(
         &self,
     ) -> Result<Option<Arc<dyn ManagedInputStore>>, ExecutionStoreError>;
+
+    /// Where the kit keeps this store's executions and rounds.
+    fn executions(&self) -> Result<Arc<Executions>, ExecutionStoreError>;
 }
 
 /// Executions in a SQLite file. The managed-input store is resolved lazily, on the same file:
@@ -39,7 +49,7 @@ pub struct SqliteExecutionStore {
 
 #[derive(Debug)]
 enum State {
-    Open(Option<Arc<SqliteManagedInputStore>>),
+    Open(Option<Arc<Executions>>),
     Closed,
 }
 
@@ -78,30 +88,56 @@ impl ExecutionStore for SqliteExecutionStore {
     fn managed_input_store(
         &self,
     ) -> Result<Option<Arc<dyn ManagedInputStore>>, ExecutionStoreError> {
+        let executions = self.executions()?;
+        Ok(Some(
+            executions.store().clone() as Arc<dyn ManagedInputStore>
+        ))
+    }
+
+    fn executions(&self) -> Result<Arc<Executions>, ExecutionStoreError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match &mut *state {
             State::Closed => Err(ExecutionStoreError::Closed),
-            State::Open(Some(store)) => Ok(Some(store.clone() as Arc<dyn ManagedInputStore>)),
+            State::Open(Some(executions)) => Ok(executions.clone()),
             State::Open(resolved) => {
                 let store = Arc::new(SqliteManagedInputStore::open(
                     &self.path,
                     self.options.clone(),
                 )?);
-                *resolved = Some(store.clone());
-                Ok(Some(store as Arc<dyn ManagedInputStore>))
+                let executions = Arc::new(Executions::new(store));
+                *resolved = Some(executions.clone());
+                Ok(executions)
             }
         }
     }
 }
 
-/// Executions kept in memory only: no managed input.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct InMemoryExecutionStore;
+/// Executions kept only as long as this object lives: no managed input.
+#[derive(Debug, Default)]
+pub struct InMemoryExecutionStore {
+    private: Mutex<Option<(Arc<Executions>, ScratchDir)>>,
+}
 
 impl ExecutionStore for InMemoryExecutionStore {
     fn managed_input_store(
         &self,
     ) -> Result<Option<Arc<dyn ManagedInputStore>>, ExecutionStoreError> {
         Ok(None)
+    }
+
+    fn executions(&self) -> Result<Arc<Executions>, ExecutionStoreError> {
+        let mut private = self.private.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((executions, _)) = private.as_ref() {
+            return Ok(executions.clone());
+        }
+        let dir = ScratchDir::create("m3-in-memory")
+            .map_err(|e| ExecutionStoreError::Scratch(e.to_string()))?;
+        let store = Arc::new(SqliteManagedInputStore::open(
+            dir.path().join("executions.sqlite"),
+            StoreOptions::default(),
+        )?);
+        let executions = Arc::new(Executions::new(store));
+        *private = Some((executions.clone(), dir));
+        Ok(executions)
     }
 }

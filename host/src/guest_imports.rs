@@ -2,7 +2,7 @@
 //! imports. Pure I/O: the host reads and writes rows and tells the time; it decides nothing.
 
 use crate::bindings::m3::managed_input::store::{
-    self, HostTransaction, RoundFilter, RoundRow, StoreError, TransactionMode,
+    self, ExecutionRow, HostTransaction, RoundFilter, RoundRow, StoreError, TransactionMode,
 };
 use crate::bindings::m3::managed_input::{clock, types};
 use crate::clock::Clock;
@@ -60,6 +60,9 @@ pub struct HostState {
     /// The thread's CPU time when the host last returned to the component: the CPU budget
     /// counts from here.
     pub last_host_call: ThreadCpuTime,
+    /// The execution's child process and events (`None` outside `run-execution`: the
+    /// `process` import then refuses and `events.next` only times out).
+    pub io: Option<crate::worker::io::ExecutionIo>,
 }
 
 impl HostState {
@@ -75,6 +78,7 @@ impl HostState {
             clock,
             db,
             last_host_call: ThreadCpuTime::now(),
+            io: None,
         }
     }
 
@@ -148,6 +152,47 @@ impl HostTransaction for HostState {
         expected_version: u64,
     ) -> wasmtime::Result<Result<bool, StoreError>> {
         let result = self.table.get(&tx)?.compare_and_set(&row, expected_version);
+        Ok(self.returning(result))
+    }
+
+    fn get_execution(
+        &mut self,
+        tx: Resource<Transaction>,
+        execution_id: String,
+    ) -> wasmtime::Result<Result<Option<ExecutionRow>, StoreError>> {
+        let result = self.table.get(&tx)?.get_execution(&execution_id);
+        Ok(self.returning(result))
+    }
+
+    fn list_executions(
+        &mut self,
+        tx: Resource<Transaction>,
+        status: Option<types::ExecutionStatus>,
+        limit: Option<u32>,
+    ) -> wasmtime::Result<Result<Vec<ExecutionRow>, StoreError>> {
+        let result = self.table.get(&tx)?.list_executions(status, limit);
+        Ok(self.returning(result))
+    }
+
+    fn insert_execution(
+        &mut self,
+        tx: Resource<Transaction>,
+        row: ExecutionRow,
+    ) -> wasmtime::Result<Result<bool, StoreError>> {
+        let result = self.table.get(&tx)?.insert_execution(&row);
+        Ok(self.returning(result))
+    }
+
+    fn compare_and_set_execution(
+        &mut self,
+        tx: Resource<Transaction>,
+        row: ExecutionRow,
+        expected_version: u64,
+    ) -> wasmtime::Result<Result<bool, StoreError>> {
+        let result = self
+            .table
+            .get(&tx)?
+            .compare_and_set_execution(&row, expected_version);
         Ok(self.returning(result))
     }
 

@@ -57,7 +57,8 @@ impl std::fmt::Debug for InstancePool {
     }
 }
 
-fn classify(error: &wasmtime::Error, state: &HostState) -> EngineError {
+/// What a trap was: the memory limit, the CPU budget, a forbidden import, or another trap.
+pub(crate) fn classify(error: &wasmtime::Error, state: &HostState) -> EngineError {
     let message = format!("{error:#}");
     let kind = if state.limiter.refused {
         EngineErrorKind::MemoryLimitExceeded
@@ -110,6 +111,16 @@ impl InstancePool {
             limits,
             idle: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The component runtime this pool instantiates.
+    pub fn runtime(&self) -> &Arc<ComponentRuntime> {
+        &self.runtime
+    }
+
+    /// The limits of this pool's instances.
+    pub fn limits(&self) -> GuestLimits {
+        self.limits
     }
 
     /// The database this pool's instances use.

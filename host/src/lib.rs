@@ -57,6 +57,7 @@ pub mod execution_store;
 pub mod fault;
 pub mod guest_imports;
 pub mod instance;
+pub mod kit;
 pub mod policy;
 pub mod process;
 pub mod record;
@@ -66,6 +67,7 @@ pub mod sandbox;
 pub mod sqlite;
 pub mod store;
 pub mod submission;
+pub mod worker;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{
@@ -77,6 +79,12 @@ pub use execution_store::{
     ExecutionStore, ExecutionStoreError, InMemoryExecutionStore, SqliteExecutionStore,
 };
 pub use instance::GuestLimits;
+pub use kit::{
+    Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, ExecutionError,
+    ExecutionFailure, ExecutionHandle, ExecutionOutcome, ExecutionResult, ExecutionState,
+    ExecutionStatus, FailureKind, Harness, KitOptions, McpEra, McpTestKit, OperationTimeout,
+    OutcomeKind, PlanEntry, PlanMatch, Script, ScriptStep, StdioServer, ToolResult,
+};
 pub use policy::{Policy, PreparedRound};
 pub use record::{
     FailureCode, HarnessMetadata, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord,
@@ -89,4 +97,4 @@ pub use round::{
 };
 pub use sqlite::database::Synchronous;
 pub use store::{ManagedInputStore, SqliteManagedInputStore, StoreOptions, StoreResult};
-pub use submission::{HumanInput, ModelValidationError};
+pub use submission::{HumanInput, ModelValidationError, Submission};

@@ -39,9 +39,28 @@ pub fn provider_for(name: &str) -> ImportProvider {
     }
 }
 
-/// Defines every import of `component` in `linker` according to [`provider_for`].
+/// Defines every import of `component` in `linker` according to [`provider_for`], for
+/// executions: `process` and `events` included (async host functions, so stores made from this
+/// linker are called with `call_async`).
 pub fn link(linker: &mut Linker<HostState>, component: &Component) -> wasmtime::Result<()> {
     bindings::Engine::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    link_random_and_traps(linker, component)
+}
+
+/// Like [`link`] for stores that only make synchronous calls (the store API, policy checks,
+/// submissions): `clock` and `store` are linked; `process` and `events` trap if called.
+pub fn link_sync(linker: &mut Linker<HostState>, component: &Component) -> wasmtime::Result<()> {
+    use bindings::m3::managed_input::{clock, store, types};
+    types::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    clock::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    store::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    link_random_and_traps(linker, component)
+}
+
+fn link_random_and_traps(
+    linker: &mut Linker<HostState>,
+    component: &Component,
+) -> wasmtime::Result<()> {
     use wasmtime_wasi::p2::bindings::random;
     random::random::add_to_linker::<HostState, WasiRandom>(linker, |s| &mut s.random)?;
     random::insecure::add_to_linker::<HostState, WasiRandom>(linker, |s| &mut s.random)?;

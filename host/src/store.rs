@@ -189,6 +189,21 @@ impl SqliteManagedInputStore {
         self.db.path()
     }
 
+    /// The instances that serve this store's synchronous calls.
+    pub(crate) fn pool(&self) -> &InstancePool {
+        &self.pool
+    }
+
+    /// The database.
+    pub(crate) fn database(&self) -> &Arc<Database> {
+        &self.db
+    }
+
+    /// The options it was opened with.
+    pub(crate) fn options(&self) -> &StoreOptions {
+        &self.options
+    }
+
     fn call<T, W>(
         &self,
         point: &'static str,

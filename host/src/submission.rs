@@ -43,3 +43,66 @@ pub(crate) fn from_wit(mode: wit::HumanInput) -> HumanInput {
         wit::HumanInput::Managed => HumanInput::Managed,
     }
 }
+
+/// What an agent is asked to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submission {
+    /// The prompt (the scripted harness keeps it with the execution; its script decides the
+    /// calls).
+    pub prompt: String,
+    /// The MCP server binding.
+    pub server: crate::kit::StdioServer,
+    /// The `server:tool` allow-list: the only tools the agent may call.
+    pub tools: Vec<String>,
+    /// How elicitations are handled (default [`HumanInput::Fail`]).
+    pub human_input: HumanInput,
+    /// Most rounds per operation (default 10).
+    pub round_limit: u32,
+    /// Each round's deadline after it opens; `None` is the documented default of 24 hours.
+    pub round_deadline: Option<std::time::Duration>,
+}
+
+/// The default most rounds per operation.
+pub const DEFAULT_ROUND_LIMIT: u32 = 10;
+
+impl Submission {
+    /// `prompt` against `server`, no tools allowed yet, human input `fail`.
+    pub fn new(prompt: impl Into<String>, server: crate::kit::StdioServer) -> Self {
+        Self {
+            prompt: prompt.into(),
+            server,
+            tools: Vec::new(),
+            human_input: HumanInput::Fail,
+            round_limit: DEFAULT_ROUND_LIMIT,
+            round_deadline: None,
+        }
+    }
+
+    /// Sets the allow-list.
+    pub fn tools<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets the human-input mode.
+    pub fn human_input(mut self, mode: HumanInput) -> Self {
+        self.human_input = mode;
+        self
+    }
+
+    /// Sets the round limit.
+    pub fn round_limit(mut self, limit: u32) -> Self {
+        self.round_limit = limit;
+        self
+    }
+
+    /// Sets each round's deadline.
+    pub fn round_deadline(mut self, deadline: std::time::Duration) -> Self {
+        self.round_deadline = Some(deadline);
+        self
+    }
+}

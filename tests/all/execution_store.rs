@@ -53,7 +53,7 @@ fn a_closed_execution_store_refuses_use_and_keeps_its_data() {
 #[test]
 fn an_in_memory_execution_store_cannot_resolve_managed_input() {
     assert!(
-        InMemoryExecutionStore
+        InMemoryExecutionStore::default()
             .managed_input_store()
             .unwrap()
             .is_none()

@@ -4,6 +4,7 @@ mod component_cache;
 mod concurrency;
 mod crash;
 mod execution_store;
+mod executions;
 mod lifecycle_model;
 mod peers;
 mod process;

@@ -36,7 +36,7 @@ fn an_unknown_human_input_value_is_a_model_validation_error() {
 #[test]
 fn managed_input_with_a_plan_or_without_a_managed_input_store_is_refused() {
     let policy = Policy::new().unwrap();
-    let in_memory_resolves = InMemoryExecutionStore
+    let in_memory_resolves = InMemoryExecutionStore::default()
         .managed_input_store()
         .unwrap()
         .is_some();

@@ -1,10 +1,16 @@
-//! The execution runtime's decisions, written "sans I/O": a session is a state machine that takes
-//! inputs (lines from the server, a committed answer, a timeout, a cancel) and returns actions
-//! (lines to write, rounds to open, answers to deliver, results). The driver that performs the
-//! actions against the host's `process`/`events` imports and the store comes with issue 3's
-//! runtime; the machine is complete and unit-tested on its own.
+//! The execution runtime: executions as stored rows, the worker that drives one to its end, and
+//! recovery. The MCP session itself is a state machine written "sans I/O" ([`scripted`]); the
+//! worker performs its actions against the host's `process`/`events` imports and the store.
 //!
 //! - [`scripted`]: one MCP server connection driven by the scripted harness: era probe,
 //!   handshake, the script's tool calls in order, and elicitation rounds in both eras.
+//! - [`worker`]: `run-execution`: claim, spawn, wait, deliver, renew, finish.
+//! - [`execution`]: the executions table (submit, snapshot, cancel requests, leases, outcome).
+//! - [`plan`]: elicitation plans for human input mode `fail`.
+//! - [`recovery`]: `recover`.
 
+pub mod execution;
+pub mod plan;
+pub mod recovery;
 pub mod scripted;
+pub mod worker;

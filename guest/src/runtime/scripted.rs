@@ -61,6 +61,9 @@ pub enum Input {
     DeadlineExpired,
     /// The server process exited.
     ServerExited,
+    /// Nobody will answer the open round (mode `fail` with a plan that has no matching entry):
+    /// answer `cancel` and fail it with `elicitation_unhandled`, as mode `fail` does.
+    Unhandled,
 }
 
 /// The operation a round belongs to.
@@ -230,6 +233,11 @@ impl ScriptedSession {
                 }
             }
             Input::Answer(responses) => self.answer(responses, &mut out),
+            Input::Unhandled => {
+                if self.open_round().is_some_and(|r| !r.delivered) {
+                    self.fail_unhandled(&mut out);
+                }
+            }
             Input::Cancel => self.abort(
                 FailureCode::Cancelled,
                 "the execution was cancelled",

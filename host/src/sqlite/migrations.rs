@@ -24,6 +24,18 @@ const MIGRATIONS: &[&str] = &[
         ON managed_input_rounds (execution_id, created_at_ns);
     CREATE INDEX managed_input_rounds_by_status
         ON managed_input_rounds (status, created_at_ns);",
+    // 2: executions, the same way: indexed columns plus the component's document.
+    "CREATE TABLE executions (
+        execution_id        TEXT PRIMARY KEY NOT NULL,
+        status              TEXT NOT NULL,
+        version             INTEGER NOT NULL,
+        owner_id            TEXT,
+        lease_expires_at_ns INTEGER,
+        created_at_ns       INTEGER NOT NULL,
+        updated_at_ns       INTEGER NOT NULL,
+        document            TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX executions_by_status ON executions (status, created_at_ns);",
 ];
 
 /// The schema version this build writes.

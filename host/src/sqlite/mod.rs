@@ -4,6 +4,7 @@
 //! The host knows tables and columns, never what a status means.
 
 pub mod database;
+pub mod execution_rows;
 pub mod migrations;
 pub mod transaction;
 pub mod watch;

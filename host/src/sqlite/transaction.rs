@@ -14,7 +14,7 @@ pub struct Transaction {
     open: bool,
 }
 
-fn store_error(e: rusqlite::Error) -> StoreError {
+pub(super) fn store_error(e: rusqlite::Error) -> StoreError {
     // SQLite's messages name tables, columns and codes, never bound values.
     if is_busy(&e) {
         StoreError::Busy(format!("database locked past the busy timeout: {e}"))
@@ -52,12 +52,12 @@ fn status_from_text(text: &str) -> rusqlite::Result<Status> {
     })
 }
 
-fn to_ns(t: &Timestamp) -> i64 {
+pub(super) fn to_ns(t: &Timestamp) -> i64 {
     (i128::from(t.seconds) * 1_000_000_000 + i128::from(t.nanoseconds))
         .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
-fn from_ns(ns: i64) -> Timestamp {
+pub(super) fn from_ns(ns: i64) -> Timestamp {
     Timestamp {
         seconds: ns.div_euclid(1_000_000_000),
         nanoseconds: ns.rem_euclid(1_000_000_000) as u32,
@@ -92,6 +92,11 @@ impl Transaction {
         };
         conn.execute_batch(sql).map_err(store_error)?;
         Ok(Self { conn, open: true })
+    }
+
+    pub(super) fn connection(&self) -> Result<&Connection, StoreError> {
+        self.ensure_open()?;
+        Ok(&self.conn)
     }
 
     fn ensure_open(&self) -> Result<(), StoreError> {

@@ -1,0 +1,309 @@
+//! Executions as stored rows: submission, snapshots, cancel requests, the worker's claim and
+//! lease, and the final outcome. Every change is one write transaction with compare-and-set on
+//! the row version.
+
+use crate::errors::{Outcome, state, validation};
+use crate::exports::m3::managed_input::runtime::{
+    ExecutionOutcome, ExecutionSpec, ExecutionState, OutcomeKind, ToolResult,
+};
+use crate::m3::managed_input::store::{ExecutionRow, Transaction, TransactionMode};
+use crate::m3::managed_input::types::{ErrorCode, ExecutionStatus, Timestamp};
+use crate::store_protocol::{begin, store_error};
+use crate::{lease, time};
+use serde::{Deserialize, Serialize};
+
+/// What the component keeps in an execution row's document.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecutionDocument {
+    /// The submission.
+    pub spec: ExecutionSpec,
+    /// A cancel was requested.
+    pub cancel_requested: bool,
+    /// Tool results so far (kept as they arrive, so a crash keeps them).
+    pub tool_results: Vec<ToolResult>,
+    /// The final outcome, once finished.
+    pub outcome: Option<ExecutionOutcome>,
+}
+
+/// An execution row read inside a transaction.
+#[derive(Debug, Clone)]
+pub struct LoadedExecution {
+    /// The row as stored.
+    pub row: ExecutionRow,
+    /// Its document.
+    pub document: ExecutionDocument,
+}
+
+fn corrupt(execution_id: &str) -> crate::m3::managed_input::types::ManagedInputError {
+    crate::errors::storage(
+        ErrorCode::CorruptRecord,
+        format!("execution {execution_id} has an unreadable document"),
+    )
+}
+
+/// Reads the execution `execution_id` inside `tx`.
+pub fn load(tx: &Transaction, execution_id: &str) -> Outcome<Option<LoadedExecution>> {
+    let Some(row) = tx.get_execution(execution_id).map_err(store_error)? else {
+        return Ok(None);
+    };
+    let document = serde_json::from_str(&row.document).map_err(|_| corrupt(execution_id))?;
+    Ok(Some(LoadedExecution { row, document }))
+}
+
+fn load_existing(tx: &Transaction, execution_id: &str) -> Outcome<LoadedExecution> {
+    load(tx, execution_id)?.ok_or_else(|| {
+        state(
+            ErrorCode::ExecutionNotFound,
+            format!(
+                "execution {} does not exist",
+                crate::errors::bounded(execution_id)
+            ),
+        )
+    })
+}
+
+/// Writes `loaded` back with compare-and-set, `now` as its update time; returns the new row.
+pub fn save(
+    tx: &Transaction,
+    mut loaded: LoadedExecution,
+    now: Timestamp,
+) -> Outcome<ExecutionRow> {
+    let expected = loaded.row.version;
+    loaded.row.version += 1;
+    loaded.row.updated_at = now;
+    loaded.row.document =
+        serde_json::to_string(&loaded.document).map_err(|_| corrupt(&loaded.row.execution_id))?;
+    if !tx
+        .compare_and_set_execution(&loaded.row, expected)
+        .map_err(store_error)?
+    {
+        return Err(crate::errors::conflict(
+            ErrorCode::ConcurrentUpdate,
+            format!("execution {} changed concurrently", loaded.row.execution_id),
+        ));
+    }
+    Ok(loaded.row)
+}
+
+/// What a caller sees of a row.
+pub fn state_of(row: &ExecutionRow, document: &ExecutionDocument) -> ExecutionState {
+    ExecutionState {
+        execution_id: row.execution_id.clone(),
+        status: row.status,
+        outcome: document.outcome.clone(),
+        cancel_requested: document.cancel_requested && row.status != ExecutionStatus::Finished,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    }
+}
+
+fn new_execution_id() -> Outcome<String> {
+    let mut bytes = [0u8; 16];
+    // wasi:random is the one ambient source the sandbox allows.
+    getrandom::fill(&mut bytes).map_err(|_| {
+        crate::errors::storage(
+            ErrorCode::StorageFailure,
+            "no randomness for an execution id",
+        )
+    })?;
+    Ok(format!("exec-{}", hex::encode(bytes)))
+}
+
+/// Stores a checked submission as a queued execution.
+pub fn insert(spec: ExecutionSpec) -> Outcome<ExecutionState> {
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let document = ExecutionDocument {
+        spec,
+        cancel_requested: false,
+        tool_results: Vec::new(),
+        outcome: None,
+    };
+    let row = ExecutionRow {
+        execution_id: new_execution_id()?,
+        status: ExecutionStatus::Queued,
+        version: 1,
+        owner_id: None,
+        lease_expires_at: None,
+        created_at: now,
+        updated_at: now,
+        document: serde_json::to_string(&document).map_err(|_| corrupt("new"))?,
+    };
+    if !tx.insert_execution(&row).map_err(store_error)? {
+        return Err(crate::errors::conflict(
+            ErrorCode::ConcurrentUpdate,
+            "a fresh execution id collided; submit again",
+        ));
+    }
+    tx.commit().map_err(store_error)?;
+    Ok(state_of(&row, &document))
+}
+
+/// `snapshot`.
+pub fn snapshot(execution_id: &str) -> Outcome<Option<ExecutionState>> {
+    let tx = begin(TransactionMode::Read)?;
+    Ok(load(&tx, execution_id)?.map(|l| state_of(&l.row, &l.document)))
+}
+
+/// The final outcome of a cancelled execution.
+pub fn cancelled_outcome(tool_results: Vec<ToolResult>) -> ExecutionOutcome {
+    ExecutionOutcome {
+        kind: OutcomeKind::Cancelled,
+        failure: None,
+        tool_results,
+    }
+}
+
+/// `request-cancel`: a queued execution finishes cancelled at once; a running one is marked
+/// and its worker carries the cancel out; a finished one is left as it is.
+pub fn request_cancel(execution_id: &str) -> Outcome<ExecutionState> {
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let mut loaded = load_existing(&tx, execution_id)?;
+    match loaded.row.status {
+        ExecutionStatus::Finished => return Ok(state_of(&loaded.row, &loaded.document)),
+        ExecutionStatus::Queued => {
+            loaded.row.status = ExecutionStatus::Finished;
+            loaded.document.outcome = Some(cancelled_outcome(Vec::new()));
+        }
+        ExecutionStatus::Running => loaded.document.cancel_requested = true,
+    }
+    let document = loaded.document.clone();
+    let row = save(&tx, loaded, now)?;
+    tx.commit().map_err(store_error)?;
+    Ok(state_of(&row, &document))
+}
+
+/// The worker's hold on a running execution.
+#[derive(Debug, Clone)]
+pub struct ExecutionLease {
+    /// The execution.
+    pub execution_id: String,
+    /// The worker.
+    pub owner_id: String,
+    /// Lease length.
+    pub ttl_ms: u64,
+}
+
+/// What claiming found.
+pub enum Claim {
+    /// The worker now runs it.
+    Run(Box<ExecutionDocument>),
+    /// It had already finished.
+    Finished(ExecutionState),
+}
+
+/// Takes a queued execution for `owner_id` (status `running`, leased).
+pub fn claim(execution_id: &str, owner_id: &str) -> Outcome<Claim> {
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let mut loaded = load_existing(&tx, execution_id)?;
+    match loaded.row.status {
+        ExecutionStatus::Finished => {
+            return Ok(Claim::Finished(state_of(&loaded.row, &loaded.document)));
+        }
+        ExecutionStatus::Running => {
+            return Err(state(
+                ErrorCode::ExecutionNotRunnable,
+                format!("execution {execution_id} is already running"),
+            ));
+        }
+        ExecutionStatus::Queued => {}
+    }
+    let ttl = loaded.document.spec.lease_ttl_ms;
+    lease::check_ttl(ttl)?;
+    loaded.row.status = ExecutionStatus::Running;
+    loaded.row.owner_id = Some(owner_id.to_string());
+    loaded.row.lease_expires_at = Some(time::add_millis(&now, ttl));
+    let document = loaded.document.clone();
+    save(&tx, loaded, now)?;
+    tx.commit().map_err(store_error)?;
+    Ok(Claim::Run(Box::new(document)))
+}
+
+fn load_owned(tx: &Transaction, held: &ExecutionLease) -> Outcome<LoadedExecution> {
+    let loaded = load_existing(tx, &held.execution_id)?;
+    if loaded.row.status != ExecutionStatus::Running
+        || loaded.row.owner_id.as_deref() != Some(held.owner_id.as_str())
+    {
+        return Err(crate::errors::recovery(
+            ErrorCode::RecoveryUnavailable,
+            format!(
+                "execution {} is no longer run by this worker",
+                held.execution_id
+            ),
+        ));
+    }
+    Ok(loaded)
+}
+
+/// Extends the worker's lease; returns whether a cancel was requested.
+pub fn renew(held: &ExecutionLease) -> Outcome<bool> {
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let mut loaded = load_owned(&tx, held)?;
+    let cancel = loaded.document.cancel_requested;
+    loaded.row.lease_expires_at = Some(time::add_millis(&now, held.ttl_ms));
+    save(&tx, loaded, now)?;
+    tx.commit().map_err(store_error)?;
+    Ok(cancel)
+}
+
+/// Whether a cancel was requested (a read).
+pub fn cancel_requested(execution_id: &str) -> Outcome<bool> {
+    let tx = begin(TransactionMode::Read)?;
+    Ok(load(&tx, execution_id)?.is_some_and(|l| l.document.cancel_requested))
+}
+
+/// Appends a tool result to the running execution.
+pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Outcome<()> {
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let mut loaded = load_owned(&tx, held)?;
+    loaded.document.tool_results.push(result);
+    save(&tx, loaded, now)?;
+    tx.commit().map_err(store_error)
+}
+
+/// Finishes the running execution with `outcome` (its tool results are filled in from the
+/// row); returns the final state.
+pub fn finish(held: &ExecutionLease, mut outcome: ExecutionOutcome) -> Outcome<ExecutionState> {
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let mut loaded = load_owned(&tx, held)?;
+    outcome.tool_results = std::mem::take(&mut loaded.document.tool_results);
+    loaded.document.tool_results = outcome.tool_results.clone();
+    loaded.document.outcome = Some(outcome);
+    loaded.row.status = ExecutionStatus::Finished;
+    loaded.row.lease_expires_at = None;
+    let document = loaded.document.clone();
+    let row = save(&tx, loaded, now)?;
+    tx.commit().map_err(store_error)?;
+    Ok(state_of(&row, &document))
+}
+
+/// Finishes `loaded` (whose worker is gone) failed, inside `tx`.
+pub fn finish_abandoned(
+    tx: &Transaction,
+    mut loaded: LoadedExecution,
+    outcome: ExecutionOutcome,
+    now: Timestamp,
+) -> Outcome<()> {
+    let mut outcome = outcome;
+    outcome.tool_results = loaded.document.tool_results.clone();
+    loaded.document.outcome = Some(outcome);
+    loaded.row.status = ExecutionStatus::Finished;
+    loaded.row.lease_expires_at = None;
+    save(tx, loaded, now).map(|_| ())
+}
+
+/// Checks an execution id given by a caller.
+pub fn check_execution_id(execution_id: &str) -> Outcome<()> {
+    if execution_id.is_empty() || execution_id.len() > crate::store_protocol::MAX_ID_BYTES {
+        return Err(validation(
+            ErrorCode::InvalidId,
+            "an execution id must be non-empty and at most 512 bytes",
+        ));
+    }
+    Ok(())
+}

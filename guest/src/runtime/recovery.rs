@@ -1,0 +1,78 @@
+//! Recovery: every harness here is non-resumable (a pending native request dies with its
+//! worker), so a round whose worker's lease expired can never be delivered. Recovery fails such
+//! rounds with `recovery-unavailable` and finishes their executions failed. A round or execution
+//! whose worker still renews its lease is never touched, and an unowned round (made directly
+//! through the store API, waiting to be claimed) has no worker to lose.
+
+use super::execution;
+use crate::errors::Outcome;
+use crate::exports::m3::managed_input::managed_input::ListFilter;
+use crate::exports::m3::managed_input::runtime::{
+    ExecutionFailure, ExecutionOutcome, FailureKind, OutcomeKind, RecoveryReport,
+};
+use crate::m3::managed_input::store::TransactionMode;
+use crate::m3::managed_input::types::{ExecutionStatus, FailureCode, Status};
+use crate::store_protocol::{self, begin, store_error};
+use crate::time;
+
+const GONE: &str = "the worker that owned this round is gone; its request died with it";
+
+fn expired(lease_expires_at: Option<&crate::m3::managed_input::types::Timestamp>) -> bool {
+    let now = time::now();
+    lease_expires_at.is_some_and(|at| time::at_or_after(&now, at))
+}
+
+/// `recover`.
+pub fn recover() -> Outcome<RecoveryReport> {
+    let mut report = RecoveryReport {
+        rounds_failed: 0,
+        executions_failed: 0,
+    };
+    for status in [
+        Status::Pending,
+        Status::ResponseValidated,
+        Status::DeliveryStarted,
+        Status::Delivered,
+    ] {
+        let rounds = store_protocol::list_rounds(ListFilter {
+            execution_id: None,
+            status: Some(status),
+            limit: None,
+        })?;
+        for round in rounds {
+            if !expired(round.lease.as_ref().map(|l| &l.expires_at)) {
+                continue;
+            }
+            // Re-checked inside its own transaction: a renewal since the list wins.
+            if store_protocol::fail_recovery(&round.pending.round_id, None, GONE.into()).is_ok() {
+                report.rounds_failed += 1;
+            }
+        }
+    }
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let running = tx
+        .list_executions(Some(ExecutionStatus::Running), None)
+        .map_err(store_error)?;
+    for row in running {
+        if !expired(row.lease_expires_at.as_ref()) {
+            continue;
+        }
+        let Some(loaded) = execution::load(&tx, &row.execution_id)? else {
+            continue;
+        };
+        let outcome = ExecutionOutcome {
+            kind: OutcomeKind::Failed,
+            failure: Some(ExecutionFailure {
+                kind: FailureKind::RoundFailed,
+                code: Some(FailureCode::RecoveryUnavailable),
+                message: "the execution's worker is gone".into(),
+            }),
+            tool_results: Vec::new(),
+        };
+        execution::finish_abandoned(&tx, loaded, outcome, now)?;
+        report.executions_failed += 1;
+    }
+    tx.commit().map_err(store_error)?;
+    Ok(report)
+}

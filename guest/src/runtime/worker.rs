@@ -1,0 +1,605 @@
+//! The worker: drives one execution to its end.
+//!
+//! It claims the execution, starts the server through the host's `process` import, feeds the
+//! scripted session what happens (`events.next`), and performs the session's actions against
+//! the store: rounds are created owned by this worker, their leases (and the execution's) are
+//! renewed, an answer is delivered at most once (`delivery-started` committed before the line is
+//! written, `delivered` after), deadlines and cancel requests end the open round, and the final
+//! outcome is committed with the execution. The host is only asked to do I/O.
+
+use super::execution::{self, Claim, ExecutionLease};
+use super::plan::Plan;
+use super::scripted::{Action, Finished, Input, Mode, ScriptedSession, SessionConfig, Step};
+use crate::errors::{Outcome, validation};
+use crate::exports::m3::managed_input::managed_input::{DeadlineChoice, NewRound, OwnerClaim};
+use crate::exports::m3::managed_input::runtime::{
+    EraChoice as WitEra, ExecutionFailure, ExecutionOutcome, ExecutionSpec, ExecutionState,
+    FailureKind, HumanInputMode, OutcomeKind, ToolResult,
+};
+use crate::m3::managed_input::events::{self, Event};
+use crate::m3::managed_input::process::{self, SpawnSpec};
+use crate::m3::managed_input::types::{
+    ErrorCode, FailureCode, HarnessMetadata, Lease, OperationKind, Status, Timestamp,
+};
+use crate::mcp::era::EraChoice;
+use crate::mcp::framing::LineBuffer;
+use crate::{store_protocol, time};
+use serde_json::Value;
+use std::collections::VecDeque;
+
+/// How long the era probe (`server/discover`) may go unanswered before the legacy fallback.
+pub const PROBE_TIMEOUT_MS: u64 = 2_000;
+/// How long a finished session's server gets to exit after its stdin closes.
+pub const EXIT_GRACE_MS: u64 = 1_000;
+/// The longest single wait (the worker re-checks its state at least this often).
+pub const MAX_WAIT_MS: u64 = 60_000;
+
+/// A script step as written: `{"tool": "server:tool", "arguments": {..}}`.
+pub fn parse_script(spec: &ExecutionSpec) -> Result<Vec<Step>, String> {
+    let value = crate::strict_json::parse(&spec.script)
+        .map_err(|_| "the script is not valid JSON".to_string())?;
+    let Some(steps) = value.get("steps").and_then(Value::as_array) else {
+        return Err("the script must be an object with a `steps` array".into());
+    };
+    if value.as_object().is_some_and(|o| o.len() != 1) {
+        return Err("the script has fields other than `steps`".into());
+    }
+    let allowed = crate::submission::check_tool_allow_list(&spec.server.name, &spec.tools)
+        .map_err(|e| e.message)?;
+    let mut out = Vec::with_capacity(steps.len());
+    for (i, step) in steps.iter().enumerate() {
+        let Some(object) = step.as_object() else {
+            return Err(format!("script step {i} must be an object"));
+        };
+        if let Some(unknown) = object.keys().find(|k| *k != "tool" && *k != "arguments") {
+            return Err(format!("script step {i}: unknown field `{unknown}`"));
+        }
+        let Some(tool) = object.get("tool").and_then(Value::as_str) else {
+            return Err(format!("script step {i} needs a `tool` string"));
+        };
+        let arguments = object
+            .get("arguments")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        if !arguments.is_object() {
+            return Err(format!("script step {i}: `arguments` must be an object"));
+        }
+        let name = match tool.split_once(':') {
+            Some((server, name)) if server == spec.server.name => name,
+            _ => {
+                return Err(format!(
+                    "script step {i}: tool `{}` must be written `{}:tool`",
+                    crate::errors::bounded(tool),
+                    crate::errors::bounded(&spec.server.name)
+                ));
+            }
+        };
+        if !allowed.iter().any(|a| a == name) {
+            return Err(format!(
+                "script step {i}: tool `{}` is not in the submission's allow-list",
+                crate::errors::bounded(tool)
+            ));
+        }
+        out.push(Step {
+            tool: name.to_string(),
+            arguments,
+        });
+    }
+    Ok(out)
+}
+
+/// Checks a submission that the policy checks already passed: the script, the plan, limits.
+pub fn check_spec(spec: &ExecutionSpec) -> Result<(), String> {
+    if spec.harness != "scripted" {
+        return Err(format!(
+            "harness `{}` is not available (known: scripted)",
+            crate::errors::bounded(&spec.harness)
+        ));
+    }
+    parse_script(spec)?;
+    if let Some(plan) = &spec.plan {
+        if spec.human_input == HumanInputMode::Managed {
+            return Err("human input `managed` cannot be combined with an elicitation plan".into());
+        }
+        Plan::parse(plan).map_err(|e| e.0)?;
+    }
+    if spec.round_limit == 0 {
+        return Err("the round limit must be at least 1".into());
+    }
+    if spec.lease_ttl_ms == 0
+        || spec.lease_renew_ms == 0
+        || spec.lease_renew_ms >= spec.lease_ttl_ms
+    {
+        return Err("leases need 0 < renew interval < lease length".into());
+    }
+    if spec.server.command.is_empty() {
+        return Err("the server binding needs a command".into());
+    }
+    Ok(())
+}
+
+/// `run-execution`.
+pub fn run(execution_id: &str, owner_id: &str) -> Outcome<ExecutionState> {
+    execution::check_execution_id(execution_id)?;
+    if owner_id.is_empty() {
+        return Err(validation(
+            ErrorCode::InvalidId,
+            "owner id must not be empty",
+        ));
+    }
+    let document = match execution::claim(execution_id, owner_id)? {
+        Claim::Finished(state) => return Ok(state),
+        Claim::Run(document) => *document,
+    };
+    let held = ExecutionLease {
+        execution_id: execution_id.to_string(),
+        owner_id: owner_id.to_string(),
+        ttl_ms: document.spec.lease_ttl_ms,
+    };
+    let outcome = match Worker::new(held.clone(), document.spec) {
+        Ok(mut worker) => {
+            let outcome = worker.drive();
+            worker.shut_down();
+            outcome
+        }
+        Err(outcome) => outcome,
+    };
+    process::kill();
+    execution::finish(&held, outcome)
+}
+
+/// The round the worker waits on.
+#[derive(Debug, Clone)]
+struct Slot {
+    round_id: String,
+    lease: Lease,
+    deadline: Option<Timestamp>,
+    /// The committed answer was fed to the session.
+    answered: bool,
+}
+
+/// Ends the worker early with this outcome.
+struct Stop(ExecutionOutcome);
+
+fn failed(
+    kind: FailureKind,
+    code: Option<FailureCode>,
+    message: impl Into<String>,
+) -> ExecutionOutcome {
+    ExecutionOutcome {
+        kind: OutcomeKind::Failed,
+        failure: Some(ExecutionFailure {
+            kind,
+            code,
+            message: message.into(),
+        }),
+        tool_results: Vec::new(),
+    }
+}
+
+fn outcome_of(finished: Finished) -> ExecutionOutcome {
+    match finished {
+        Finished::Succeeded => ExecutionOutcome {
+            kind: OutcomeKind::Succeeded,
+            failure: None,
+            tool_results: Vec::new(),
+        },
+        Finished::Cancelled => execution::cancelled_outcome(Vec::new()),
+        Finished::Failed { code, message } => {
+            let kind = match code {
+                Some(FailureCode::DeadlineExceeded) => FailureKind::OperationTimeout,
+                Some(FailureCode::ServerError) | None => FailureKind::ServerError,
+                Some(_) => FailureKind::RoundFailed,
+            };
+            failed(kind, code, message)
+        }
+    }
+}
+
+struct Worker {
+    held: ExecutionLease,
+    spec: ExecutionSpec,
+    session: ScriptedSession,
+    lines: LineBuffer,
+    plan: Option<Plan>,
+    slot: Option<Slot>,
+    rounds_created: u32,
+    probe_deadline: Option<Timestamp>,
+    next_renewal: Timestamp,
+    server_gone: bool,
+    stdout_closed: bool,
+    cancel_fed: bool,
+    /// Why a round could not be stored (reported instead of the session's message).
+    store_refusal: Option<String>,
+    finished: Option<Finished>,
+}
+
+impl Worker {
+    fn new(held: ExecutionLease, spec: ExecutionSpec) -> Result<Self, ExecutionOutcome> {
+        let steps =
+            parse_script(&spec).map_err(|m| failed(FailureKind::InvalidSubmission, None, m))?;
+        let plan = match &spec.plan {
+            Some(text) => Some(
+                Plan::parse(text).map_err(|e| failed(FailureKind::InvalidSubmission, None, e.0))?,
+            ),
+            None => None,
+        };
+        // With a plan the session waits for an answer; the plan gives it (or declines).
+        let mode = match (spec.human_input, &plan) {
+            (HumanInputMode::Managed, _) | (HumanInputMode::Fail, Some(_)) => Mode::Managed,
+            (HumanInputMode::Fail, None) => Mode::Fail,
+        };
+        let era = match spec.server.era {
+            WitEra::Auto => EraChoice::Auto,
+            WitEra::Legacy => EraChoice::Legacy,
+            WitEra::Modern => EraChoice::Modern,
+        };
+        let session = ScriptedSession::new(SessionConfig {
+            era,
+            steps,
+            round_limit: spec.round_limit,
+            mode,
+        });
+        process::spawn(&SpawnSpec {
+            program: spec.server.command.clone(),
+            args: spec.server.args.clone(),
+            cwd: spec.server.cwd.clone(),
+        })
+        .map_err(|m| {
+            failed(
+                FailureKind::ServerError,
+                None,
+                format!("the server could not be started: {m}"),
+            )
+        })?;
+        let now = time::now();
+        Ok(Self {
+            next_renewal: time::add_millis(&now, spec.lease_renew_ms),
+            held,
+            spec,
+            session,
+            lines: LineBuffer::default(),
+            plan,
+            slot: None,
+            rounds_created: 0,
+            probe_deadline: None,
+            server_gone: false,
+            stdout_closed: false,
+            cancel_fed: false,
+            store_refusal: None,
+            finished: None,
+        })
+    }
+
+    fn drive(&mut self) -> ExecutionOutcome {
+        let mut inputs = VecDeque::from([Input::Start]);
+        // A cancel requested before the worker started is carried out at once.
+        if execution::cancel_requested(&self.held.execution_id).unwrap_or(false) {
+            self.cancel_fed = true;
+            inputs.push_back(Input::Cancel);
+        }
+        loop {
+            while let Some(input) = inputs.pop_front() {
+                for action in self.session.handle(input) {
+                    match self.perform(action) {
+                        Ok(more) => inputs.extend(more),
+                        Err(Stop(outcome)) => return outcome,
+                    }
+                }
+            }
+            if let Some(finished) = self.finished.take() {
+                let mut outcome = outcome_of(finished);
+                if let (Some(refusal), Some(failure)) =
+                    (self.store_refusal.take(), outcome.failure.as_mut())
+                {
+                    failure.message = refusal;
+                }
+                return outcome;
+            }
+            let timeout = self.wait_ms();
+            match events::next(timeout) {
+                Event::Stdout(bytes) => match self.lines.push(&bytes) {
+                    Ok(lines) => inputs.extend(lines.into_iter().map(Input::Line)),
+                    Err(_) => inputs.extend(self.server_lost()),
+                },
+                Event::StdoutClosed | Event::Exited(_) => {
+                    self.stdout_closed = true;
+                    inputs.extend(self.server_lost());
+                }
+                Event::Wake | Event::Timeout => match self.check() {
+                    Ok(more) => inputs.extend(more),
+                    Err(Stop(outcome)) => return outcome,
+                },
+            }
+        }
+    }
+
+    /// Closes the server's stdin and gives it a moment to exit; the caller kills it after.
+    fn shut_down(&mut self) {
+        process::close_stdin();
+        if self.stdout_closed {
+            return;
+        }
+        let until = time::add_millis(&time::now(), EXIT_GRACE_MS);
+        loop {
+            let left = millis_until(&time::now(), &until);
+            if left == 0 {
+                return;
+            }
+            if matches!(events::next(left), Event::StdoutClosed | Event::Exited(_)) {
+                return;
+            }
+        }
+    }
+
+    fn server_lost(&mut self) -> Option<Input> {
+        if self.server_gone {
+            return None;
+        }
+        self.server_gone = true;
+        Some(Input::ServerExited)
+    }
+
+    fn wait_ms(&self) -> u64 {
+        let now = time::now();
+        let mut wait = millis_until(&now, &self.next_renewal);
+        if let Some(probe) = &self.probe_deadline {
+            wait = wait.min(millis_until(&now, probe));
+        }
+        if let Some(slot) = &self.slot
+            && !slot.answered
+            && let Some(deadline) = &slot.deadline
+        {
+            wait = wait.min(millis_until(&now, deadline));
+        }
+        wait.clamp(1, MAX_WAIT_MS)
+    }
+
+    fn write(&mut self, line: &str) -> Option<Input> {
+        match process::write_line(line) {
+            Ok(()) => None,
+            Err(_) => self.server_lost(),
+        }
+    }
+
+    fn perform(&mut self, action: Action) -> Result<Vec<Input>, Stop> {
+        let mut more = Vec::new();
+        match action {
+            Action::Send(message) => more.extend(self.write(&message.to_string())),
+            Action::StartProbeTimer => {
+                self.probe_deadline = Some(time::add_millis(&time::now(), PROBE_TIMEOUT_MS));
+            }
+            Action::OpenRound {
+                operation,
+                round_index,
+                requests,
+                request_state,
+            } => more.extend(self.open_round(operation, round_index, requests, request_state)),
+            Action::Deliver(line) => more.extend(self.deliver(&line.to_string())?),
+            Action::ResolveRound => {
+                if let Some(slot) = self.slot.take() {
+                    // A failure here leaves the round `delivered`; recovery ends it.
+                    let _ = store_protocol::resolve(&slot.round_id, slot.lease);
+                }
+            }
+            Action::FailRound { code, message } => {
+                if let Some(slot) = self.slot.take() {
+                    let _ = store_protocol::fail(&slot.round_id, slot.lease, code, message);
+                }
+            }
+            Action::ToolResult { tool, result, .. } => {
+                let result = ToolResult {
+                    tool: format!("{}:{tool}", self.spec.server.name),
+                    result: result.to_string(),
+                };
+                execution::record_tool_result(&self.held, result).map_err(|e| {
+                    Stop(failed(
+                        FailureKind::ServerError,
+                        None,
+                        format!("the tool result could not be stored: {}", error_text(&e)),
+                    ))
+                })?;
+            }
+            Action::Finish(finished) => self.finished = Some(finished),
+        }
+        Ok(more)
+    }
+
+    fn open_round(
+        &mut self,
+        operation: super::scripted::Operation,
+        round_index: u32,
+        requests: Vec<(String, crate::m3::managed_input::types::ElicitationRequest)>,
+        request_state: Option<String>,
+    ) -> Option<Input> {
+        let now = time::now();
+        let deadline = match self.spec.round_deadline_ms {
+            Some(ms) => DeadlineChoice::At(time::add_millis(&now, ms.max(1))),
+            None => DeadlineChoice::DefaultDeadline,
+        };
+        self.rounds_created += 1;
+        let keys: Vec<String> = requests.iter().map(|(k, _)| k.clone()).collect();
+        let new = NewRound {
+            round_id: format!("{}-r{}", self.held.execution_id, self.rounds_created),
+            execution_id: self.held.execution_id.clone(),
+            logical_operation_id: format!("{}-op{}", self.held.execution_id, operation.step),
+            server: self.spec.server.name.clone(),
+            operation_kind: OperationKind::Tool,
+            operation_name: operation.tool.clone(),
+            requests,
+            request_state,
+            deadline,
+            round_index,
+            round_limit: self.spec.round_limit,
+            owner: Some(OwnerClaim {
+                owner_id: self.held.owner_id.clone(),
+                lease_ttl_ms: self.spec.lease_ttl_ms,
+            }),
+            operation_parameters: operation.arguments.to_string(),
+            harness: HarnessMetadata {
+                session_id: None,
+                resume_token: None,
+                turn_id: None,
+            },
+        };
+        let record = match store_protocol::create_round(new) {
+            Ok(record) => record,
+            Err(e) => {
+                self.store_refusal = Some(format!(
+                    "the server's request could not be stored: {}",
+                    error_text(&e)
+                ));
+                return Some(Input::Unhandled);
+            }
+        };
+        let round_id = record.pending.round_id.clone();
+        self.slot = record.lease.map(|lease| Slot {
+            round_id: round_id.clone(),
+            lease,
+            deadline: record.pending.deadline,
+            answered: false,
+        });
+        let plan = self.plan.as_mut()?;
+        let Some(answer) = plan.answer(&self.spec.server.name, &operation.tool, &keys) else {
+            return Some(Input::Unhandled);
+        };
+        match store_protocol::submit_responses(&round_id, &answer, &format!("plan-{round_id}")) {
+            Ok(record) => {
+                if let Some(slot) = &mut self.slot {
+                    slot.answered = true;
+                }
+                Some(Input::Answer(record.responses.unwrap_or_default()))
+            }
+            Err(e) => {
+                self.store_refusal = Some(format!(
+                    "the elicitation plan's answer was rejected: {}",
+                    error_text(&e)
+                ));
+                Some(Input::Unhandled)
+            }
+        }
+    }
+
+    /// Delivers the open round's answer at most once; in mode `fail` writes the kit's `cancel`.
+    fn deliver(&mut self, line: &str) -> Result<Option<Input>, Stop> {
+        let Some(slot) = self.slot.clone() else {
+            return Ok(self.write(line));
+        };
+        if !slot.answered {
+            // Mode `fail`: the kit's own `cancel`, not a stored answer.
+            return Ok(self.write(line));
+        }
+        let key = format!("delivery-{}", slot.round_id);
+        let record = store_protocol::start_delivery(&slot.round_id, slot.lease.clone(), key)
+            .map_err(|e| {
+                Stop(failed(
+                    FailureKind::RoundFailed,
+                    Some(FailureCode::RecoveryUnavailable),
+                    format!("the answer could not be delivered: {}", error_text(&e)),
+                ))
+            })?;
+        if record.delivery_attempts > 1 {
+            return Err(Stop(failed(
+                FailureKind::RoundFailed,
+                None,
+                "the answer was already sent once",
+            )));
+        }
+        if let Some(lost) = self.write(line) {
+            return Ok(Some(lost));
+        }
+        let _ = store_protocol::mark_delivered(&slot.round_id, slot.lease);
+        Ok(None)
+    }
+
+    /// What changed: the probe timer, lease renewal, a cancel request, the open round's answer
+    /// or its deadline.
+    fn check(&mut self) -> Result<Vec<Input>, Stop> {
+        let now = time::now();
+        let mut inputs = Vec::new();
+        if let Some(probe) = &self.probe_deadline
+            && time::at_or_after(&now, probe)
+        {
+            self.probe_deadline = None;
+            inputs.push(Input::ProbeTimedOut);
+        }
+        let cancel = if time::at_or_after(&now, &self.next_renewal) {
+            self.next_renewal = time::add_millis(&now, self.spec.lease_renew_ms);
+            let cancel = execution::renew(&self.held).map_err(|e| {
+                Stop(failed(
+                    FailureKind::RoundFailed,
+                    Some(FailureCode::RecoveryUnavailable),
+                    format!("the worker lost its execution: {}", error_text(&e)),
+                ))
+            })?;
+            if let Some(slot) = &mut self.slot
+                && let Ok(lease) = store_protocol::renew(
+                    &slot.round_id,
+                    slot.lease.clone(),
+                    self.spec.lease_ttl_ms,
+                )
+            {
+                slot.lease = lease;
+            }
+            cancel
+        } else {
+            execution::cancel_requested(&self.held.execution_id).unwrap_or(false)
+        };
+        if cancel && !self.cancel_fed {
+            self.cancel_fed = true;
+            inputs.push(Input::Cancel);
+            return Ok(inputs);
+        }
+        let Some(slot) = &mut self.slot else {
+            return Ok(inputs);
+        };
+        if slot.answered {
+            return Ok(inputs);
+        }
+        match store_protocol::get_round(&slot.round_id) {
+            Ok(Some(record)) => match record.status {
+                Status::ResponseValidated => {
+                    slot.answered = true;
+                    inputs.push(Input::Answer(record.responses.unwrap_or_default()));
+                }
+                Status::Pending => {
+                    if let Some(deadline) = &slot.deadline
+                        && time::at_or_after(&now, deadline)
+                    {
+                        inputs.push(Input::DeadlineExpired);
+                    }
+                }
+                Status::Failed => {
+                    let code = record.failure.map(|f| f.code);
+                    self.slot = None;
+                    return Err(Stop(failed(
+                        FailureKind::RoundFailed,
+                        code,
+                        "the round was failed by another worker",
+                    )));
+                }
+                _ => {}
+            },
+            Ok(None) | Err(_) => {}
+        }
+        Ok(inputs)
+    }
+}
+
+fn error_text(e: &crate::m3::managed_input::types::ManagedInputError) -> String {
+    use crate::m3::managed_input::types::ManagedInputError as E;
+    match e {
+        E::Validation(d) | E::Conflict(d) | E::State(d) | E::Recovery(d) | E::Storage(d) => {
+            d.message.clone()
+        }
+    }
+}
+
+fn millis_until(now: &Timestamp, then: &Timestamp) -> u64 {
+    let diff = time::to_nanos(then) - time::to_nanos(now);
+    if diff <= 0 {
+        0
+    } else {
+        u64::try_from((diff + 999_999) / 1_000_000).unwrap_or(u64::MAX)
+    }
+}

@@ -1,0 +1,236 @@
+//! What a caller sees of an execution: its lifecycle, its outcome, and the typed errors of the
+//! execution API.
+
+use crate::bindings::exports::m3::managed_input::runtime as wit;
+use crate::error::{EngineError, ManagedInputError};
+use crate::execution_store::ExecutionStoreError;
+use crate::record::FailureCode;
+use crate::submission::ModelValidationError;
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// The lifecycle of an execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionStatus {
+    /// Submitted; its worker has not started it yet.
+    Queued,
+    /// Its worker drives it.
+    Running,
+    /// Ended; the outcome is final.
+    Finished,
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    /// Every step completed.
+    Succeeded,
+    /// A step failed.
+    Failed,
+    /// It was cancelled.
+    Cancelled,
+}
+
+/// Why an execution failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// A round's deadline passed: the specification's `OperationTimeout` for the operation.
+    OperationTimeout,
+    /// A round failed with a code.
+    RoundFailed,
+    /// The server could not be started, misbehaved or died.
+    ServerError,
+    /// The submission could not be run.
+    InvalidSubmission,
+}
+
+/// A failed execution's reason. The message never carries answers or secrets.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ExecutionFailure {
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// The failure code of the round involved, if any.
+    pub code: Option<FailureCode>,
+    /// What happened.
+    pub message: String,
+}
+
+/// One tool call's result.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ToolResult {
+    /// `server:tool`.
+    pub tool: String,
+    /// The MCP `CallToolResult` object.
+    pub result: serde_json::Value,
+}
+
+impl ToolResult {
+    /// The text of the result's `text` content blocks, joined by newlines.
+    pub fn text(&self) -> String {
+        self.result
+            .get("content")
+            .and_then(serde_json::Value::as_array)
+            .map(|blocks| {
+                blocks
+                    .iter()
+                    .filter_map(|b| b.get("text").and_then(serde_json::Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The outcome of a finished execution.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ExecutionOutcome {
+    /// How it ended.
+    pub kind: OutcomeKind,
+    /// Why it failed, when it did.
+    pub failure: Option<ExecutionFailure>,
+    /// The tool results, in call order.
+    pub tool_results: Vec<ToolResult>,
+}
+
+impl std::fmt::Display for ExecutionOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.kind, &self.failure) {
+            (OutcomeKind::Failed, Some(failure)) => {
+                write!(f, "failed ({:?}", failure.kind)?;
+                if let Some(code) = failure.code {
+                    write!(f, ", {code:?}")?;
+                }
+                write!(f, "): {}", failure.message)
+            }
+            (kind, _) => write!(f, "{kind:?}"),
+        }
+    }
+}
+
+/// A snapshot of an execution.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ExecutionState {
+    /// The execution's id.
+    pub execution_id: String,
+    /// Its lifecycle.
+    pub lifecycle: ExecutionStatus,
+    /// Its outcome, once finished.
+    pub outcome: Option<ExecutionOutcome>,
+    /// A cancel was requested and not yet carried out.
+    pub cancel_requested: bool,
+    /// When it was submitted.
+    pub created_at: DateTime<Utc>,
+    /// When it last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The terminal result of an execution.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ExecutionResult {
+    /// The execution's id.
+    pub execution_id: String,
+    /// Its outcome.
+    pub outcome: ExecutionOutcome,
+}
+
+impl ExecutionResult {
+    /// Whether every step completed.
+    pub fn succeeded(&self) -> bool {
+        self.outcome.kind == OutcomeKind::Succeeded
+    }
+
+    /// The round deadline of an operation passed (the specification's `OperationTimeout`).
+    pub fn timed_out(&self) -> bool {
+        self.outcome
+            .failure
+            .as_ref()
+            .is_some_and(|f| f.kind == FailureKind::OperationTimeout)
+    }
+}
+
+/// A wait ran out before the execution finished (the specification's `OperationTimeout`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("OperationTimeout: execution {execution_id} did not finish within {waited:?}")]
+pub struct OperationTimeout {
+    /// The execution waited on.
+    pub execution_id: String,
+    /// How long the caller waited.
+    pub waited: Duration,
+}
+
+/// Errors of the execution API.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutionError {
+    /// The submission cannot run.
+    #[error(transparent)]
+    ModelValidation(#[from] ModelValidationError),
+    /// A managed-input error (validation, conflict, state, recovery, storage, engine).
+    #[error(transparent)]
+    ManagedInput(#[from] ManagedInputError),
+    /// A wait ran out.
+    #[error(transparent)]
+    OperationTimeout(#[from] OperationTimeout),
+    /// The execution store failed or was closed.
+    #[error(transparent)]
+    Store(#[from] ExecutionStoreError),
+    /// The kit's tokio runtime or a worker task failed.
+    #[error("the kit's runtime failed: {0}")]
+    Runtime(String),
+}
+
+impl From<EngineError> for ExecutionError {
+    fn from(e: EngineError) -> Self {
+        Self::ManagedInput(ManagedInputError::Engine(e))
+    }
+}
+
+fn timestamp(t: &crate::bindings::m3::managed_input::types::Timestamp) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.seconds, t.nanoseconds).unwrap_or_default()
+}
+
+pub(crate) fn state_back(s: &wit::ExecutionState) -> ExecutionState {
+    use crate::bindings::m3::managed_input::types::ExecutionStatus as W;
+    ExecutionState {
+        execution_id: s.execution_id.clone(),
+        lifecycle: match s.status {
+            W::Queued => ExecutionStatus::Queued,
+            W::Running => ExecutionStatus::Running,
+            W::Finished => ExecutionStatus::Finished,
+        },
+        outcome: s.outcome.as_ref().map(outcome_back),
+        cancel_requested: s.cancel_requested,
+        created_at: timestamp(&s.created_at),
+        updated_at: timestamp(&s.updated_at),
+    }
+}
+
+fn outcome_back(o: &wit::ExecutionOutcome) -> ExecutionOutcome {
+    ExecutionOutcome {
+        kind: match o.kind {
+            wit::OutcomeKind::Succeeded => OutcomeKind::Succeeded,
+            wit::OutcomeKind::Failed => OutcomeKind::Failed,
+            wit::OutcomeKind::Cancelled => OutcomeKind::Cancelled,
+        },
+        failure: o.failure.as_ref().map(|f| ExecutionFailure {
+            kind: match f.kind {
+                wit::FailureKind::OperationTimeout => FailureKind::OperationTimeout,
+                wit::FailureKind::RoundFailed => FailureKind::RoundFailed,
+                wit::FailureKind::ServerError => FailureKind::ServerError,
+                wit::FailureKind::InvalidSubmission => FailureKind::InvalidSubmission,
+            },
+            code: f.code.map(crate::convert::failure_code_back),
+            message: f.message.clone(),
+        }),
+        tool_results: o
+            .tool_results
+            .iter()
+            .map(|t| ToolResult {
+                tool: t.tool.clone(),
+                result: serde_json::from_str(&t.result).unwrap_or(serde_json::Value::Null),
+            })
+            .collect(),
+    }
+}

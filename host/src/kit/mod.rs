@@ -1,0 +1,395 @@
+//! The test kit: agents, submissions and execution handles, blocking ([`McpTestKit`]) and
+//! async ([`AsyncMcpTestKit`]), with the same behaviour.
+//!
+//! A submission is checked and stored by the component; a worker task then drives the execution
+//! inside the component (`runtime.run-execution`) on the kit's tokio runtime. When the kit
+//! first touches its store, it runs recovery: rounds and executions whose worker is gone end
+//! `failed` with `recovery_unavailable`.
+
+pub mod agent;
+pub mod execution;
+pub mod handle;
+pub mod server;
+
+pub use agent::{AgentSpec, Harness, PlanEntry, PlanMatch, Script, ScriptStep};
+pub use execution::{
+    ExecutionError, ExecutionFailure, ExecutionOutcome, ExecutionResult, ExecutionState,
+    ExecutionStatus, FailureKind, OperationTimeout, OutcomeKind, ToolResult,
+};
+pub use handle::{AsyncExecutionHandle, ExecutionHandle};
+pub use server::{McpEra, StdioServer};
+
+use crate::bindings::exports::m3::managed_input::runtime as wit;
+use crate::execution_store::ExecutionStore;
+use crate::policy::Policy;
+use crate::submission::{HumanInput, ModelValidationError, Submission};
+use crate::worker::{Executions, SubmitFailure};
+use handle::Shared;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+
+/// Worker settings of a kit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KitOptions {
+    /// How long a worker's lease on its execution and rounds lasts unless renewed (default 15 s).
+    pub lease_ttl: Duration,
+    /// How often the worker renews it (default 5 s).
+    pub lease_renew: Duration,
+}
+
+impl Default for KitOptions {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_secs(15),
+            lease_renew: Duration::from_secs(5),
+        }
+    }
+}
+
+struct KitInner {
+    store: Arc<dyn ExecutionStore>,
+    env: BTreeMap<String, String>,
+    options: KitOptions,
+    owner_id: String,
+    executions: OnceLock<Arc<Executions>>,
+    submitted: Mutex<Vec<Arc<Shared>>>,
+}
+
+/// The async test kit (tokio).
+#[derive(Clone)]
+pub struct AsyncMcpTestKit {
+    inner: Arc<KitInner>,
+}
+
+impl std::fmt::Debug for AsyncMcpTestKit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncMcpTestKit")
+            .field("owner_id", &self.inner.owner_id)
+            .field("env", &self.inner.env.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+fn owner_id() -> String {
+    let mut bytes = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+    if random.is_err() {
+        bytes = (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64)
+            .to_le_bytes();
+    }
+    format!("kit-{}-{}", std::process::id(), hex::encode(bytes))
+}
+
+impl AsyncMcpTestKit {
+    /// A kit over `store` whose child processes get exactly `env` (plus each server binding's
+    /// own `env`), nothing of this process's environment.
+    pub fn new<I, K, V>(store: Arc<dyn ExecutionStore>, env: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        Self::with_options(store, env, KitOptions::default())
+    }
+
+    /// Like [`AsyncMcpTestKit::new`] with worker settings.
+    pub fn with_options<I, K, V>(
+        store: Arc<dyn ExecutionStore>,
+        env: I,
+        options: KitOptions,
+    ) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        Self {
+            inner: Arc::new(KitInner {
+                store,
+                env: env.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+                options,
+                owner_id: owner_id(),
+                executions: OnceLock::new(),
+                submitted: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The id this kit's workers own rounds under.
+    pub fn owner_id(&self) -> &str {
+        &self.inner.owner_id
+    }
+
+    /// One agent per model (exactly one for the scripted harness, which has no models).
+    pub fn agents(
+        &self,
+        specs: impl IntoIterator<Item = AgentSpec>,
+    ) -> Result<Vec<AsyncAgent>, ModelValidationError> {
+        let mut agents = Vec::new();
+        for spec in specs {
+            match spec.harness {
+                Harness::Scripted => {
+                    if !spec.models.is_empty() {
+                        return Err(ModelValidationError {
+                            message: "the scripted harness takes no models".into(),
+                        });
+                    }
+                    agents.push(AsyncAgent {
+                        kit: self.clone(),
+                        spec,
+                        model: None,
+                    });
+                }
+            }
+        }
+        Ok(agents)
+    }
+
+    /// The executions of the kit's store; recovery runs the first time.
+    fn executions(&self) -> Result<Arc<Executions>, ExecutionError> {
+        if let Some(executions) = self.inner.executions.get() {
+            return Ok(executions.clone());
+        }
+        let executions = self.inner.store.executions()?;
+        executions.recover()?;
+        Ok(self.inner.executions.get_or_init(|| executions).clone())
+    }
+
+    /// Runs recovery now: fails with `recovery_unavailable` the rounds and executions whose
+    /// worker is gone. Returns how many rounds and executions it ended.
+    pub async fn recover(&self) -> Result<(u32, u32), ExecutionError> {
+        let kit = self.clone();
+        let report = tokio::task::spawn_blocking(move || {
+            let executions = kit.executions()?;
+            executions.recover().map_err(ExecutionError::from)
+        })
+        .await
+        .map_err(|e| ExecutionError::Runtime(e.to_string()))??;
+        Ok((report.rounds_failed, report.executions_failed))
+    }
+
+    async fn submit(
+        &self,
+        agent: &AgentSpec,
+        model: Option<&str>,
+        submission: Submission,
+    ) -> Result<AsyncExecutionHandle, ExecutionError> {
+        let mut env = self.inner.env.clone();
+        env.extend(submission.server.env.clone());
+        let kit = self.clone();
+        let agent = agent.clone();
+        let model = model.map(str::to_string);
+        let (executions, execution_id) =
+            tokio::task::spawn_blocking(move || kit.store_submission(&agent, model, &submission))
+                .await
+                .map_err(|e| ExecutionError::Runtime(e.to_string()))??;
+        let wake = Arc::new(Notify::new());
+        let (report, worker) = watch::channel(None);
+        let shared = Arc::new(Shared {
+            execution_id: execution_id.clone(),
+            executions: executions.clone(),
+            wake: wake.clone(),
+            worker,
+        });
+        let owner = self.inner.owner_id.clone();
+        tokio::spawn(async move {
+            let ended = executions
+                .run(&execution_id, &owner, env, wake)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            let _ = report.send(Some(ended));
+        });
+        self.inner
+            .submitted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(shared.clone());
+        Ok(AsyncExecutionHandle { shared })
+    }
+
+    fn store_submission(
+        &self,
+        agent: &AgentSpec,
+        model: Option<String>,
+        submission: &Submission,
+    ) -> Result<(Arc<Executions>, String), ExecutionError> {
+        let policy = Policy::new()?;
+        let resolves = self.inner.store.managed_input_store()?.is_some();
+        policy.check_human_input(
+            submission.human_input,
+            agent.elicitation_plan.is_some(),
+            resolves,
+        )??;
+        policy.check_tool_allow_list(&submission.server.name, &submission.tools)??;
+        let executions = self.executions()?;
+        let plan = match &agent.elicitation_plan {
+            Some(plan) => Some(
+                serde_json::to_string(plan).map_err(|e| ModelValidationError {
+                    message: format!("the elicitation plan cannot be encoded: {e}"),
+                })?,
+            ),
+            None => None,
+        };
+        let script = serde_json::to_string(&agent.script).map_err(|e| ModelValidationError {
+            message: format!("the script cannot be encoded: {e}"),
+        })?;
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let spec = wit::ExecutionSpec {
+            harness: agent.harness.as_str().to_string(),
+            model,
+            prompt: submission.prompt.clone(),
+            script,
+            server: wit::ServerBinding {
+                name: submission.server.name.clone(),
+                command: submission.server.command.clone(),
+                args: submission.server.args.clone(),
+                cwd: submission.server.cwd.clone(),
+                era: match submission.server.era {
+                    McpEra::Auto => wit::EraChoice::Auto,
+                    McpEra::Legacy => wit::EraChoice::Legacy,
+                    McpEra::Modern => wit::EraChoice::Modern,
+                },
+            },
+            tools: submission.tools.clone(),
+            human_input: match submission.human_input {
+                HumanInput::Fail => wit::HumanInputMode::Fail,
+                HumanInput::Managed => wit::HumanInputMode::Managed,
+            },
+            plan,
+            round_limit: submission.round_limit,
+            lease_ttl_ms: millis(self.inner.options.lease_ttl),
+            lease_renew_ms: millis(self.inner.options.lease_renew),
+            round_deadline_ms: submission.round_deadline.map(millis),
+        };
+        let state = executions.submit(&spec).map_err(|e| match e {
+            SubmitFailure::Invalid(message) => {
+                ExecutionError::ModelValidation(ModelValidationError { message })
+            }
+            SubmitFailure::Failed(e) => ExecutionError::ManagedInput(e),
+        })?;
+        Ok((executions, state.execution_id))
+    }
+}
+
+/// An agent of an [`AsyncMcpTestKit`].
+#[derive(Debug, Clone)]
+pub struct AsyncAgent {
+    kit: AsyncMcpTestKit,
+    spec: AgentSpec,
+    model: Option<String>,
+}
+
+impl AsyncAgent {
+    /// The agent's model, if its harness has models.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
+    /// Submits work; the execution starts at once on a worker task.
+    pub async fn submit(
+        &self,
+        submission: Submission,
+    ) -> Result<AsyncExecutionHandle, ExecutionError> {
+        self.kit
+            .submit(&self.spec, self.model.as_deref(), submission)
+            .await
+    }
+}
+
+/// The blocking test kit: an [`AsyncMcpTestKit`] on its own tokio runtime.
+#[derive(Debug)]
+pub struct McpTestKit {
+    inner: AsyncMcpTestKit,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl McpTestKit {
+    /// A kit over `store` whose child processes get exactly `env`.
+    pub fn new<I, K, V>(store: Arc<dyn ExecutionStore>, env: I) -> Result<Self, ExecutionError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        Self::with_options(store, env, KitOptions::default())
+    }
+
+    /// Like [`McpTestKit::new`] with worker settings.
+    pub fn with_options<I, K, V>(
+        store: Arc<dyn ExecutionStore>,
+        env: I,
+        options: KitOptions,
+    ) -> Result<Self, ExecutionError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("m3-kit")
+            .enable_all()
+            .build()
+            .map_err(|e| ExecutionError::Runtime(e.to_string()))?;
+        Ok(Self {
+            inner: AsyncMcpTestKit::with_options(store, env, options),
+            runtime: Arc::new(runtime),
+        })
+    }
+
+    /// The id this kit's workers own rounds under.
+    pub fn owner_id(&self) -> &str {
+        self.inner.owner_id()
+    }
+
+    /// One agent per model (exactly one for the scripted harness).
+    pub fn agents(
+        &self,
+        specs: impl IntoIterator<Item = AgentSpec>,
+    ) -> Result<Vec<Agent>, ModelValidationError> {
+        Ok(self
+            .inner
+            .agents(specs)?
+            .into_iter()
+            .map(|inner| Agent {
+                inner,
+                runtime: self.runtime.clone(),
+            })
+            .collect())
+    }
+
+    /// See [`AsyncMcpTestKit::recover`].
+    pub fn recover(&self) -> Result<(u32, u32), ExecutionError> {
+        self.runtime.block_on(self.inner.recover())
+    }
+}
+
+/// An agent of a [`McpTestKit`].
+#[derive(Debug, Clone)]
+pub struct Agent {
+    inner: AsyncAgent,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl Agent {
+    /// The agent's model, if its harness has models.
+    pub fn model(&self) -> Option<&str> {
+        self.inner.model()
+    }
+
+    /// Submits work; the execution starts at once on the kit's worker runtime.
+    pub fn submit(&self, submission: Submission) -> Result<ExecutionHandle, ExecutionError> {
+        let inner = self.runtime.block_on(self.inner.submit(submission))?;
+        Ok(ExecutionHandle {
+            inner,
+            runtime: self.runtime.clone(),
+        })
+    }
+}

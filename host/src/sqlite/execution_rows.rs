@@ -1,0 +1,143 @@
+//! Execution rows inside a [`Transaction`]: the `executions` table behind the component's
+//! `store` import. Like rounds, the host stores the indexed columns and the component's
+//! document; it never reads the document.
+
+use super::transaction::{Transaction, from_ns, store_error, to_ns};
+use crate::bindings::m3::managed_input::store::{ExecutionRow, StoreError};
+use crate::bindings::m3::managed_input::types::ExecutionStatus;
+use rusqlite::{OptionalExtension, params};
+
+const COLUMNS: &str = "execution_id, status, version, owner_id, lease_expires_at_ns, \
+                       created_at_ns, updated_at_ns, document";
+
+fn status_text(status: ExecutionStatus) -> &'static str {
+    match status {
+        ExecutionStatus::Queued => "queued",
+        ExecutionStatus::Running => "running",
+        ExecutionStatus::Finished => "finished",
+    }
+}
+
+fn status_from_text(text: &str) -> rusqlite::Result<ExecutionStatus> {
+    Ok(match text {
+        "queued" => ExecutionStatus::Queued,
+        "running" => ExecutionStatus::Running,
+        "finished" => ExecutionStatus::Finished,
+        _ => {
+            return Err(rusqlite::Error::InvalidColumnType(
+                1,
+                "status".into(),
+                rusqlite::types::Type::Text,
+            ));
+        }
+    })
+}
+
+fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRow> {
+    Ok(ExecutionRow {
+        execution_id: r.get(0)?,
+        status: status_from_text(&r.get::<_, String>(1)?)?,
+        version: r.get::<_, i64>(2)? as u64,
+        owner_id: r.get(3)?,
+        lease_expires_at: r.get::<_, Option<i64>>(4)?.map(from_ns),
+        created_at: from_ns(r.get(5)?),
+        updated_at: from_ns(r.get(6)?),
+        document: r.get(7)?,
+    })
+}
+
+impl Transaction {
+    /// The execution `execution_id`.
+    pub fn get_execution(&self, execution_id: &str) -> Result<Option<ExecutionRow>, StoreError> {
+        self.connection()?
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM executions WHERE execution_id = ?1"
+            ))
+            .and_then(|mut s| s.query_row([execution_id], row_from_sql).optional())
+            .map_err(store_error)
+    }
+
+    /// Executions with `status` (all when `None`), oldest first.
+    pub fn list_executions(
+        &self,
+        status: Option<ExecutionStatus>,
+        limit: Option<u32>,
+    ) -> Result<Vec<ExecutionRow>, StoreError> {
+        let conn = self.connection()?;
+        let limit = limit.map_or(-1, i64::from);
+        let rows = match status {
+            Some(status) => conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM executions WHERE status = ?1 \
+                     ORDER BY created_at_ns, execution_id LIMIT ?2"
+                ))
+                .and_then(|mut s| {
+                    s.query_map(params![status_text(status), limit], row_from_sql)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                }),
+            None => conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM executions \
+                     ORDER BY created_at_ns, execution_id LIMIT ?1"
+                ))
+                .and_then(|mut s| {
+                    s.query_map(params![limit], row_from_sql)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                }),
+        };
+        rows.map_err(store_error)
+    }
+
+    /// Inserts `row`; `false` if the execution id exists.
+    pub fn insert_execution(&self, row: &ExecutionRow) -> Result<bool, StoreError> {
+        let changed = self
+            .connection()?
+            .prepare_cached(&format!(
+                "INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+                 ON CONFLICT (execution_id) DO NOTHING"
+            ))
+            .and_then(|mut s| {
+                s.execute(params![
+                    row.execution_id,
+                    status_text(row.status),
+                    row.version as i64,
+                    row.owner_id,
+                    row.lease_expires_at.as_ref().map(to_ns),
+                    to_ns(&row.created_at),
+                    to_ns(&row.updated_at),
+                    row.document,
+                ])
+            })
+            .map_err(store_error)?;
+        Ok(changed == 1)
+    }
+
+    /// Replaces the mutable columns if the stored version is still `expected_version`.
+    pub fn compare_and_set_execution(
+        &self,
+        row: &ExecutionRow,
+        expected_version: u64,
+    ) -> Result<bool, StoreError> {
+        let changed = self
+            .connection()?
+            .prepare_cached(
+                "UPDATE executions SET status = ?2, version = ?3, owner_id = ?4, \
+                 lease_expires_at_ns = ?5, updated_at_ns = ?6, document = ?7 \
+                 WHERE execution_id = ?1 AND version = ?8",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    row.execution_id,
+                    status_text(row.status),
+                    row.version as i64,
+                    row.owner_id,
+                    row.lease_expires_at.as_ref().map(to_ns),
+                    to_ns(&row.updated_at),
+                    row.document,
+                    expected_version as i64,
+                ])
+            })
+            .map_err(store_error)?;
+        Ok(changed == 1)
+    }
+}

@@ -1,0 +1,218 @@
+//! The `process` and `events` imports: the I/O of one execution. The host starts the child the
+//! component asks for, with exactly the environment the kit was given, and reports what happens;
+//! it decides nothing.
+
+use crate::bindings::m3::managed_input::events::{self, Event};
+use crate::bindings::m3::managed_input::process::{self, SpawnSpec};
+use crate::cpu_time::ThreadCpuTime;
+use crate::guest_imports::HostState;
+use crate::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc, watch};
+
+/// The I/O of one running execution.
+pub struct ExecutionIo {
+    /// The child's whole environment: the kit's `env`, then the server binding's `env`.
+    pub env: BTreeMap<String, String>,
+    /// Woken by this process after it commits an answer or a cancel request.
+    pub wake: Arc<Notify>,
+    /// Commits by any connection or process.
+    pub changes: watch::Receiver<u64>,
+    /// Where the child runs.
+    pub scratch: Option<ScratchDir>,
+    child: Option<ChildProcess>,
+    output: Option<mpsc::UnboundedReceiver<ProcessEvent>>,
+    stdout_closed: bool,
+    exit_reported: bool,
+}
+
+impl ExecutionIo {
+    /// I/O for an execution whose child gets exactly `env`.
+    pub fn new(
+        env: BTreeMap<String, String>,
+        wake: Arc<Notify>,
+        changes: watch::Receiver<u64>,
+    ) -> Self {
+        Self {
+            env,
+            wake,
+            changes,
+            scratch: None,
+            child: None,
+            output: None,
+            stdout_closed: false,
+            exit_reported: false,
+        }
+    }
+
+    /// The child's process id, while it runs.
+    pub fn child_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(ChildProcess::pid)
+    }
+
+    /// Kills and reaps the child (every exit path of a worker ends here).
+    pub async fn reap(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+        self.output = None;
+    }
+
+    fn spawn(&mut self, spec: SpawnSpec) -> Result<(), String> {
+        if self.child.is_some() {
+            return Err("the execution already has a child process".into());
+        }
+        let scratch = match self.scratch.take() {
+            Some(scratch) => scratch,
+            None => ScratchDir::create("m3-execution").map_err(|e| e.to_string())?,
+        };
+        let spec = ProcessSpec {
+            command: spec.program,
+            args: spec.args,
+            env: self.env.clone(),
+            cwd: spec.cwd.map(Into::into),
+        };
+        let spawned = ChildProcess::spawn(&spec, &scratch);
+        self.scratch = Some(scratch);
+        let (child, output) = spawned.map_err(|e| e.to_string())?;
+        self.child = Some(child);
+        self.output = Some(output);
+        self.stdout_closed = false;
+        self.exit_reported = false;
+        Ok(())
+    }
+
+    async fn next(&mut self, timeout: Duration) -> Event {
+        let sleep = tokio::time::sleep(timeout);
+        tokio::pin!(sleep);
+        loop {
+            // Output first, so lines written before an exit are never lost behind it.
+            if let Some(output) = self.output.as_mut()
+                && let Ok(event) = output.try_recv()
+            {
+                return self.output_event(event);
+            }
+            tokio::select! {
+                biased;
+                event = recv(self.output.as_mut()), if self.output.is_some() && !self.stdout_closed => {
+                    match event {
+                        Some(event) => return self.output_event(event),
+                        None => {
+                            self.stdout_closed = true;
+                            return Event::StdoutClosed;
+                        }
+                    }
+                }
+                status = wait(self.child.as_mut()), if self.stdout_closed && !self.exit_reported && self.child.is_some() => {
+                    self.exit_reported = true;
+                    return Event::Exited(status);
+                }
+                _ = self.wake.notified() => return Event::Wake,
+                changed = self.changes.changed() => {
+                    if changed.is_ok() {
+                        return Event::Wake;
+                    }
+                    // The change poller stopped: fall back to the timeout alone.
+                    sleep.as_mut().await;
+                    return Event::Timeout;
+                }
+                _ = &mut sleep => return Event::Timeout,
+            }
+        }
+    }
+
+    fn output_event(&mut self, event: ProcessEvent) -> Event {
+        match event {
+            ProcessEvent::Stdout(bytes) => Event::Stdout(bytes),
+            ProcessEvent::StdoutClosed => {
+                self.stdout_closed = true;
+                Event::StdoutClosed
+            }
+            ProcessEvent::Exited(code) => {
+                self.exit_reported = true;
+                Event::Exited(code)
+            }
+        }
+    }
+}
+
+async fn recv(output: Option<&mut mpsc::UnboundedReceiver<ProcessEvent>>) -> Option<ProcessEvent> {
+    match output {
+        Some(output) => output.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn wait(child: Option<&mut ChildProcess>) -> Option<i32> {
+    match child {
+        Some(child) => match child.wait().await {
+            Ok(ProcessEvent::Exited(code)) => code,
+            _ => None,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+impl HostState {
+    fn io(&mut self) -> Result<&mut ExecutionIo, String> {
+        self.io
+            .as_mut()
+            .ok_or_else(|| "this instance has no process capability".to_string())
+    }
+}
+
+impl process::Host for HostState {
+    fn spawn(&mut self, spec: SpawnSpec) -> wasmtime::Result<Result<(), String>> {
+        let result = self.io().and_then(|io| io.spawn(spec));
+        self.last_host_call = ThreadCpuTime::now();
+        Ok(result)
+    }
+
+    async fn write_line(&mut self, line: String) -> wasmtime::Result<Result<(), String>> {
+        let result = match self.io() {
+            Ok(io) => match io.child.as_mut() {
+                Some(child) => child.write_line(&line).await.map_err(|e| e.to_string()),
+                None => Err("no child process".into()),
+            },
+            Err(e) => Err(e),
+        };
+        self.last_host_call = ThreadCpuTime::now();
+        Ok(result)
+    }
+
+    fn close_stdin(&mut self) -> wasmtime::Result<()> {
+        if let Ok(io) = self.io()
+            && let Some(child) = io.child.as_mut()
+        {
+            child.close_stdin();
+        }
+        self.last_host_call = ThreadCpuTime::now();
+        Ok(())
+    }
+
+    fn kill(&mut self) -> wasmtime::Result<()> {
+        if let Ok(io) = self.io()
+            && let Some(child) = io.child.take()
+        {
+            // Dropping kills the whole process group; tokio reaps the child.
+            drop(child);
+            io.output = None;
+        }
+        self.last_host_call = ThreadCpuTime::now();
+        Ok(())
+    }
+}
+
+impl events::Host for HostState {
+    async fn next(&mut self, timeout_ms: u64) -> wasmtime::Result<Event> {
+        let event = match self.io() {
+            Ok(io) => io.next(Duration::from_millis(timeout_ms)).await,
+            Err(_) => Event::Timeout,
+        };
+        // The budget counts from here, on the thread that resumes the component.
+        self.last_host_call = ThreadCpuTime::now();
+        Ok(event)
+    }
+}

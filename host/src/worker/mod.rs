@@ -1,0 +1,141 @@
+//! Executions on one database: the component's `runtime` export, hosted.
+//!
+//! Submission, snapshots, cancel requests and recovery are short synchronous calls on the
+//! store's instance pool. `run` drives one execution on its own instance whose `process` and
+//! `events` imports are async: while the execution waits (for its server, an answer, a timer),
+//! it is a suspended future on tokio, not a thread.
+
+pub mod changes;
+pub mod io;
+
+use crate::bindings::exports::m3::managed_input::runtime as wit;
+use crate::convert;
+use crate::cpu_time::ThreadCpuTime;
+use crate::error::{EngineError, EngineErrorKind, ManagedInputError};
+use crate::guest_imports::HostState;
+use crate::instance::bounded_store;
+use crate::store::{SqliteManagedInputStore, StoreResult};
+use changes::DatabaseChanges;
+use io::ExecutionIo;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// Why a submission was not stored.
+#[derive(Debug)]
+pub enum SubmitFailure {
+    /// The component found the submission unusable (a `ModelValidationError`).
+    Invalid(String),
+    /// Storing it failed.
+    Failed(ManagedInputError),
+}
+
+/// The executions of one database.
+#[derive(Debug)]
+pub struct Executions {
+    store: Arc<SqliteManagedInputStore>,
+    changes: DatabaseChanges,
+}
+
+fn engine_error(e: &wasmtime::Error, kind: EngineErrorKind) -> ManagedInputError {
+    ManagedInputError::Engine(EngineError {
+        kind,
+        message: format!("{e:#}"),
+    })
+}
+
+impl Executions {
+    /// Executions kept in `store`'s database.
+    pub fn new(store: Arc<SqliteManagedInputStore>) -> Self {
+        let changes = DatabaseChanges::new(store.database().clone());
+        Self { store, changes }
+    }
+
+    /// The store they live in.
+    pub fn store(&self) -> &Arc<SqliteManagedInputStore> {
+        &self.store
+    }
+
+    /// Checks and stores a submission as a queued execution.
+    pub fn submit(&self, spec: &wit::ExecutionSpec) -> Result<wit::ExecutionState, SubmitFailure> {
+        let result = self
+            .store
+            .pool()
+            .call(|b, s| b.m3_managed_input_runtime().call_submit(s, spec))
+            .map_err(|e| SubmitFailure::Failed(e.into()))?;
+        result.map_err(|e| match e {
+            wit::SubmitError::Invalid(message) => SubmitFailure::Invalid(message),
+            wit::SubmitError::Failed(e) => SubmitFailure::Failed(convert::error_back(&e)),
+        })
+    }
+
+    /// The execution's state, if it exists.
+    pub fn snapshot(&self, execution_id: &str) -> StoreResult<Option<wit::ExecutionState>> {
+        self.store
+            .pool()
+            .call(|b, s| b.m3_managed_input_runtime().call_snapshot(s, execution_id))?
+            .map_err(|e| convert::error_back(&e))
+    }
+
+    /// Asks for the execution to be cancelled.
+    pub fn request_cancel(&self, execution_id: &str) -> StoreResult<wit::ExecutionState> {
+        self.store
+            .pool()
+            .call(|b, s| {
+                b.m3_managed_input_runtime()
+                    .call_request_cancel(s, execution_id)
+            })?
+            .map_err(|e| convert::error_back(&e))
+    }
+
+    /// Fails the rounds and executions whose workers are gone.
+    pub fn recover(&self) -> StoreResult<wit::RecoveryReport> {
+        self.store
+            .pool()
+            .call(|b, s| b.m3_managed_input_runtime().call_recover(s))?
+            .map_err(|e| convert::error_back(&e))
+    }
+
+    /// Drives the queued execution `execution_id` to its end as worker `owner_id`. Its child
+    /// gets exactly `env`; `wake` is notified by whoever commits an answer or a cancel request
+    /// in this process (commits from elsewhere are noticed through the database). The child is
+    /// killed and reaped however the call ends.
+    pub async fn run(
+        &self,
+        execution_id: &str,
+        owner_id: &str,
+        env: BTreeMap<String, String>,
+        wake: Arc<Notify>,
+    ) -> StoreResult<wit::ExecutionState> {
+        let pool = self.store.pool();
+        let runtime = pool.runtime().clone();
+        let subscription = self.changes.subscribe();
+        let mut state = HostState::new(
+            self.store.options().clock.clone(),
+            Some(self.store.database().clone()),
+            pool.limits().max_memory,
+        );
+        state.io = Some(ExecutionIo::new(env, wake, subscription.receiver.clone()));
+        let mut store = bounded_store(&runtime.engine, state, pool.limits());
+        let bindings = runtime
+            .execution_pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| engine_error(&e, EngineErrorKind::Load))?;
+        store.data_mut().last_host_call = ThreadCpuTime::now();
+        store.set_epoch_deadline(1);
+        let result = bindings
+            .m3_managed_input_runtime()
+            .call_run_execution(&mut store, execution_id, owner_id)
+            .await;
+        if let Some(io) = store.data_mut().io.as_mut() {
+            io.reap().await;
+        }
+        drop(subscription);
+        match result {
+            Ok(Ok(state)) => Ok(state),
+            Ok(Err(e)) => Err(convert::error_back(&e)),
+            Err(e) => Err(crate::instance::classify(&e, store.data()).into()),
+        }
+    }
+}
