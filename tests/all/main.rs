@@ -5,6 +5,7 @@ mod concurrency;
 mod crash;
 mod execution_store;
 mod executions;
+mod executions_peers;
 mod lifecycle_model;
 mod peers;
 mod process;
