@@ -96,3 +96,692 @@ fn the_spec_example_runs_with_the_blocking_api() {
     drop(kit);
     store.close();
 }
+
+fn kit_on(db: &TempDb) -> (Arc<SqliteExecutionStore>, McpTestKit) {
+    let store = Arc::new(SqliteExecutionStore::open(&db.path).unwrap());
+    let kit = McpTestKit::new(store.clone(), BTreeMap::<String, String>::new()).unwrap();
+    (store, kit)
+}
+
+fn submit(kit: &McpTestKit, server: StdioServer, mode: HumanInput) -> ExecutionHandle {
+    submit_with(
+        kit,
+        Submission::new("Book a shipment.", server).human_input(mode),
+    )
+}
+
+fn submit_with(kit: &McpTestKit, submission: Submission) -> ExecutionHandle {
+    let agent = kit
+        .agents([AgentSpec::scripted(booking_script())])
+        .unwrap()
+        .remove(0);
+    agent
+        .submit(submission.tools(["shipping:book_shipment"]))
+        .unwrap()
+}
+
+fn finished(handle: &ExecutionHandle) -> ExecutionResult {
+    handle.result(Some(Duration::from_secs(60))).unwrap()
+}
+
+fn failure(result: &ExecutionResult) -> &ExecutionFailure {
+    result
+        .outcome
+        .failure
+        .as_ref()
+        .unwrap_or_else(|| panic!("expected a failure: {}", result.outcome))
+}
+
+fn round_failure(db: &TempDb, round_id: &str) -> FailureCode {
+    let record = db.store().get_round(round_id).unwrap().unwrap();
+    assert_eq!(record.status, ManagedInputStatus::Failed, "{round_id}");
+    record.failure.expect("a failed round says why").code
+}
+
+fn transcript(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The spec's example with the async API (tokio).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spec_example_runs_with_the_async_api() {
+    let db = TempDb::new();
+    let store = Arc::new(SqliteExecutionStore::open(&db.path).unwrap());
+    let kit = AsyncMcpTestKit::new(store.clone(), BTreeMap::<String, String>::new());
+    let agent = kit
+        .agents([AgentSpec::scripted(booking_script())])
+        .unwrap()
+        .remove(0);
+    let handle = agent
+        .submit(
+            Submission::new(
+                "Ask for the delivery address, then book the shipment.",
+                shipping_server(&[]),
+            )
+            .tools(["shipping:book_shipment"])
+            .human_input(HumanInput::Managed),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pending = loop {
+        if let Some(pending) = handle.pending_elicitation().await.unwrap() {
+            break pending;
+        }
+        assert!(Instant::now() < deadline, "no pending round in time");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    handle
+        .respond_elicitation(
+            &pending.round_id,
+            address(),
+            &format!("address-{}", pending.round_id),
+        )
+        .await
+        .unwrap();
+    let result = handle.result(Some(Duration::from_secs(60))).await.unwrap();
+    assert!(result.succeeded(), "{}", result.outcome);
+    assert!(
+        result.outcome.tool_results[0]
+            .text()
+            .contains("1 Main Street")
+    );
+    assert_eq!(
+        db.store()
+            .get_round(&pending.round_id)
+            .unwrap()
+            .unwrap()
+            .status,
+        ManagedInputStatus::Resolved
+    );
+    store.close();
+}
+
+/// A server that asks again after each answer (2026-07-28 multi round-trip): each round
+/// resolves its predecessor; the operation keeps one logical id; round indexes count up.
+#[test]
+fn multi_round_mrtr_resolves_each_round_and_keeps_one_operation() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db);
+    let handle = submit(
+        &kit,
+        shipping_server(&["--era", "modern", "--ask-rounds", "3"]).era(McpEra::Modern),
+        HumanInput::Managed,
+    );
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let pending = wait_pending(&handle);
+        assert!(!rounds.contains(&pending.round_id));
+        assert!(
+            pending.request_state.is_some(),
+            "MRTR rounds keep requestState"
+        );
+        handle
+            .respond_elicitation(&pending.round_id, address(), &pending.round_id)
+            .unwrap();
+        // The next round appears only after this one is delivered.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while db
+            .store()
+            .get_round(&pending.round_id)
+            .unwrap()
+            .unwrap()
+            .status
+            == ManagedInputStatus::ResponseValidated
+        {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        rounds.push(pending.round_id);
+    }
+    let result = finished(&handle);
+    assert!(result.succeeded(), "{}", result.outcome);
+    let store = db.store();
+    let records: Vec<_> = rounds
+        .iter()
+        .map(|r| store.get_round(r).unwrap().unwrap())
+        .collect();
+    for (i, record) in records.iter().enumerate() {
+        assert_eq!(record.status, ManagedInputStatus::Resolved);
+        assert_eq!(record.round_index, i as u32);
+        assert_eq!(record.round_limit, 10, "the default round limit");
+        assert_eq!(
+            record.pending.logical_operation_id,
+            records[0].pending.logical_operation_id
+        );
+    }
+}
+
+/// One round with two request keys, answered together.
+#[test]
+fn a_round_with_two_keys_is_answered_at_once() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db);
+    let handle = submit(
+        &kit,
+        shipping_server(&["--era", "modern", "--two-keys"]).era(McpEra::Modern),
+        HumanInput::Managed,
+    );
+    let pending = wait_pending(&handle);
+    assert_eq!(
+        pending.requests.keys().collect::<Vec<_>>(),
+        ["contact_email", "shipping_address"]
+    );
+    // Only one key: rejected, nothing stored.
+    let err = handle
+        .respond_elicitation(&pending.round_id, address(), "k")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecutionError::ManagedInput(ManagedInputError::Validation(_))
+        ),
+        "{err}"
+    );
+    let mut both = address();
+    both.insert(
+        "contact_email".into(),
+        ElicitationResponse::accept(json!({"email": "asha@example.com"})),
+    );
+    handle
+        .respond_elicitation(&pending.round_id, both, "k")
+        .unwrap();
+    let result = finished(&handle);
+    assert!(result.succeeded(), "{}", result.outcome);
+    assert_eq!(
+        result.outcome.tool_results[0].result["structuredContent"]["email"],
+        "asha@example.com"
+    );
+}
+
+/// An answer committed through another store object on the same file (its own connections,
+/// no in-process wake-up) reaches the waiting worker through the database.
+#[test]
+fn an_answer_committed_by_another_store_is_delivered() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db);
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Managed);
+    let pending = wait_pending(&handle);
+    let other = SqliteExecutionStore::open(&db.path).unwrap();
+    other
+        .managed_input_store()
+        .unwrap()
+        .unwrap()
+        .submit_responses(&pending.round_id, &address(), "from-elsewhere")
+        .unwrap();
+    let result = finished(&handle);
+    assert!(result.succeeded(), "{}", result.outcome);
+    assert_eq!(
+        db.store()
+            .get_round(&pending.round_id)
+            .unwrap()
+            .unwrap()
+            .status,
+        ManagedInputStatus::Resolved
+    );
+}
+
+/// `cancel()` while a round is pending: the round ends `failed` with `cancelled`, the server
+/// gets `cancel` for the request and `notifications/cancelled` for the call.
+#[test]
+fn cancel_fails_the_open_round_and_tells_the_server() {
+    let db = TempDb::new();
+    let log = db.dir.path().join("transcript.jsonl");
+    let (_store, kit) = kit_on(&db);
+    let handle = submit(
+        &kit,
+        shipping_server(&["--era", "legacy", "--transcript", log.to_str().unwrap()])
+            .era(McpEra::Legacy),
+        HumanInput::Managed,
+    );
+    let pending = wait_pending(&handle);
+    handle.cancel().unwrap();
+    let result = finished(&handle);
+    assert_eq!(result.outcome.kind, OutcomeKind::Cancelled);
+    assert_eq!(
+        round_failure(&db, &pending.round_id),
+        FailureCode::Cancelled
+    );
+    let sent = transcript(&log);
+    assert!(
+        sent.iter()
+            .any(|m| m["result"]["action"] == "cancel" && m.get("id").is_some()),
+        "the request was answered cancel: {sent:?}"
+    );
+    assert!(
+        sent.iter()
+            .any(|m| m["method"] == "notifications/cancelled"),
+        "{sent:?}"
+    );
+    // A late answer is refused: the round is terminal.
+    assert!(
+        handle
+            .respond_elicitation(&pending.round_id, address(), "late")
+            .is_err()
+    );
+    // Cancelling again changes nothing.
+    handle.cancel().unwrap();
+    assert_eq!(finished(&handle).outcome.kind, OutcomeKind::Cancelled);
+}
+
+/// A round with a short deadline expires: the round fails with `deadline_exceeded`, the
+/// operation times out, the server got `cancel`, and no child process is left.
+#[test]
+fn a_round_deadline_fails_the_round_and_times_the_operation_out() {
+    let db = TempDb::new();
+    let log = db.dir.path().join("transcript.jsonl");
+    let (_store, kit) = kit_on(&db);
+    let handle = submit_with(
+        &kit,
+        Submission::new(
+            "Book a shipment.",
+            shipping_server(&["--era", "legacy", "--transcript", log.to_str().unwrap()])
+                .era(McpEra::Legacy),
+        )
+        .human_input(HumanInput::Managed)
+        .round_deadline(Duration::from_millis(300)),
+    );
+    let pending = wait_pending(&handle);
+    assert!(pending.deadline.is_some());
+    let result = finished(&handle);
+    assert!(result.timed_out(), "{}", result.outcome);
+    assert_eq!(failure(&result).code, Some(FailureCode::DeadlineExceeded));
+    assert_eq!(
+        round_failure(&db, &pending.round_id),
+        FailureCode::DeadlineExceeded
+    );
+    assert!(
+        transcript(&log)
+            .iter()
+            .any(|m| m["result"]["action"] == "cancel"),
+        "the server got cancel"
+    );
+    assert_no_server_left(&db);
+}
+
+/// No shipping server started by this test's kit is still running.
+fn assert_no_server_left(db: &TempDb) {
+    let marker = db.dir.path().to_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive: Vec<_> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok().map(|c| (e, c)))
+            .filter(|(_, c)| String::from_utf8_lossy(c).contains(&marker))
+            .filter(|(e, _)| {
+                std::fs::read_to_string(e.path().join("status"))
+                    .is_ok_and(|s| !s.contains("State:\tZ"))
+            })
+            .collect();
+        if alive.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "server processes left behind");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The server answers the delivered answer with a JSON-RPC error: `server_error`.
+#[test]
+fn a_server_error_after_the_answer_fails_the_round_with_server_error() {
+    for era in ["legacy", "modern"] {
+        let db = TempDb::new();
+        let (_store, kit) = kit_on(&db);
+        let handle = submit(
+            &kit,
+            shipping_server(&["--era", era, "--fail-after-answer"]),
+            HumanInput::Managed,
+        );
+        let pending = wait_pending(&handle);
+        handle
+            .respond_elicitation(&pending.round_id, address(), "k")
+            .unwrap();
+        let result = finished(&handle);
+        assert_eq!(result.outcome.kind, OutcomeKind::Failed, "{era}");
+        assert_eq!(
+            round_failure(&db, &pending.round_id),
+            FailureCode::ServerError,
+            "{era}"
+        );
+    }
+}
+
+/// An expired `requestState` (the server rejects the retry with -32602): `invalid_request_state`.
+#[test]
+fn an_expired_request_state_fails_the_round_with_invalid_request_state() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db);
+    let handle = submit(
+        &kit,
+        shipping_server(&["--era", "modern", "--state-ttl-secs", "0"]).era(McpEra::Modern),
+        HumanInput::Managed,
+    );
+    let pending = wait_pending(&handle);
+    handle
+        .respond_elicitation(&pending.round_id, address(), "k")
+        .unwrap();
+    let result = finished(&handle);
+    assert_eq!(
+        failure(&result).code,
+        Some(FailureCode::InvalidRequestState)
+    );
+    assert_eq!(
+        round_failure(&db, &pending.round_id),
+        FailureCode::InvalidRequestState
+    );
+}
+
+/// A server that re-asks forever hits the round limit: `round_limit_exceeded`, never hung.
+#[test]
+fn a_server_that_asks_forever_hits_the_round_limit() {
+    for era in ["modern", "legacy"] {
+        let db = TempDb::new();
+        let (_store, kit) = kit_on(&db);
+        let handle = submit_with(
+            &kit,
+            Submission::new(
+                "Book a shipment.",
+                shipping_server(&["--era", era, "--ask-forever"]),
+            )
+            .human_input(HumanInput::Managed)
+            .round_limit(2),
+        );
+        let mut last = None;
+        loop {
+            let snapshot = handle.snapshot().unwrap();
+            if snapshot.lifecycle == ExecutionStatus::Finished {
+                break;
+            }
+            if let Some(pending) = handle.pending_elicitation().unwrap() {
+                handle
+                    .respond_elicitation(&pending.round_id, address(), &pending.round_id)
+                    .unwrap();
+                last = Some(pending.round_id);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let result = finished(&handle);
+        assert_eq!(
+            failure(&result).code,
+            Some(FailureCode::RoundLimitExceeded),
+            "{era}"
+        );
+        assert_eq!(
+            round_failure(&db, &last.unwrap()),
+            FailureCode::RoundLimitExceeded,
+            "{era}: the last delivered round"
+        );
+    }
+}
+
+/// A child process sees exactly the kit's `env` plus its binding's `env`.
+#[test]
+fn the_server_sees_only_the_environment_it_is_given() {
+    let db = TempDb::new();
+    let store = Arc::new(SqliteExecutionStore::open(&db.path).unwrap());
+    let kit = McpTestKit::new(store, [("M3_KIT_VALUE", "from-kit")]).unwrap();
+    let agent = kit
+        .agents([AgentSpec::scripted(Script::call(
+            "shipping:report_env",
+            json!({}),
+        ))])
+        .unwrap()
+        .remove(0);
+    let handle = agent
+        .submit(
+            Submission::new(
+                "Report the environment.",
+                shipping_server(&["--report-env"]).env("M3_BINDING_VALUE", "from-binding"),
+            )
+            .tools(["shipping:report_env"]),
+        )
+        .unwrap();
+    let result = finished(&handle);
+    assert!(result.succeeded(), "{}", result.outcome);
+    let env: BTreeMap<String, String> =
+        serde_json::from_str(&result.outcome.tool_results[0].text()).unwrap();
+    assert_eq!(
+        env,
+        BTreeMap::from([
+            ("M3_BINDING_VALUE".to_string(), "from-binding".to_string()),
+            ("M3_KIT_VALUE".to_string(), "from-kit".to_string()),
+        ])
+    );
+}
+
+/// Human input `fail` without a plan: the kit answers `cancel`, the round fails with
+/// `elicitation_unhandled`, the execution fails. With a plan, the plan answers.
+#[test]
+fn fail_mode_declines_and_a_plan_answers() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db);
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Fail);
+    let result = finished(&handle);
+    assert_eq!(
+        failure(&result).code,
+        Some(FailureCode::ElicitationUnhandled)
+    );
+    let rounds = db
+        .store()
+        .list_rounds(&RoundFilter {
+            execution_id: Some(handle.execution_id().to_string()),
+            ..RoundFilter::default()
+        })
+        .unwrap();
+    assert_eq!(rounds.len(), 1, "the round is recorded");
+    assert_eq!(
+        rounds[0].failure.as_ref().unwrap().code,
+        FailureCode::ElicitationUnhandled
+    );
+
+    let plan = vec![PlanEntry {
+        matcher: PlanMatch {
+            request_key: Some("shipping_address".into()),
+            ..PlanMatch::default()
+        },
+        response: ElicitationResponse::accept(json!({"street": "2 Plan Road", "city": "Pune"})),
+    }];
+    let agent = kit
+        .agents([AgentSpec::scripted(booking_script()).with_plan(plan)])
+        .unwrap()
+        .remove(0);
+    let handle = agent
+        .submit(
+            Submission::new("Book a shipment.", shipping_server(&[]))
+                .tools(["shipping:book_shipment"]),
+        )
+        .unwrap();
+    let result = finished(&handle);
+    assert!(result.succeeded(), "{}", result.outcome);
+    assert!(
+        result.outcome.tool_results[0]
+            .text()
+            .contains("2 Plan Road")
+    );
+}
+
+/// Submissions that cannot run are refused with `ModelValidationError` and store nothing.
+#[test]
+fn submissions_that_cannot_run_are_refused() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db);
+    let refused = |agent: AgentSpec, submission: Submission| {
+        let agent = kit.agents([agent]).unwrap().remove(0);
+        match agent.submit(submission) {
+            Err(ExecutionError::ModelValidation(e)) => e.message,
+            other => panic!("expected ModelValidationError, got {other:?}"),
+        }
+    };
+    let base = || Submission::new("Book.", shipping_server(&[]));
+    // Managed with a plan (even an empty one).
+    refused(
+        AgentSpec::scripted(booking_script()).with_plan(vec![]),
+        base()
+            .tools(["shipping:book_shipment"])
+            .human_input(HumanInput::Managed),
+    );
+    // Malformed allow-list entries, and a tool of another server.
+    for tools in [&["book_shipment"][..], &["billing:charge"], &["shipping:"]] {
+        refused(
+            AgentSpec::scripted(booking_script()),
+            base().tools(tools.iter().copied()),
+        );
+    }
+    // A script step outside the allow-list.
+    let message = refused(
+        AgentSpec::scripted(Script::call("shipping:cancel_everything", json!({}))),
+        base().tools(["shipping:book_shipment"]),
+    );
+    assert!(message.contains("allow-list"), "{message}");
+    // Managed with a store that cannot resolve a managed-input store.
+    let memory = McpTestKit::new(
+        Arc::new(InMemoryExecutionStore::default()),
+        BTreeMap::<String, String>::new(),
+    )
+    .unwrap();
+    let agent = memory
+        .agents([AgentSpec::scripted(booking_script())])
+        .unwrap()
+        .remove(0);
+    assert!(matches!(
+        agent.submit(
+            base()
+                .tools(["shipping:book_shipment"])
+                .human_input(HumanInput::Managed)
+        ),
+        Err(ExecutionError::ModelValidation(_))
+    ));
+    // The scripted harness has no models.
+    assert!(
+        kit.agents([AgentSpec {
+            models: vec!["gpt".into()],
+            ..AgentSpec::scripted(booking_script())
+        }])
+        .is_err()
+    );
+    // Nothing was stored.
+    assert!(
+        db.store()
+            .list_rounds(&RoundFilter::default())
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// `fail` mode runs with an in-memory store too.
+#[test]
+fn an_in_memory_store_runs_fail_mode_executions() {
+    let kit = McpTestKit::new(
+        Arc::new(InMemoryExecutionStore::default()),
+        BTreeMap::<String, String>::new(),
+    )
+    .unwrap();
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Fail);
+    let result = finished(&handle);
+    assert_eq!(
+        failure(&result).code,
+        Some(FailureCode::ElicitationUnhandled)
+    );
+}
+
+/// `result(timeout)` raises `OperationTimeout` when the wait runs out.
+#[test]
+fn result_times_out_while_the_round_waits() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db);
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Managed);
+    wait_pending(&handle);
+    let err = handle.result(Some(Duration::from_millis(200))).unwrap_err();
+    assert!(matches!(err, ExecutionError::OperationTimeout(_)), "{err}");
+    assert_eq!(
+        handle.snapshot().unwrap().lifecycle,
+        ExecutionStatus::Running
+    );
+    handle.cancel().unwrap();
+    assert_eq!(finished(&handle).outcome.kind, OutcomeKind::Cancelled);
+}
+
+/// A worker process killed with SIGKILL while it owns a pending round: once its lease expires,
+/// recovery (a new kit's start-up) fails the round with `recovery_unavailable`, finishes the
+/// execution failed, and a late answer is refused. A live worker's round is left alone.
+#[test]
+fn a_killed_worker_s_round_is_recovered_and_a_live_one_is_not() {
+    let db = TempDb::new();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_m3-test-fault-worker"))
+        .args(["kit", db.path.to_str().unwrap(), "800", SHIPPING_SERVER])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let mut words = line.split_whitespace().skip(1);
+    let (round_id, execution_id) = (
+        words.next().unwrap().to_string(),
+        words.next().unwrap().to_string(),
+    );
+
+    // A live worker in this process, with a pending round of its own.
+    let (_store, live_kit) = kit_on(&db);
+    let live = submit(&live_kit, shipping_server(&[]), HumanInput::Managed);
+    let live_round = wait_pending(&live);
+
+    // While the killed worker's lease is live, recovery leaves its round alone too.
+    assert_eq!(live_kit.recover().unwrap().0, 0);
+
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+
+    let (store, recovering) = kit_on(&db);
+    let (rounds, executions) = recovering.recover().unwrap();
+    assert_eq!((rounds, executions), (1, 1));
+    assert_eq!(
+        round_failure(&db, &round_id),
+        FailureCode::RecoveryUnavailable
+    );
+    let managed = store.managed_input_store().unwrap().unwrap();
+    let late = managed
+        .submit_responses(&round_id, &address(), "late")
+        .unwrap_err();
+    assert!(
+        matches!(
+            late,
+            ManagedInputError::Recovery(_) | ManagedInputError::State(_)
+        ),
+        "{late}"
+    );
+    // The execution finished failed, and stays so when reopened.
+    drop((recovering, store));
+    let reopened = SqliteExecutionStore::open(&db.path).unwrap();
+    let state = reopened
+        .executions()
+        .unwrap()
+        .snapshot(&execution_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        state.status,
+        m3::bindings::m3::managed_input::types::ExecutionStatus::Finished
+    );
+    // The live worker's round is untouched and still answerable.
+    assert_eq!(
+        db.store()
+            .get_round(&live_round.round_id)
+            .unwrap()
+            .unwrap()
+            .status,
+        ManagedInputStatus::Pending
+    );
+    live.respond_elicitation(&live_round.round_id, address(), "k")
+        .unwrap();
+    assert!(finished(&live).succeeded());
+}

@@ -3,6 +3,10 @@
 //! with `M3_FAULT_POINT` (and `M3_FAULT_HIT`) it is killed with SIGKILL at that point.
 //!
 //! Usage: `m3-test-fault-worker DB LEASE_TTL_MS`
+//!
+//! `m3-test-fault-worker kit DB LEASE_TTL_MS SHIPPING_SERVER` instead runs a kit whose worker
+//! waits on a managed round of the shipping server: it prints `pending ROUND EXECUTION` once the
+//! round is pending, then waits (renewing its lease) until it is killed.
 
 use m3::{
     ElicitationResponse, ManagedInputStore, NewRound, OwnerClaim, SqliteManagedInputStore,
@@ -13,8 +17,47 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
+fn kit(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
+    let usage = || anyhow::anyhow!("usage: kit DB LEASE_TTL_MS SHIPPING_SERVER");
+    let db = args.next().ok_or_else(usage)?;
+    let ttl = Duration::from_millis(args.next().ok_or_else(usage)?.parse()?);
+    let server = args.next().ok_or_else(usage)?;
+    let store = std::sync::Arc::new(m3::SqliteExecutionStore::open(&db)?);
+    let options = m3::KitOptions {
+        lease_ttl: ttl,
+        lease_renew: ttl / 4,
+    };
+    let kit = m3::McpTestKit::with_options(store, BTreeMap::<String, String>::new(), options)?;
+    let agent = kit
+        .agents([m3::AgentSpec::scripted(m3::Script::call(
+            "shipping:book_shipment",
+            json!({"item": "book"}),
+        ))])?
+        .remove(0);
+    let handle = agent.submit(
+        m3::Submission::new("Book a shipment.", m3::StdioServer::new("shipping", server))
+            .tools(["shipping:book_shipment"])
+            .human_input(m3::HumanInput::Managed),
+    )?;
+    loop {
+        if let Some(pending) = handle.pending_elicitation()? {
+            println!("pending {} {}", pending.round_id, pending.execution_id);
+            std::io::stdout().flush()?;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
 fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some("kit") {
+        args.next();
+        return kit(args);
+    }
     let db = args
         .next()
         .ok_or_else(|| anyhow::anyhow!("usage: DB LEASE_TTL_MS"))?;

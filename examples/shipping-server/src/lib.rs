@@ -69,6 +69,11 @@ struct Args {
     /// Also offer the tool `report_env`, which returns this process's environment as JSON text.
     #[arg(long)]
     report_env: bool,
+
+    /// Append every line received on stdin to this file, as received (a test knob: tests read
+    /// what the server was sent, e.g. a `cancel` answer or `notifications/cancelled`).
+    #[arg(long, value_name = "PATH")]
+    transcript: Option<std::path::PathBuf>,
 }
 
 /// The `--era` values.
@@ -217,8 +222,22 @@ pub fn run() -> io::Result<()> {
     let mut server = Server::new(&args);
     let stdin = io::stdin();
     let mut stdout = io::stdout().lock();
+    let mut transcript = match &args.transcript {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?,
+        ),
+        None => None,
+    };
     for line in stdin.lock().lines() {
         let line = line?;
+        if let Some(file) = transcript.as_mut() {
+            file.write_all(line.as_bytes())?;
+            file.write_all(b"\n")?;
+            file.flush()?;
+        }
         for message in server.on_line(&line) {
             let text = serde_json::to_string(&message).map_err(io::Error::other)?;
             stdout.write_all(text.as_bytes())?;

@@ -166,8 +166,11 @@ impl AsyncMcpTestKit {
     pub async fn recover(&self) -> Result<(u32, u32), ExecutionError> {
         let kit = self.clone();
         let report = tokio::task::spawn_blocking(move || {
-            let executions = kit.executions()?;
-            executions.recover().map_err(ExecutionError::from)
+            let executions = kit.inner.store.executions()?;
+            let report = executions.recover()?;
+            // Start-up recovery is done: later use of the store does not run it again.
+            let _ = kit.inner.executions.set(executions);
+            Ok::<_, ExecutionError>(report)
         })
         .await
         .map_err(|e| ExecutionError::Runtime(e.to_string()))??;
