@@ -166,11 +166,26 @@ impl runtime_export::Guest for Component {
         runtime::execution::insert(spec).map_err(runtime_export::SubmitError::Failed)
     }
 
-    fn snapshot(
-        execution_id: String,
-    ) -> Result<Option<runtime_export::ExecutionState>, ManagedInputError> {
+    fn snapshot(execution_id: String) -> Result<runtime_export::ExecutionState, ManagedInputError> {
         runtime::execution::check_execution_id(&execution_id)?;
         runtime::execution::snapshot(&execution_id)
+    }
+
+    fn pending_elicitation(
+        execution_id: String,
+    ) -> Result<Option<PendingRound>, ManagedInputError> {
+        runtime::execution::check_execution_id(&execution_id)?;
+        runtime::execution::pending_round(&execution_id)
+    }
+
+    fn respond(
+        execution_id: String,
+        round_id: String,
+        responses: String,
+        idempotency_key: String,
+    ) -> Result<(), ManagedInputError> {
+        runtime::execution::check_execution_id(&execution_id)?;
+        runtime::execution::respond(&execution_id, &round_id, &responses, &idempotency_key)
     }
 
     fn request_cancel(

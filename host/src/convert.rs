@@ -208,7 +208,8 @@ pub fn pending_round(p: &PendingElicitationRound) -> wit::PendingRound {
     }
 }
 
-fn pending_round_back(p: &wit::PendingRound) -> Converted<PendingElicitationRound> {
+/// WIT -> public pending round.
+pub fn pending_round_back(p: &wit::PendingRound) -> Converted<PendingElicitationRound> {
     Ok(PendingElicitationRound {
         round_id: p.round_id.clone(),
         execution_id: p.execution_id.clone(),
@@ -420,6 +421,7 @@ fn error_code_back(code: wit::ErrorCode) -> ErrorCode {
         W::DeadlineExceeded => ErrorCode::DeadlineExceeded,
         W::ExecutionNotFound => ErrorCode::ExecutionNotFound,
         W::ExecutionNotRunnable => ErrorCode::ExecutionNotRunnable,
+        W::AmbiguousPendingRound => ErrorCode::AmbiguousPendingRound,
         W::RecoveryUnavailable => ErrorCode::RecoveryUnavailable,
         W::ReclaimUnsafe => ErrorCode::ReclaimUnsafe,
         W::StorageBusy => ErrorCode::StorageBusy,

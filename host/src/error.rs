@@ -60,6 +60,7 @@ error_codes! {
     DeadlineExceeded => "deadline_exceeded",
     ExecutionNotFound => "execution_not_found",
     ExecutionNotRunnable => "execution_not_runnable",
+    AmbiguousPendingRound => "ambiguous_pending_round",
     RecoveryUnavailable => "recovery_unavailable",
     ReclaimUnsafe => "reclaim_unsafe",
     StorageBusy => "storage_busy",

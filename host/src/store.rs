@@ -189,6 +189,21 @@ impl SqliteManagedInputStore {
         self.db.path()
     }
 
+    /// The edge limit on a response map's size, checked before it reaches the component.
+    pub(crate) fn check_responses_size(&self, responses: &str) -> StoreResult<()> {
+        if responses.len() > self.options.max_responses_bytes {
+            return Err(ManagedInputError::edge_validation(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "responses are {} bytes; the limit is {}",
+                    responses.len(),
+                    self.options.max_responses_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The instances that serve this store's synchronous calls.
     pub(crate) fn pool(&self) -> &InstancePool {
         &self.pool
@@ -333,16 +348,7 @@ impl ManagedInputStore for SqliteManagedInputStore {
         responses: &str,
         idempotency_key: &str,
     ) -> StoreResult<ManagedInputRecord> {
-        if responses.len() > self.options.max_responses_bytes {
-            return Err(ManagedInputError::edge_validation(
-                ErrorCode::PayloadTooLarge,
-                format!(
-                    "responses are {} bytes; the limit is {}",
-                    responses.len(),
-                    self.options.max_responses_bytes
-                ),
-            ));
-        }
+        self.check_responses_size(responses)?;
         self.record("submit_responses.returned", |g, s| {
             g.call_submit_responses(s, round_id, &responses.to_owned(), idempotency_key)
         })

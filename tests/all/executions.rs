@@ -766,7 +766,6 @@ fn a_killed_worker_s_round_is_recovered_and_a_live_one_is_not() {
         .executions()
         .unwrap()
         .snapshot(&execution_id)
-        .unwrap()
         .unwrap();
     assert_eq!(
         state.status,
@@ -784,4 +783,61 @@ fn a_killed_worker_s_round_is_recovered_and_a_live_one_is_not() {
     live.respond_elicitation(&live_round.round_id, address(), "k")
         .unwrap();
     assert!(finished(&live).succeeded());
+}
+
+/// More than one pending round for an execution is a `ManagedInputStateError`; a round of
+/// another execution cannot be answered through this handle.
+#[test]
+fn pending_elicitation_refuses_an_ambiguous_execution() {
+    let db = TempDb::new();
+    let (executions, kit) = kit_on(&db);
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Managed);
+    let pending = wait_pending(&handle);
+    let store = db.store();
+    let mut extra = address_round("extra-round");
+    extra.execution_id = handle.execution_id().to_string();
+    store.create_round(&extra).unwrap();
+    match handle.pending_elicitation() {
+        Err(ExecutionError::ManagedInput(ManagedInputError::State(e))) => {
+            assert_eq!(e.code(), ErrorCode::AmbiguousPendingRound)
+        }
+        other => panic!("expected ManagedInputStateError, got {other:?}"),
+    }
+    store
+        .create_round(&address_round("other-execution"))
+        .unwrap();
+    match handle.respond_elicitation("other-execution", address(), "k") {
+        Err(ExecutionError::ManagedInput(ManagedInputError::State(e))) => {
+            assert_eq!(e.code(), ErrorCode::RoundNotFound)
+        }
+        other => panic!("expected ManagedInputStateError, got {other:?}"),
+    }
+    assert_eq!(
+        store.get_round("other-execution").unwrap().unwrap().status,
+        ManagedInputStatus::Pending,
+        "nothing was stored"
+    );
+    // A second worker cannot run it while its worker does.
+    let second =
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(executions.executions().unwrap().run(
+                handle.execution_id(),
+                "second-worker",
+                BTreeMap::new(),
+                Arc::new(tokio::sync::Notify::new()),
+            ));
+    match second {
+        Err(ManagedInputError::State(e)) => assert_eq!(e.code(), ErrorCode::ExecutionNotRunnable),
+        other => panic!("expected ManagedInputStateError, got {other:?}"),
+    }
+    // Empty ids are refused by the store's rules.
+    assert!(handle.respond_elicitation("", address(), "k").is_err());
+    assert!(
+        handle
+            .respond_elicitation(&pending.round_id, address(), "")
+            .is_err()
+    );
+    handle.cancel().unwrap();
+    assert_eq!(finished(&handle).outcome.kind, OutcomeKind::Cancelled);
 }

@@ -91,6 +91,8 @@ fn linker_gives_the_guest_only_wasi_random_and_m3_imports() -> Result<()> {
         "m3:managed-input/types",
         "m3:managed-input/clock",
         "m3:managed-input/store",
+        "m3:managed-input/process",
+        "m3:managed-input/events",
     ]
     .map(String::from)
     .into();

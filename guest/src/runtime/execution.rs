@@ -3,11 +3,14 @@
 //! the row version.
 
 use crate::errors::{Outcome, state, validation};
+use crate::exports::m3::managed_input::managed_input::ListFilter;
 use crate::exports::m3::managed_input::runtime::{
     ExecutionOutcome, ExecutionSpec, ExecutionState, OutcomeKind, ToolResult,
 };
 use crate::m3::managed_input::store::{ExecutionRow, Transaction, TransactionMode};
-use crate::m3::managed_input::types::{ErrorCode, ExecutionStatus, Timestamp};
+use crate::m3::managed_input::types::{
+    ErrorCode, ExecutionStatus, PendingRound, Status, Timestamp,
+};
 use crate::store_protocol::{begin, store_error};
 use crate::{lease, time};
 use serde::{Deserialize, Serialize};
@@ -140,9 +143,43 @@ pub fn insert(spec: ExecutionSpec) -> Outcome<ExecutionState> {
 }
 
 /// `snapshot`.
-pub fn snapshot(execution_id: &str) -> Outcome<Option<ExecutionState>> {
+pub fn snapshot(execution_id: &str) -> Outcome<ExecutionState> {
     let tx = begin(TransactionMode::Read)?;
-    Ok(load(&tx, execution_id)?.map(|l| state_of(&l.row, &l.document)))
+    let loaded = load_existing(&tx, execution_id)?;
+    Ok(state_of(&loaded.row, &loaded.document))
+}
+
+/// `pending-round`: the single pending round of the execution, or none.
+pub fn pending_round(execution_id: &str) -> Outcome<Option<PendingRound>> {
+    let mut pending = crate::store_protocol::list_rounds(ListFilter {
+        execution_id: Some(execution_id.to_string()),
+        status: Some(Status::Pending),
+        limit: Some(2),
+    })?;
+    if pending.len() > 1 {
+        return Err(state(
+            ErrorCode::AmbiguousPendingRound,
+            format!("execution {execution_id} has more than one pending round"),
+        ));
+    }
+    Ok(pending.pop().map(|r| r.pending))
+}
+
+/// `respond`: answers a round of this execution.
+pub fn respond(execution_id: &str, round_id: &str, responses: &str, key: &str) -> Outcome<()> {
+    if !round_id.is_empty()
+        && let Some(record) = crate::store_protocol::get_round(round_id)?
+        && record.pending.execution_id != execution_id
+    {
+        return Err(state(
+            ErrorCode::RoundNotFound,
+            format!(
+                "round {} does not belong to execution {execution_id}",
+                crate::errors::bounded(round_id)
+            ),
+        ));
+    }
+    crate::store_protocol::submit_responses(round_id, responses, key).map(|_| ())
 }
 
 /// The final outcome of a cancelled execution.

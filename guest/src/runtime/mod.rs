@@ -2,12 +2,12 @@
 //! recovery. The MCP session itself is a state machine written "sans I/O" ([`scripted`]); the
 //! worker performs its actions against the host's `process`/`events` imports and the store.
 //!
-//! - [`scripted`]: one MCP server connection driven by the scripted harness: era probe,
+//! - `scripted`: one MCP server connection driven by the scripted harness: era probe,
 //!   handshake, the script's tool calls in order, and elicitation rounds in both eras.
-//! - [`worker`]: `run-execution`: claim, spawn, wait, deliver, renew, finish.
-//! - [`execution`]: the executions table (submit, snapshot, cancel requests, leases, outcome).
-//! - [`plan`]: elicitation plans for human input mode `fail`.
-//! - [`recovery`]: `recover`.
+//! - `worker`: `run-execution`: claim, spawn, wait, deliver, renew, finish.
+//! - `execution`: the executions table (submit, snapshot, cancel requests, leases, outcome).
+//! - `plan`: elicitation plans for human input mode `fail`.
+//! - `recovery`: `recover`.
 
 pub mod execution;
 pub mod plan;

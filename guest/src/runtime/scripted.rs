@@ -166,6 +166,9 @@ enum State {
     },
     Initializing {
         id: u64,
+        /// The probe that timed out, if any: a late successful answer to it still wins (a
+        /// dual-era server may have committed the connection to the modern era by then).
+        late_probe: Option<u64>,
     },
     Calling {
         id: u64,
@@ -228,8 +231,11 @@ impl ScriptedSession {
             Input::Start => self.start(&mut out),
             Input::Line(line) => self.line(&line, &mut out),
             Input::ProbeTimedOut => {
-                if matches!(self.state, State::Probing { .. }) {
+                if let State::Probing { id } = self.state {
                     self.decided(era::decide(&ProbeOutcome::TimedOut), &mut out);
+                    if let State::Initializing { late_probe, .. } = &mut self.state {
+                        *late_probe = Some(id);
+                    }
                 }
             }
             Input::Answer(responses) => self.answer(responses, &mut out),
@@ -312,7 +318,10 @@ impl ScriptedSession {
                     "initialize",
                     era::initialize_params(),
                 )));
-                self.state = State::Initializing { id };
+                self.state = State::Initializing {
+                    id,
+                    late_probe: None,
+                };
             }
         }
     }
@@ -539,7 +548,20 @@ impl ScriptedSession {
                 };
                 self.decided(era::decide(&probe), out);
             }
-            State::Initializing { id: init } if id == &json!(init) => match outcome {
+            State::Initializing {
+                late_probe: Some(probe),
+                ..
+            } if id == &json!(probe) => {
+                // The probe's answer came after the fallback `initialize` was sent: a server
+                // that speaks the modern era now expects it (its `initialize` answer is ignored).
+                if let Ok(result) = outcome
+                    && era::decide(&ProbeOutcome::Discovered(result)) == Era::Modern
+                {
+                    self.era = Era::Modern;
+                    self.next_step(out);
+                }
+            }
+            State::Initializing { id: init, .. } if id == &json!(init) => match outcome {
                 Ok(_) => {
                     out.push(Action::Send(message::notification(
                         "notifications/initialized",
@@ -816,6 +838,24 @@ impl ScriptedSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_late_discover_answer_after_the_fallback_still_selects_the_modern_era() {
+        let mut s = session(EraChoice::Auto, Mode::Managed);
+        s.handle(Input::Start);
+        let fallback = s.handle(Input::ProbeTimedOut);
+        assert_eq!(sent(&fallback)[0]["method"], "initialize");
+        let discovered = json!({"jsonrpc": "2.0", "id": 1, "result": {
+            "supportedVersions": [crate::mcp::MODERN_VERSION],
+            "capabilities": {}, "serverInfo": {"name": "x", "version": "1"}}});
+        let actions = s.handle(line(discovered));
+        assert_eq!(s.era(), Era::Modern);
+        assert_eq!(sent(&actions)[0]["method"], "tools/call");
+        // The server then refuses the late `initialize`: ignored, the call goes on.
+        let refused = json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -32022, "message": "x"}});
+        assert!(s.handle(line(refused)).is_empty());
+        assert!(!s.is_done());
+    }
     use crate::m3::managed_input::types::ElicitationAction;
 
     fn session(era: EraChoice, mode: Mode) -> ScriptedSession {

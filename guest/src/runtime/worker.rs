@@ -556,8 +556,9 @@ impl Worker {
         if slot.answered {
             return Ok(inputs);
         }
-        match store_protocol::get_round(&slot.round_id) {
-            Ok(Some(record)) => match record.status {
+        // A read that fails is retried at the next event.
+        if let Ok(Some(record)) = store_protocol::get_round(&slot.round_id) {
+            match record.status {
                 Status::ResponseValidated => {
                     slot.answered = true;
                     inputs.push(Input::Answer(record.responses.unwrap_or_default()));
@@ -579,8 +580,7 @@ impl Worker {
                     )));
                 }
                 _ => {}
-            },
-            Ok(None) | Err(_) => {}
+            }
         }
         Ok(inputs)
     }

@@ -3,11 +3,8 @@
 use super::execution::{
     ExecutionError, ExecutionResult, ExecutionState, ExecutionStatus, OperationTimeout, state_back,
 };
-use crate::error::{ErrorCode, ErrorDetail, ManagedInputError, ManagedInputStateError};
-use crate::record::{ManagedInputStatus, RoundFilter};
 use crate::response::ElicitationResponse;
 use crate::round::PendingElicitationRound;
-use crate::store::ManagedInputStore;
 use crate::worker::Executions;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,17 +27,6 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ExecutionError::Runtime(e.to_string()))?
-}
-
-fn state_error(code: ErrorCode, message: String) -> ExecutionError {
-    ExecutionError::ManagedInput(ManagedInputError::State(ManagedInputStateError {
-        detail: ErrorDetail {
-            code,
-            message,
-            request_key: None,
-            field: None,
-        },
-    }))
 }
 
 /// An execution, for async callers (tokio).
@@ -69,25 +55,7 @@ impl AsyncExecutionHandle {
         &self,
     ) -> Result<Option<PendingElicitationRound>, ExecutionError> {
         let shared = self.shared.clone();
-        blocking(move || {
-            let filter = RoundFilter {
-                execution_id: Some(shared.execution_id.clone()),
-                status: Some(ManagedInputStatus::Pending),
-                limit: Some(2),
-            };
-            let mut pending = shared.executions.store().list_rounds(&filter)?;
-            if pending.len() > 1 {
-                return Err(state_error(
-                    ErrorCode::InvalidTransition,
-                    format!(
-                        "execution {} has more than one pending round",
-                        shared.execution_id
-                    ),
-                ));
-            }
-            Ok(pending.pop().map(|r| r.pending))
-        })
-        .await
+        blocking(move || Ok(shared.executions.pending_round(&shared.execution_id)?)).await
     }
 
     /// Validates and commits answers to one of this execution's rounds, then wakes its worker,
@@ -98,23 +66,14 @@ impl AsyncExecutionHandle {
         responses: BTreeMap<String, ElicitationResponse>,
         idempotency_key: &str,
     ) -> Result<(), ExecutionError> {
+        let text = serde_json::to_string(&responses)
+            .map_err(|e| ExecutionError::Runtime(format!("responses cannot be encoded: {e}")))?;
         let shared = self.shared.clone();
         let (round_id, key) = (round_id.to_string(), idempotency_key.to_string());
         blocking(move || {
-            let store = shared.executions.store();
-            if !round_id.is_empty()
-                && let Some(record) = store.get_round(&round_id)?
-                && record.pending.execution_id != shared.execution_id
-            {
-                return Err(state_error(
-                    ErrorCode::RoundNotFound,
-                    format!(
-                        "round {round_id} does not belong to execution {}",
-                        shared.execution_id
-                    ),
-                ));
-            }
-            store.submit_responses(&round_id, &responses, &key)?;
+            shared
+                .executions
+                .respond(&shared.execution_id, &round_id, &text, &key)?;
             shared.wake.notify_one();
             Ok(())
         })
@@ -185,13 +144,9 @@ impl AsyncExecutionHandle {
 }
 
 fn snapshot(shared: &Shared) -> Result<ExecutionState, ExecutionError> {
-    match shared.executions.snapshot(&shared.execution_id)? {
-        Some(state) => Ok(state_back(&state)),
-        None => Err(state_error(
-            ErrorCode::ExecutionNotFound,
-            format!("execution {} does not exist", shared.execution_id),
-        )),
-    }
+    Ok(state_back(
+        &shared.executions.snapshot(&shared.execution_id)?,
+    ))
 }
 
 /// An execution, for blocking callers.

@@ -85,41 +85,39 @@ impl ExecutionIo {
     }
 
     async fn next(&mut self, timeout: Duration) -> Event {
+        // Output first, so lines written before an exit are never lost behind it.
+        if let Some(output) = self.output.as_mut()
+            && let Ok(event) = output.try_recv()
+        {
+            return self.output_event(event);
+        }
         let sleep = tokio::time::sleep(timeout);
         tokio::pin!(sleep);
-        loop {
-            // Output first, so lines written before an exit are never lost behind it.
-            if let Some(output) = self.output.as_mut()
-                && let Ok(event) = output.try_recv()
-            {
-                return self.output_event(event);
+        tokio::select! {
+            biased;
+            event = recv(self.output.as_mut()), if self.output.is_some() && !self.stdout_closed => {
+                match event {
+                    Some(event) => self.output_event(event),
+                    None => {
+                        self.stdout_closed = true;
+                        Event::StdoutClosed
+                    }
+                }
             }
-            tokio::select! {
-                biased;
-                event = recv(self.output.as_mut()), if self.output.is_some() && !self.stdout_closed => {
-                    match event {
-                        Some(event) => return self.output_event(event),
-                        None => {
-                            self.stdout_closed = true;
-                            return Event::StdoutClosed;
-                        }
-                    }
-                }
-                status = wait(self.child.as_mut()), if self.stdout_closed && !self.exit_reported && self.child.is_some() => {
-                    self.exit_reported = true;
-                    return Event::Exited(status);
-                }
-                _ = self.wake.notified() => return Event::Wake,
-                changed = self.changes.changed() => {
-                    if changed.is_ok() {
-                        return Event::Wake;
-                    }
+            code = wait(self.child.as_mut()), if self.stdout_closed && !self.exit_reported && self.child.is_some() => {
+                self.exit_reported = true;
+                Event::Exited(code)
+            }
+            _ = self.wake.notified() => Event::Wake,
+            changed = self.changes.changed() => {
+                if changed.is_err() {
                     // The change poller stopped: fall back to the timeout alone.
                     sleep.as_mut().await;
                     return Event::Timeout;
                 }
-                _ = &mut sleep => return Event::Timeout,
+                Event::Wake
             }
+            _ = &mut sleep => Event::Timeout,
         }
     }
 

@@ -14,6 +14,7 @@ use crate::cpu_time::ThreadCpuTime;
 use crate::error::{EngineError, EngineErrorKind, ManagedInputError};
 use crate::guest_imports::HostState;
 use crate::instance::bounded_store;
+use crate::round::PendingElicitationRound;
 use crate::store::{SqliteManagedInputStore, StoreResult};
 use changes::DatabaseChanges;
 use io::ExecutionIo;
@@ -69,11 +70,51 @@ impl Executions {
         })
     }
 
-    /// The execution's state, if it exists.
-    pub fn snapshot(&self, execution_id: &str) -> StoreResult<Option<wit::ExecutionState>> {
+    /// The execution's state.
+    pub fn snapshot(&self, execution_id: &str) -> StoreResult<wit::ExecutionState> {
         self.store
             .pool()
             .call(|b, s| b.m3_managed_input_runtime().call_snapshot(s, execution_id))?
+            .map_err(|e| convert::error_back(&e))
+    }
+
+    /// The execution's single pending round, or `None`.
+    pub fn pending_round(
+        &self,
+        execution_id: &str,
+    ) -> StoreResult<Option<PendingElicitationRound>> {
+        let round = self
+            .store
+            .pool()
+            .call(|b, s| {
+                b.m3_managed_input_runtime()
+                    .call_pending_elicitation(s, execution_id)
+            })?
+            .map_err(|e| convert::error_back(&e))?;
+        round.map(|r| convert::pending_round_back(&r)).transpose()
+    }
+
+    /// Validates and commits answers (a JSON response map) to a round of this execution.
+    pub fn respond(
+        &self,
+        execution_id: &str,
+        round_id: &str,
+        responses: &str,
+        idempotency_key: &str,
+    ) -> StoreResult<()> {
+        self.store.check_responses_size(responses)?;
+        let responses = responses.to_owned();
+        self.store
+            .pool()
+            .call(|b, s| {
+                b.m3_managed_input_runtime().call_respond(
+                    s,
+                    execution_id,
+                    round_id,
+                    &responses,
+                    idempotency_key,
+                )
+            })?
             .map_err(|e| convert::error_back(&e))
     }
 
