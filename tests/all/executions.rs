@@ -841,3 +841,64 @@ fn pending_elicitation_refuses_an_ambiguous_execution() {
     handle.cancel().unwrap();
     assert_eq!(finished(&handle).outcome.kind, OutcomeKind::Cancelled);
 }
+
+/// The worker renews its leases: a round stays answerable long after one lease length.
+#[test]
+fn the_worker_renews_its_leases_while_the_round_waits() {
+    let db = TempDb::new();
+    let store = Arc::new(SqliteExecutionStore::open(&db.path).unwrap());
+    let options = KitOptions {
+        lease_ttl: Duration::from_millis(400),
+        lease_renew: Duration::from_millis(100),
+    };
+    let kit = McpTestKit::with_options(store, BTreeMap::<String, String>::new(), options).unwrap();
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Managed);
+    let pending = wait_pending(&handle);
+    let first = db.store().get_round(&pending.round_id).unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // Recovery by another kit finds nothing to do: the lease is alive.
+    let (_other_store, other) = kit_on(&db);
+    assert_eq!(other.recover().unwrap(), (0, 0));
+    let later = db.store().get_round(&pending.round_id).unwrap().unwrap();
+    assert!(
+        later.lease.as_ref().unwrap().expires_at > first.lease.as_ref().unwrap().expires_at,
+        "the lease was extended"
+    );
+    handle
+        .respond_elicitation(&pending.round_id, address(), "k")
+        .unwrap();
+    assert!(finished(&handle).succeeded());
+}
+
+/// Dropping the blocking kit cancels its running executions; no child is left behind.
+#[test]
+fn dropping_the_kit_cancels_its_executions_and_reaps_their_servers() {
+    let db = TempDb::new();
+    let log = db.dir.path().join("transcript.jsonl");
+    let (_store, kit) = kit_on(&db);
+    let handle = submit(
+        &kit,
+        shipping_server(&["--era", "legacy", "--transcript", log.to_str().unwrap()])
+            .era(McpEra::Legacy),
+        HumanInput::Managed,
+    );
+    let pending = wait_pending(&handle);
+    let execution_id = handle.execution_id().to_string();
+    drop(handle);
+    drop(kit);
+    assert_no_server_left(&db);
+    assert_eq!(
+        round_failure(&db, &pending.round_id),
+        FailureCode::Cancelled
+    );
+    let reopened = SqliteExecutionStore::open(&db.path).unwrap();
+    let state = reopened
+        .executions()
+        .unwrap()
+        .snapshot(&execution_id)
+        .unwrap();
+    assert_eq!(
+        state.status,
+        m3::bindings::m3::managed_input::types::ExecutionStatus::Finished
+    );
+}

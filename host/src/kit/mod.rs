@@ -177,6 +177,37 @@ impl AsyncMcpTestKit {
         Ok((report.rounds_failed, report.executions_failed))
     }
 
+    /// Cancels every execution of this kit that is still running and waits (up to `grace`) for
+    /// their workers to finish, so that every child process is killed and reaped. Returns how
+    /// many workers were still running when the grace period ended.
+    pub async fn shutdown(&self, grace: Duration) -> usize {
+        let running: Vec<Arc<Shared>> = self
+            .inner
+            .submitted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|s| s.worker.borrow().is_none())
+            .cloned()
+            .collect();
+        for shared in &running {
+            let handle = AsyncExecutionHandle {
+                shared: shared.clone(),
+            };
+            let _ = handle.cancel().await;
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut left = 0;
+        for shared in running {
+            let mut worker = shared.worker.clone();
+            let ended = tokio::time::timeout_at(deadline, worker.wait_for(Option::is_some)).await;
+            if !matches!(ended, Ok(Ok(_))) {
+                left += 1;
+            }
+        }
+        left
+    }
+
     async fn submit(
         &self,
         agent: &AgentSpec,
@@ -306,7 +337,11 @@ impl AsyncAgent {
     }
 }
 
-/// The blocking test kit: an [`AsyncMcpTestKit`] on its own tokio runtime.
+/// How long dropping a [`McpTestKit`] waits for its cancelled workers.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The blocking test kit: an [`AsyncMcpTestKit`] on its own tokio runtime. Dropping it cancels
+/// its running executions and waits for their workers (see [`AsyncMcpTestKit::shutdown`]).
 #[derive(Debug)]
 pub struct McpTestKit {
     inner: AsyncMcpTestKit,
@@ -371,6 +406,17 @@ impl McpTestKit {
     /// See [`AsyncMcpTestKit::recover`].
     pub fn recover(&self) -> Result<(u32, u32), ExecutionError> {
         self.runtime.block_on(self.inner.recover())
+    }
+
+    /// See [`AsyncMcpTestKit::shutdown`].
+    pub fn shutdown(&self, grace: Duration) -> usize {
+        self.runtime.block_on(self.inner.shutdown(grace))
+    }
+}
+
+impl Drop for McpTestKit {
+    fn drop(&mut self) {
+        self.shutdown(SHUTDOWN_GRACE);
     }
 }
 
