@@ -292,6 +292,33 @@ pub fn cancel_requested(execution_id: &str) -> Outcome<bool> {
     Ok(load(&tx, execution_id)?.is_some_and(|l| l.document.cancel_requested))
 }
 
+/// What a waiting worker looks at after a wake-up.
+pub struct Observed {
+    /// A cancel was requested.
+    pub cancel_requested: bool,
+    /// The round it waits on, if it asked for one and it exists.
+    pub round: Option<crate::m3::managed_input::types::ManagedInputRecord>,
+}
+
+/// Reads the cancel flag and the round `round_id` in one read transaction.
+pub fn observe(execution_id: &str, round_id: Option<&str>) -> Outcome<Observed> {
+    let tx = begin(TransactionMode::Read)?;
+    let cancel_requested = load(&tx, execution_id)?.is_some_and(|l| l.document.cancel_requested);
+    let round = match round_id {
+        Some(id) => tx
+            .get(id)
+            .map_err(store_error)?
+            .as_ref()
+            .map(crate::record::from_row)
+            .transpose()?,
+        None => None,
+    };
+    Ok(Observed {
+        cancel_requested,
+        round,
+    })
+}
+
 /// Appends a tool result to the running execution.
 pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Outcome<()> {
     let tx = begin(TransactionMode::Write)?;

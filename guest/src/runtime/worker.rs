@@ -523,9 +523,9 @@ impl Worker {
             self.probe_deadline = None;
             inputs.push(Input::ProbeTimedOut);
         }
-        let cancel = if time::at_or_after(&now, &self.next_renewal) {
+        if time::at_or_after(&now, &self.next_renewal) {
             self.next_renewal = time::add_millis(&now, self.spec.lease_renew_ms);
-            let cancel = execution::renew(&self.held).map_err(|e| {
+            execution::renew(&self.held).map_err(|e| {
                 Stop(failed(
                     FailureKind::RoundFailed,
                     Some(FailureCode::RecoveryUnavailable),
@@ -541,46 +541,47 @@ impl Worker {
             {
                 slot.lease = lease;
             }
-            cancel
-        } else {
-            execution::cancel_requested(&self.held.execution_id).unwrap_or(false)
+        }
+        // One read transaction for the cancel flag and the open round. A read that fails is
+        // retried at the next event.
+        let waiting = self
+            .slot
+            .as_ref()
+            .filter(|s| !s.answered)
+            .map(|s| s.round_id.clone());
+        let Ok(observed) = execution::observe(&self.held.execution_id, waiting.as_deref()) else {
+            return Ok(inputs);
         };
-        if cancel && !self.cancel_fed {
+        if observed.cancel_requested && !self.cancel_fed {
             self.cancel_fed = true;
             inputs.push(Input::Cancel);
             return Ok(inputs);
         }
-        let Some(slot) = &mut self.slot else {
+        let (Some(slot), Some(record)) = (&mut self.slot, observed.round) else {
             return Ok(inputs);
         };
-        if slot.answered {
-            return Ok(inputs);
-        }
-        // A read that fails is retried at the next event.
-        if let Ok(Some(record)) = store_protocol::get_round(&slot.round_id) {
-            match record.status {
-                Status::ResponseValidated => {
-                    slot.answered = true;
-                    inputs.push(Input::Answer(record.responses.unwrap_or_default()));
-                }
-                Status::Pending => {
-                    if let Some(deadline) = &slot.deadline
-                        && time::at_or_after(&now, deadline)
-                    {
-                        inputs.push(Input::DeadlineExpired);
-                    }
-                }
-                Status::Failed => {
-                    let code = record.failure.map(|f| f.code);
-                    self.slot = None;
-                    return Err(Stop(failed(
-                        FailureKind::RoundFailed,
-                        code,
-                        "the round was failed by another worker",
-                    )));
-                }
-                _ => {}
+        match record.status {
+            Status::ResponseValidated => {
+                slot.answered = true;
+                inputs.push(Input::Answer(record.responses.unwrap_or_default()));
             }
+            Status::Pending => {
+                if let Some(deadline) = &slot.deadline
+                    && time::at_or_after(&now, deadline)
+                {
+                    inputs.push(Input::DeadlineExpired);
+                }
+            }
+            Status::Failed => {
+                let code = record.failure.map(|f| f.code);
+                self.slot = None;
+                return Err(Stop(failed(
+                    FailureKind::RoundFailed,
+                    code,
+                    "the round was failed by another worker",
+                )));
+            }
+            _ => {}
         }
         Ok(inputs)
     }
