@@ -16,6 +16,7 @@ build:
 example:
     cargo run -p minimal-host
 
-# Engine benchmark: prints a table, writes target/bench/engine.json
+# Benchmarks: print tables, write target/bench/engine.json and target/bench/executions.json
 bench:
     cargo bench -p m3 --bench engine
+    cargo bench -p m3 --bench executions
