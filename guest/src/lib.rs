@@ -171,6 +171,13 @@ impl runtime_export::Guest for Component {
         runtime::execution::snapshot(&execution_id)
     }
 
+    fn list_executions(
+        status: Option<m3::managed_input::types::ExecutionStatus>,
+        limit: Option<u32>,
+    ) -> Result<Vec<runtime_export::ExecutionState>, ManagedInputError> {
+        runtime::execution::list(status, limit)
+    }
+
     fn pending_elicitation(
         execution_id: String,
     ) -> Result<Option<PendingRound>, ManagedInputError> {

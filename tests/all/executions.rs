@@ -69,6 +69,10 @@ fn the_spec_example_runs_with_the_blocking_api() {
     let pending = wait_pending(&handle);
     assert_eq!(pending.execution_id, handle.execution_id());
     assert_eq!(
+        handle.snapshot().unwrap().lifecycle,
+        ExecutionStatus::WaitingForInput
+    );
+    assert_eq!(
         pending.requests.keys().collect::<Vec<_>>(),
         ["shipping_address"]
     );
@@ -700,7 +704,7 @@ fn result_times_out_while_the_round_waits() {
     assert!(matches!(err, ExecutionError::OperationTimeout(_)), "{err}");
     assert_eq!(
         handle.snapshot().unwrap().lifecycle,
-        ExecutionStatus::Running
+        ExecutionStatus::WaitingForInput
     );
     handle.cancel().unwrap();
     assert_eq!(finished(&handle).outcome.kind, OutcomeKind::Cancelled);
@@ -768,8 +772,8 @@ fn a_killed_worker_s_round_is_recovered_and_a_live_one_is_not() {
         .snapshot(&execution_id)
         .unwrap();
     assert_eq!(
-        state.status,
-        m3::bindings::m3::managed_input::types::ExecutionStatus::Finished
+        m3::kit::execution::state_back(&state).lifecycle,
+        ExecutionStatus::Finished
     );
     // The live worker's round is untouched and still answerable.
     assert_eq!(
@@ -898,7 +902,7 @@ fn dropping_the_kit_cancels_its_executions_and_reaps_their_servers() {
         .snapshot(&execution_id)
         .unwrap();
     assert_eq!(
-        state.status,
-        m3::bindings::m3::managed_input::types::ExecutionStatus::Finished
+        m3::kit::execution::state_back(&state).lifecycle,
+        ExecutionStatus::Finished
     );
 }

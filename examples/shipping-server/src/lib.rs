@@ -218,7 +218,20 @@ impl Server {
 /// Runs the server with the process's arguments: reads stdin line by line until it closes,
 /// answering on stdout.
 pub fn run() -> io::Result<()> {
-    let args = Args::parse();
+    serve(Args::parse())
+}
+
+/// Runs the server with `args` (the first item is the program name), for hosts that embed it
+/// as a subcommand. Invalid arguments print clap's usage and exit the process.
+pub fn run_from<I, T>(args: I) -> io::Result<()>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    serve(Args::parse_from(args))
+}
+
+fn serve(args: Args) -> io::Result<()> {
     let mut server = Server::new(&args);
     let stdin = io::stdin();
     let mut stdout = io::stdout().lock();

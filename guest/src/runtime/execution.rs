@@ -5,9 +5,9 @@
 use crate::errors::{Outcome, state, validation};
 use crate::exports::m3::managed_input::managed_input::ListFilter;
 use crate::exports::m3::managed_input::runtime::{
-    ExecutionOutcome, ExecutionSpec, ExecutionState, OutcomeKind, ToolResult,
+    ExecutionLifecycle, ExecutionOutcome, ExecutionSpec, ExecutionState, OutcomeKind, ToolResult,
 };
-use crate::m3::managed_input::store::{ExecutionRow, Transaction, TransactionMode};
+use crate::m3::managed_input::store::{ExecutionRow, RoundFilter, Transaction, TransactionMode};
 use crate::m3::managed_input::types::{
     ErrorCode, ExecutionStatus, PendingRound, Status, Timestamp,
 };
@@ -88,11 +88,33 @@ pub fn save(
     Ok(loaded.row)
 }
 
-/// What a caller sees of a row.
-pub fn state_of(row: &ExecutionRow, document: &ExecutionDocument) -> ExecutionState {
+/// Whether a running execution waits for an answer (one of its rounds is pending), read in
+/// `tx`.
+pub fn waiting_for_input(tx: &Transaction, row: &ExecutionRow) -> Outcome<bool> {
+    if row.status != ExecutionStatus::Running {
+        return Ok(false);
+    }
+    let pending = tx
+        .list(&RoundFilter {
+            execution_id: Some(row.execution_id.clone()),
+            status: Some(Status::Pending),
+            limit: Some(1),
+        })
+        .map_err(store_error)?;
+    Ok(!pending.is_empty())
+}
+
+/// What a caller sees of a row (`waiting`: see [`waiting_for_input`]).
+pub fn state_of(row: &ExecutionRow, document: &ExecutionDocument, waiting: bool) -> ExecutionState {
+    let lifecycle = match row.status {
+        ExecutionStatus::Queued => ExecutionLifecycle::Queued,
+        ExecutionStatus::Running if waiting => ExecutionLifecycle::WaitingForInput,
+        ExecutionStatus::Running => ExecutionLifecycle::Running,
+        ExecutionStatus::Finished => ExecutionLifecycle::Finished,
+    };
     ExecutionState {
         execution_id: row.execution_id.clone(),
-        status: row.status,
+        lifecycle,
         outcome: document.outcome.clone(),
         cancel_requested: document.cancel_requested && row.status != ExecutionStatus::Finished,
         created_at: row.created_at,
@@ -139,14 +161,29 @@ pub fn insert(spec: ExecutionSpec) -> Outcome<ExecutionState> {
         ));
     }
     tx.commit().map_err(store_error)?;
-    Ok(state_of(&row, &document))
+    Ok(state_of(&row, &document, false))
 }
 
 /// `snapshot`.
 pub fn snapshot(execution_id: &str) -> Outcome<ExecutionState> {
     let tx = begin(TransactionMode::Read)?;
     let loaded = load_existing(&tx, execution_id)?;
-    Ok(state_of(&loaded.row, &loaded.document))
+    let waiting = waiting_for_input(&tx, &loaded.row)?;
+    Ok(state_of(&loaded.row, &loaded.document, waiting))
+}
+
+/// `list-executions`.
+pub fn list(status: Option<ExecutionStatus>, limit: Option<u32>) -> Outcome<Vec<ExecutionState>> {
+    let tx = begin(TransactionMode::Read)?;
+    let rows = tx.list_executions(status, limit).map_err(store_error)?;
+    let mut states = Vec::with_capacity(rows.len());
+    for row in rows {
+        let document: ExecutionDocument =
+            serde_json::from_str(&row.document).map_err(|_| corrupt(&row.execution_id))?;
+        let waiting = waiting_for_input(&tx, &row)?;
+        states.push(state_of(&row, &document, waiting));
+    }
+    Ok(states)
 }
 
 /// `pending-round`: the single pending round of the execution, or none.
@@ -198,7 +235,7 @@ pub fn request_cancel(execution_id: &str) -> Outcome<ExecutionState> {
     let now = time::now();
     let mut loaded = load_existing(&tx, execution_id)?;
     match loaded.row.status {
-        ExecutionStatus::Finished => return Ok(state_of(&loaded.row, &loaded.document)),
+        ExecutionStatus::Finished => return Ok(state_of(&loaded.row, &loaded.document, false)),
         ExecutionStatus::Queued => {
             loaded.row.status = ExecutionStatus::Finished;
             loaded.document.outcome = Some(cancelled_outcome(Vec::new()));
@@ -207,8 +244,9 @@ pub fn request_cancel(execution_id: &str) -> Outcome<ExecutionState> {
     }
     let document = loaded.document.clone();
     let row = save(&tx, loaded, now)?;
+    let waiting = waiting_for_input(&tx, &row)?;
     tx.commit().map_err(store_error)?;
-    Ok(state_of(&row, &document))
+    Ok(state_of(&row, &document, waiting))
 }
 
 /// The worker's hold on a running execution.
@@ -237,7 +275,11 @@ pub fn claim(execution_id: &str, owner_id: &str) -> Outcome<Claim> {
     let mut loaded = load_existing(&tx, execution_id)?;
     match loaded.row.status {
         ExecutionStatus::Finished => {
-            return Ok(Claim::Finished(state_of(&loaded.row, &loaded.document)));
+            return Ok(Claim::Finished(state_of(
+                &loaded.row,
+                &loaded.document,
+                false,
+            )));
         }
         ExecutionStatus::Running => {
             return Err(state(
@@ -343,7 +385,7 @@ pub fn finish(held: &ExecutionLease, mut outcome: ExecutionOutcome) -> Outcome<E
     let document = loaded.document.clone();
     let row = save(&tx, loaded, now)?;
     tx.commit().map_err(store_error)?;
-    Ok(state_of(&row, &document))
+    Ok(state_of(&row, &document, false))
 }
 
 /// Finishes `loaded` (whose worker is gone) failed, inside `tx`.

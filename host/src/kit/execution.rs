@@ -17,8 +17,45 @@ pub enum ExecutionStatus {
     Queued,
     /// Its worker drives it.
     Running,
+    /// Running, and one of its rounds is pending: it waits for an answer.
+    WaitingForInput,
     /// Ended; the outcome is final.
     Finished,
+}
+
+impl ExecutionStatus {
+    /// The name scripts see: `queued`, `running`, `waiting_for_input`, `finished`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::WaitingForInput => "waiting_for_input",
+            Self::Finished => "finished",
+        }
+    }
+}
+
+impl OutcomeKind {
+    /// `succeeded`, `failed` or `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl FailureKind {
+    /// `operation_timeout`, `round_failed`, `server_error` or `invalid_submission`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OperationTimeout => "operation_timeout",
+            Self::RoundFailed => "round_failed",
+            Self::ServerError => "server_error",
+            Self::InvalidSubmission => "invalid_submission",
+        }
+    }
 }
 
 /// How an execution ended.
@@ -191,13 +228,15 @@ fn timestamp(t: &crate::bindings::m3::managed_input::types::Timestamp) -> DateTi
     DateTime::from_timestamp(t.seconds, t.nanoseconds).unwrap_or_default()
 }
 
-pub(crate) fn state_back(s: &wit::ExecutionState) -> ExecutionState {
-    use crate::bindings::m3::managed_input::types::ExecutionStatus as W;
+/// WIT -> public execution state.
+pub fn state_back(s: &wit::ExecutionState) -> ExecutionState {
+    use wit::ExecutionLifecycle as W;
     ExecutionState {
         execution_id: s.execution_id.clone(),
-        lifecycle: match s.status {
+        lifecycle: match s.lifecycle {
             W::Queued => ExecutionStatus::Queued,
             W::Running => ExecutionStatus::Running,
+            W::WaitingForInput => ExecutionStatus::WaitingForInput,
             W::Finished => ExecutionStatus::Finished,
         },
         outcome: s.outcome.as_ref().map(outcome_back),

@@ -78,6 +78,21 @@ impl Executions {
             .map_err(|e| convert::error_back(&e))
     }
 
+    /// Executions with `status` (all when `None`), oldest first, at most `limit`.
+    pub fn list(
+        &self,
+        status: Option<crate::bindings::m3::managed_input::types::ExecutionStatus>,
+        limit: Option<u32>,
+    ) -> StoreResult<Vec<wit::ExecutionState>> {
+        self.store
+            .pool()
+            .call(|b, s| {
+                b.m3_managed_input_runtime()
+                    .call_list_executions(s, status, limit)
+            })?
+            .map_err(|e| convert::error_back(&e))
+    }
+
     /// The execution's single pending round, or `None`.
     pub fn pending_round(
         &self,
