@@ -1,0 +1,166 @@
+//! `m3 demo`: the specification's example end to end on a fresh database, with the bundled
+//! shipping server (this binary, `m3 shipping-server`) and the scripted harness.
+
+use crate::run::{Output, report};
+use crate::{Cli, EraArg, json, print_json};
+use anyhow::{Context, Result, anyhow};
+use m3::{
+    AgentSpec, ElicitationResponse, ExecutionStatus, ExecutionStore, HumanInput, McpEra,
+    McpTestKit, OutcomeKind, Script, SqliteExecutionStore, StdioServer, Submission,
+};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The answer used when there is neither `--answer` nor a terminal to ask on.
+const SPEC_ANSWER: &str = r#"{"street": "1 Main Street", "city": "Pune"}"#;
+
+/// A private directory for the demo's fresh database, removed afterwards.
+struct FreshDir(std::path::PathBuf);
+
+impl FreshDir {
+    fn new() -> Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!("m3-demo-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for FreshDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `m3 demo`.
+pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<ExitCode> {
+    let dir = FreshDir::new()?;
+    let db = dir.0.join("executions.sqlite");
+    let program = std::env::current_exe().context("locating this program")?;
+    let mut server =
+        StdioServer::new("shipping", program.display().to_string()).args(["shipping-server"]);
+    server.era = match era {
+        None => McpEra::Auto,
+        Some(EraArg::Legacy) => McpEra::Legacy,
+        Some(EraArg::Modern) => McpEra::Modern,
+    };
+    if let Some(era) = era {
+        server = server.args([
+            "--era",
+            if era == EraArg::Legacy {
+                "legacy"
+            } else {
+                "modern"
+            },
+        ]);
+    }
+    let store = Arc::new(SqliteExecutionStore::open(&db)?);
+    let kit = McpTestKit::new(store.clone(), BTreeMap::<String, String>::new())?;
+    let agent = kit
+        .agents([AgentSpec::scripted(Script::call(
+            "shipping:book_shipment",
+            json!({"item": "book", "quantity": 1}),
+        ))])?
+        .remove(0);
+    let output = Output::new(cli, answer.is_some());
+    let say = |line: String| {
+        if !output.json {
+            output.progress.suspend(|| println!("{line}"));
+        }
+    };
+    say(format!("database: {} (fresh)", db.display()));
+    let handle = agent.submit(
+        Submission::new(
+            "Ask for the delivery address, then book the shipment.",
+            server,
+        )
+        .tools(["shipping:book_shipment"])
+        .human_input(HumanInput::Managed),
+    )?;
+    say(format!("submitted execution {}", handle.execution_id()));
+    output.progress.set_message("waiting for the server to ask");
+    let until = Instant::now() + Duration::from_secs(60);
+    let pending = loop {
+        if let Some(pending) = handle.pending_elicitation()? {
+            break pending;
+        }
+        let snapshot = handle.snapshot()?;
+        if snapshot.lifecycle == ExecutionStatus::Finished {
+            return Err(anyhow!(
+                "the execution finished before it asked for input: {}",
+                snapshot.outcome.map(|o| o.to_string()).unwrap_or_default()
+            ));
+        }
+        if Instant::now() > until {
+            return Err(anyhow!(
+                "OperationTimeout: the server did not ask within 60 s"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if output.json {
+        print_json(
+            &json!({"event": "pending", "round": json::pending_round(&pending)}),
+            true,
+        );
+    } else {
+        output.progress.suspend(|| {
+            println!("pending round {}:", pending.round_id);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json::pending_round(&pending)).unwrap_or_default()
+            );
+        });
+    }
+    let key = format!("address-{}", pending.round_id);
+    if output.interactive {
+        let answers = output
+            .progress
+            .suspend(|| crate::form::ask_round(&pending))?;
+        handle.respond_elicitation(&pending.round_id, answers, &key)?;
+    } else {
+        let text = answer.unwrap_or(SPEC_ANSWER);
+        let content: Value = serde_json::from_str(text).map_err(|_| {
+            anyhow!("ManagedInputValidationError: --answer is not valid JSON (malformed_json)")
+        })?;
+        say(format!("answering shipping_address with {text}"));
+        handle.respond_elicitation(
+            &pending.round_id,
+            BTreeMap::from([(
+                "shipping_address".to_string(),
+                ElicitationResponse::accept(content),
+            )]),
+            &key,
+        )?;
+    }
+    output.progress.set_message("delivering the answer");
+    let result = handle.result(Some(Duration::from_secs(60)))?;
+    output.progress.finish_and_clear();
+    report(&result, &output);
+    let record = m3::ManagedInputStore::get_round(
+        store
+            .managed_input_store()?
+            .ok_or_else(|| anyhow!("no managed-input store"))?
+            .as_ref(),
+        &pending.round_id,
+    )?;
+    if let Some(record) = record {
+        say(format!(
+            "round {} is {}",
+            record.pending.round_id, record.status
+        ));
+    }
+    drop(kit);
+    store.close();
+    Ok(if result.outcome.kind == OutcomeKind::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,198 @@
+//! `m3`: run executions with managed elicitation input, and see and answer their pending rounds
+//! from a terminal or a script.
+//!
+//! Errors: a non-zero exit and a first stderr line that starts with the typed error's name
+//! (`ManagedInputValidationError: ...`, `ModelValidationError: ...`, `OperationTimeout: ...`).
+
+mod demo;
+mod doctor;
+mod form;
+mod inspect;
+mod json;
+mod pending;
+mod policy_check;
+mod respond;
+mod run;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Durable, sandboxed managed elicitation input for MCP agent tests.
+#[derive(Debug, Parser)]
+#[command(name = "m3", version, about, propagate_version = true)]
+pub struct Cli {
+    /// The SQLite database of executions and rounds.
+    #[arg(
+        long,
+        global = true,
+        env = "M3_DB",
+        default_value = "executions.sqlite"
+    )]
+    pub db: PathBuf,
+    /// Machine-readable output: one JSON document, or JSON lines for streams.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The MCP era a server is asked to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EraArg {
+    /// 2025-06-18 / 2025-11-25: `initialize` and server-initiated `elicitation/create`.
+    Legacy,
+    /// 2026-07-28: `input_required` results.
+    Modern,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The specification's example end to end: the bundled shipping server asks for a delivery
+    /// address, you answer, the shipment is booked (on a fresh database).
+    Demo {
+        /// The MCP era of the bundled server (default: probe).
+        #[arg(long, value_enum)]
+        era: Option<EraArg>,
+        /// The address as JSON (`{"street": ..., "city": ...}`) instead of asking.
+        #[arg(long, value_name = "JSON")]
+        answer: Option<String>,
+    },
+    /// Submit an execution and run its worker until it ends.
+    Run(run::RunArgs),
+    /// Pending rounds.
+    Pending {
+        /// Only this execution's.
+        #[arg(long, value_name = "ID")]
+        execution: Option<String>,
+        /// Wait up to this many seconds for at least one (exit non-zero if none came).
+        #[arg(long, value_name = "SECS")]
+        wait: Option<f64>,
+    },
+    /// Answer a pending round (a worker in any process delivers it).
+    Respond(respond::RespondArgs),
+    /// Rounds, oldest first.
+    Rounds {
+        /// Only rounds with this status (`pending`, `response_validated`, ..., `failed`).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this execution's.
+        #[arg(long, value_name = "ID")]
+        execution: Option<String>,
+    },
+    /// One round with its stored answers (an operator's explicit read).
+    Show {
+        /// The round.
+        round_id: String,
+        /// Show the redacted projection instead of the answers.
+        #[arg(long)]
+        redacted: bool,
+    },
+    /// Executions, oldest first.
+    Executions,
+    /// One execution: lifecycle, outcome and rounds.
+    Status {
+        /// The execution.
+        execution_id: String,
+    },
+    /// Cancel an execution (its worker ends the open round with `cancelled`).
+    Cancel {
+        /// The execution.
+        execution_id: String,
+    },
+    /// Validate answers against a pending round in the sandbox, with no database.
+    Validate {
+        /// A pending round as `pending --json` prints it.
+        #[arg(long, value_name = "FILE")]
+        round: PathBuf,
+        /// The answers: a JSON object of request key -> `{"action", "content"}` (`-`: stdin).
+        #[arg(long, value_name = "FILE")]
+        responses: PathBuf,
+    },
+    /// Check a `requestedSchema` against the MCP form subset, with no database.
+    CheckSchema {
+        /// The bare schema (`-`: stdin).
+        file: PathBuf,
+    },
+    /// Database integrity, schema version, component cache and harness binaries.
+    Doctor,
+    /// Fail with `recovery_unavailable` the unresolved rounds whose worker is gone.
+    Recover,
+    /// Run the bundled shipping MCP server on stdio (the demo's and tests' server).
+    #[command(hide = true)]
+    ShippingServer {
+        /// The server's own arguments (`--era`, ...).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(&cli) {
+        Ok(code) => code,
+        Err(error) => {
+            // The first line is the typed error's own text ("ManagedInputStateError: ...").
+            eprintln!("{error}");
+            for cause in error.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
+    match &cli.command {
+        Command::Demo { era, answer } => demo::demo(cli, *era, answer.as_deref()),
+        Command::Run(args) => run::run(cli, args),
+        Command::Pending { execution, wait } => pending::pending(cli, execution.as_deref(), *wait),
+        Command::Respond(args) => respond::respond(cli, args),
+        Command::Rounds { status, execution } => {
+            inspect::rounds(cli, status.as_deref(), execution.as_deref())
+        }
+        Command::Show { round_id, redacted } => inspect::show(cli, round_id, *redacted),
+        Command::Executions => inspect::executions(cli),
+        Command::Status { execution_id } => inspect::status(cli, execution_id),
+        Command::Cancel { execution_id } => inspect::cancel(cli, execution_id),
+        Command::Validate { round, responses } => policy_check::validate(cli, round, responses),
+        Command::CheckSchema { file } => policy_check::check_schema(cli, file),
+        Command::Doctor => doctor::doctor(cli),
+        Command::Recover => inspect::recover(cli),
+        Command::ShippingServer { args } => {
+            let argv = std::iter::once("shipping-server".to_string()).chain(args.iter().cloned());
+            m3_shipping_server::run_from(argv)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The executions on `--db`.
+pub fn executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::worker::Executions>> {
+    use m3::ExecutionStore;
+    let store = m3::SqliteExecutionStore::open(&cli.db)?;
+    Ok(store.executions()?)
+}
+
+/// Reads a file, or standard input for `-`.
+pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading standard input")?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    }
+}
+
+/// Prints one JSON document (pretty) or one JSON line.
+pub fn print_json(value: &serde_json::Value, line: bool) {
+    let text = if line {
+        value.to_string()
+    } else {
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    };
+    println!("{text}");
+}

@@ -1,0 +1,103 @@
+//! `m3 respond`: answers a pending round through the same path as `respond_elicitation` (the
+//! component validates and commits; the worker, in whatever process, delivers it).
+
+use crate::{Cli, json, print_json, read_input};
+use anyhow::{Result, anyhow, bail};
+use clap::Args;
+use m3::ManagedInputStore;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `m3 respond`.
+#[derive(Debug, Args)]
+pub struct RespondArgs {
+    /// The round to answer.
+    round_id: String,
+    /// Makes a retry safe: the same key with the same answers returns the stored record.
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: String,
+    /// Accept request KEY with JSON content (`KEY=JSON`), or with none (`KEY`: URL consent).
+    #[arg(long, value_name = "KEY[=JSON]")]
+    accept: Vec<String>,
+    /// Decline request KEY.
+    #[arg(long, value_name = "KEY")]
+    decline: Vec<String>,
+    /// Cancel request KEY.
+    #[arg(long, value_name = "KEY")]
+    cancel: Vec<String>,
+    /// All answers as a JSON object of request key -> `{"action", "content"}` (`-`: stdin).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["accept", "decline", "cancel"])]
+    responses: Option<PathBuf>,
+}
+
+/// The response map as JSON text, from the flags. Content is checked to be one JSON value and
+/// embedded verbatim, so the component's strict parser sees exactly what was typed.
+fn response_map(args: &RespondArgs) -> Result<String> {
+    if let Some(file) = &args.responses {
+        return read_input(file);
+    }
+    let mut entries = Vec::new();
+    for accept in &args.accept {
+        let (key, content) = match accept.split_once('=') {
+            Some((key, content)) => {
+                serde_json::from_str::<serde_json::Value>(content).map_err(|_| {
+                    anyhow!(
+                        "ManagedInputValidationError: the content given for `{key}` is not one JSON value (malformed_json)"
+                    )
+                })?;
+                (key, Some(content))
+            }
+            None => (accept.as_str(), None),
+        };
+        let entry = match content {
+            Some(content) => format!("{{\"action\":\"accept\",\"content\":{content}}}"),
+            None => "{\"action\":\"accept\"}".to_string(),
+        };
+        entries.push((key.to_string(), entry));
+    }
+    for key in &args.decline {
+        entries.push((key.clone(), "{\"action\":\"decline\"}".into()));
+    }
+    for key in &args.cancel {
+        entries.push((key.clone(), "{\"action\":\"cancel\"}".into()));
+    }
+    if entries.is_empty() {
+        bail!("give --accept, --decline, --cancel (one per request key) or --responses");
+    }
+    let body: Vec<String> = entries
+        .iter()
+        .map(|(k, v)| format!("{}:{v}", serde_json::Value::String(k.clone())))
+        .collect();
+    Ok(format!("{{{}}}", body.join(",")))
+}
+
+/// `m3 respond`.
+pub fn respond(cli: &Cli, args: &RespondArgs) -> Result<ExitCode> {
+    let text = response_map(args)?;
+    let executions = crate::executions(cli)?;
+    let store = executions.store();
+    match store.get_round(&args.round_id) {
+        Ok(Some(record)) => executions.respond(
+            &record.pending.execution_id,
+            &args.round_id,
+            &text,
+            &args.idempotency_key,
+        )?,
+        // No such round (or an id the store refuses): the store's own typed error.
+        _ => {
+            store.submit_responses_json(&args.round_id, &text, &args.idempotency_key)?;
+        }
+    }
+    let record = store
+        .get_round(&args.round_id)?
+        .ok_or_else(|| anyhow!("the round disappeared"))?;
+    if cli.json {
+        print_json(&json::record(&record, None), false);
+    } else {
+        println!(
+            "round {} is {} (answers stored; the worker delivers them once)",
+            record.pending.round_id, record.status
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,265 @@
+//! `m3 run`: submits an execution and runs its worker in this process until it ends. Pending
+//! rounds are answered in a terminal form, or (with `--no-prompt` or without a terminal)
+//! printed as JSON lines and answered by another process (`m3 respond`).
+
+use crate::{Cli, json, print_json, read_input};
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use m3::{
+    AgentSpec, ExecutionError, ExecutionHandle, ExecutionResult, ExecutionStatus,
+    ManagedInputError, McpTestKit, ModelValidationError, OutcomeKind, Policy, Script,
+    SqliteExecutionStore, StdioServer, Submission,
+};
+use serde_json::json;
+use std::collections::{BTreeMap, HashSet};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the command looks at its execution.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Arguments of `m3 run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The agent harness: `scripted` (the script decides the tool calls).
+    #[arg(long, default_value = "scripted")]
+    harness: String,
+    /// The model (harnesses with models only).
+    #[arg(long)]
+    model: Option<String>,
+    /// The scripted harness's tool calls: `{"steps": [{"tool": "server:tool", "arguments": {..}}]}`.
+    /// Without it, each `--tool` is called once with no arguments.
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
+    /// The server's name (the `server` of `server:tool`).
+    #[arg(long, value_name = "NAME")]
+    server_name: String,
+    /// The server's program (a path, or a name looked up in the child's `PATH`).
+    #[arg(long, value_name = "CMD")]
+    server_command: String,
+    /// One argument of the server (repeatable).
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    server_arg: Vec<String>,
+    /// One environment variable of the server, `K=V` (repeatable). The server gets these and
+    /// this process's `PATH`, nothing else.
+    #[arg(long, value_name = "K=V")]
+    server_env: Vec<String>,
+    /// The server's working directory, relative to its private scratch directory.
+    #[arg(long, value_name = "DIR")]
+    server_cwd: Option<String>,
+    /// Force the server's MCP era (default: probe).
+    #[arg(long, value_enum)]
+    server_era: Option<crate::EraArg>,
+    /// A `server:tool` the agent may call (repeatable; at least one).
+    #[arg(long = "tool", value_name = "SERVER:TOOL", required = true)]
+    tools: Vec<String>,
+    /// `managed` (pause at each elicitation for an answer) or `fail` (the default).
+    #[arg(long, default_value = "fail")]
+    human_input: String,
+    /// Each round's deadline in seconds (default: the kit's, 24 hours).
+    #[arg(long, value_name = "SECS")]
+    deadline: Option<f64>,
+    /// Never ask on the terminal: print pending rounds as JSON lines and wait for answers.
+    #[arg(long)]
+    no_prompt: bool,
+    /// The prompt.
+    prompt: String,
+}
+
+/// The kit's environment for children: this process's `PATH` only (so a server named by its
+/// program name is found), plus what the binding adds.
+fn child_env() -> BTreeMap<String, String> {
+    std::env::var("PATH")
+        .map(|path| BTreeMap::from([("PATH".to_string(), path)]))
+        .unwrap_or_default()
+}
+
+fn server(args: &RunArgs) -> Result<StdioServer> {
+    let mut server = StdioServer::new(&args.server_name, &args.server_command)
+        .args(args.server_arg.iter().cloned());
+    for pair in &args.server_env {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--server-env takes K=V, not {pair:?}"))?;
+        server = server.env(k, v);
+    }
+    if let Some(cwd) = &args.server_cwd {
+        server = server.cwd(cwd.clone());
+    }
+    server.era = match args.server_era {
+        None => m3::McpEra::Auto,
+        Some(crate::EraArg::Legacy) => m3::McpEra::Legacy,
+        Some(crate::EraArg::Modern) => m3::McpEra::Modern,
+    };
+    Ok(server)
+}
+
+fn script(args: &RunArgs) -> Result<Script> {
+    match &args.script {
+        Some(file) => {
+            let text = read_input(file)?;
+            Script::from_json(&text).map_err(|e| {
+                anyhow!(ModelValidationError {
+                    message: format!(
+                        "the script {} is not a scripted-harness script: {e}",
+                        file.display()
+                    ),
+                })
+            })
+        }
+        None => Ok(args
+            .tools
+            .iter()
+            .fold(Script::default(), |s, tool| s.then(tool.clone(), json!({})))),
+    }
+}
+
+/// Where this run's output goes.
+pub struct Output {
+    /// JSON lines on stdout.
+    pub json: bool,
+    /// Answer pending rounds on the terminal.
+    pub interactive: bool,
+    /// The spinner on stderr (hidden when stderr is not a terminal).
+    pub progress: ProgressBar,
+}
+
+impl Output {
+    /// Output for `cli`: interactive only on a terminal and without `--no-prompt`.
+    pub fn new(cli: &Cli, no_prompt: bool) -> Self {
+        let interactive =
+            !no_prompt && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+        let progress = if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
+        Self {
+            json: cli.json,
+            interactive,
+            progress,
+        }
+    }
+}
+
+/// `m3 run`.
+pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
+    let policy = Policy::new()?;
+    let human_input = policy.parse_human_input(&args.human_input)??;
+    if args.harness != "scripted" {
+        if args.harness == "codex" {
+            bail!(ModelValidationError {
+                message: "harness `codex` is not available yet in this build (it comes with the Codex harness); use `scripted`".into(),
+            });
+        }
+        bail!(ModelValidationError {
+            message: format!("unknown harness `{}` (known: scripted)", args.harness),
+        });
+    }
+    let mut spec = AgentSpec::scripted(script(args)?);
+    spec.models = args.model.iter().cloned().collect();
+    let mut submission = Submission::new(&args.prompt, server(args)?)
+        .tools(args.tools.iter().cloned())
+        .human_input(human_input);
+    if let Some(secs) = args.deadline {
+        if !(secs.is_finite() && secs > 0.0) {
+            bail!("--deadline takes a positive number of seconds");
+        }
+        submission = submission.round_deadline(Duration::from_secs_f64(secs));
+    }
+    let store = Arc::new(SqliteExecutionStore::open(&cli.db)?);
+    let kit = McpTestKit::new(store.clone(), child_env())?;
+    let agent = kit.agents([spec])?.remove(0);
+    let output = Output::new(cli, args.no_prompt);
+    let handle = agent.submit(submission)?;
+    let result = drive(&handle, &output)?;
+    report(&result, &output);
+    drop(kit);
+    store.close();
+    Ok(if result.outcome.kind == OutcomeKind::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Waits for the execution to end, handling each pending round as it appears.
+pub fn drive(handle: &ExecutionHandle, output: &Output) -> Result<ExecutionResult> {
+    let mut seen = HashSet::new();
+    output
+        .progress
+        .set_message(format!("execution {} running", handle.execution_id()));
+    loop {
+        if let Some(round) = handle.pending_elicitation()?
+            && seen.insert(round.round_id.clone())
+        {
+            if output.interactive {
+                answer_on_terminal(handle, &round, output)?;
+            } else {
+                output.progress.suspend(|| {
+                    print_json(
+                        &json!({"event": "pending", "round": json::pending_round(&round)}),
+                        true,
+                    )
+                });
+                output.progress.set_message(format!(
+                    "waiting for an answer to round {} (m3 respond {} ...)",
+                    round.round_id, round.round_id
+                ));
+            }
+        }
+        if handle.snapshot()?.lifecycle == ExecutionStatus::Finished {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    output.progress.finish_and_clear();
+    handle
+        .result(Some(Duration::from_secs(30)))
+        .context("reading the result")
+}
+
+fn answer_on_terminal(
+    handle: &ExecutionHandle,
+    round: &m3::PendingElicitationRound,
+    output: &Output,
+) -> Result<()> {
+    let key = format!("terminal-{}", round.round_id);
+    loop {
+        let answers = output.progress.suspend(|| crate::form::ask_round(round))?;
+        match handle.respond_elicitation(&round.round_id, answers, &key) {
+            Ok(()) => return Ok(()),
+            Err(ExecutionError::ManagedInput(ManagedInputError::Validation(e))) => {
+                output
+                    .progress
+                    .suspend(|| eprintln!("ManagedInputValidationError: {e}; try again"));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Prints the result: a JSON line (`--json`) or a summary.
+pub fn report(result: &ExecutionResult, output: &Output) {
+    if output.json {
+        print_json(
+            &json!({"event": "result", "result": json::result(result)}),
+            true,
+        );
+        return;
+    }
+    println!("execution {}: {}", result.execution_id, result.outcome);
+    for call in &result.outcome.tool_results {
+        println!("{}: {}", call.tool, call.text());
+    }
+}
