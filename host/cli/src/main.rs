@@ -133,9 +133,13 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             // The first line is the typed error's own text ("ManagedInputStateError: ...").
-            eprintln!("{error}");
+            let first = error.to_string();
+            eprintln!("{first}");
             for cause in error.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                let cause = cause.to_string();
+                if !first.contains(&cause) {
+                    eprintln!("  caused by: {cause}");
+                }
             }
             ExitCode::FAILURE
         }
