@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// Never ask on the terminal: print pending rounds as JSON lines and wait for answers.
     #[arg(long)]
     no_prompt: bool,
+    /// The worker's lease on its execution and rounds, in seconds (default 15; renewed every
+    /// third of it). `m3 recover` acts once it has expired.
+    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    lease: f64,
     /// The prompt.
     prompt: String,
 }
@@ -177,8 +181,16 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
         }
         submission = submission.round_deadline(Duration::from_secs_f64(secs));
     }
+    if !(args.lease.is_finite() && args.lease >= 0.03) {
+        bail!("--lease takes a number of seconds (at least 0.03)");
+    }
+    let lease = Duration::from_secs_f64(args.lease);
+    let options = m3::KitOptions {
+        lease_ttl: lease,
+        lease_renew: lease / 3,
+    };
     let store = Arc::new(SqliteExecutionStore::open(&cli.db)?);
-    let kit = McpTestKit::new(store.clone(), child_env())?;
+    let kit = McpTestKit::with_options(store.clone(), child_env(), options)?;
     let agent = kit.agents([spec])?.remove(0);
     let output = Output::new(cli, args.no_prompt);
     let handle = agent.submit(submission)?;
