@@ -16,7 +16,8 @@ build:
 example:
     cargo run -p minimal-host
 
-# Benchmarks: print tables, write target/bench/engine.json and target/bench/executions.json
+# Benchmarks: print tables, write target/bench/{engine,executions,cli}.json
 bench:
     cargo bench -p m3 --bench engine
     cargo bench -p m3 --bench executions
+    cargo bench -p m3-cli --bench startup

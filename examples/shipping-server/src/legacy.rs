@@ -153,7 +153,7 @@ impl Legacy {
     /// Sends the next question of `call`'s round and parks the call under its request id.
     fn ask(&mut self, call: PendingCall) -> Value {
         let key = self.knobs.keys_for_round(call.round)[call.answers.len()];
-        let mut params = shipping::elicitation_params(key);
+        let mut params = self.knobs.elicitation_params(key);
         params["_meta"] = json!({ "m3/request_key": key });
         let id = self.next_id;
         self.next_id += 1;

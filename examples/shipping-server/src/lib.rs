@@ -70,6 +70,13 @@ struct Args {
     #[arg(long)]
     report_env: bool,
 
+    /// Ask for the address with a richer form (a test knob for terminal forms): besides the
+    /// required `street` and `city`, a required integer `quantity` (1 to 99, default 1), a
+    /// required enum `speed` (`standard` or `express`, with labels, default `standard`) and an
+    /// optional boolean `gift` (default false). The booking text echoes the chosen values.
+    #[arg(long)]
+    rich_form: bool,
+
     /// Append every line received on stdin to this file, as received (a test knob: tests read
     /// what the server was sent, e.g. a `cancel` answer or `notifications/cancelled`).
     #[arg(long, value_name = "PATH")]
@@ -123,6 +130,7 @@ impl Server {
             fail_after_answer: args.fail_after_answer,
             two_keys: args.two_keys,
             report_env: args.report_env,
+            rich_form: args.rich_form,
         };
         let mut server = Self {
             knobs,

@@ -139,7 +139,7 @@ impl Modern {
             .map(|key| {
                 let request = json!({
                     "method": "elicitation/create",
-                    "params": shipping::elicitation_params(key)
+                    "params": self.knobs.elicitation_params(key)
                 });
                 ((*key).to_string(), request)
             })

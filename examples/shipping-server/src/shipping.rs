@@ -18,6 +18,8 @@ pub const REPORT_ENV: &str = "report_env";
 pub const SHIPPING_ADDRESS: &str = "shipping_address";
 /// The request key of the contact-email question (only with `--two-keys`).
 pub const CONTACT_EMAIL: &str = "contact_email";
+/// The delivery speeds of the rich form (`--rich-form`), the first being the default.
+pub const SPEEDS: [&str; 2] = ["standard", "express"];
 
 /// The test knobs that change how `book_shipment` behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +34,8 @@ pub struct Knobs {
     pub two_keys: bool,
     /// Offer the `report_env` tool.
     pub report_env: bool,
+    /// Ask for the address with the rich form: also `quantity`, `speed` and `gift`.
+    pub rich_form: bool,
 }
 
 impl Default for Knobs {
@@ -42,6 +46,7 @@ impl Default for Knobs {
             fail_after_answer: false,
             two_keys: false,
             report_env: false,
+            rich_form: false,
         }
     }
 }
@@ -108,6 +113,7 @@ impl Knobs {
         }
         let mut address = None;
         let mut email = None;
+        let mut order = None;
         for (key, answer) in answers {
             let Answer::Accept(content) = answer else {
                 continue;
@@ -130,13 +136,23 @@ impl Knobs {
                         ));
                     }
                 }
+                if self.rich_form {
+                    match Order::from_content(content) {
+                        Ok(o) => order = Some(o),
+                        Err(why) => {
+                            return Next::Finish(tool_error(&format!(
+                                "Shipment not booked: the answer has {why}"
+                            )));
+                        }
+                    }
+                }
             }
         }
         if self.ask_forever || round < self.ask_rounds {
             return Next::AskAgain(round.saturating_add(1));
         }
         match address {
-            Some((street, city)) => Next::Finish(booked(street, city, email)),
+            Some((street, city)) => Next::Finish(booked(street, city, email, order.as_ref())),
             None => Next::Finish(tool_error("Shipment not booked: no address was given")),
         }
     }
@@ -196,8 +212,72 @@ fn non_empty<'a>(content: &'a Map<String, Value>, key: &str) -> Option<&'a str> 
         .filter(|s| !s.is_empty())
 }
 
-/// The `elicitation/create` params asking for `key` (form mode), without `_meta`.
-pub fn elicitation_params(key: &str) -> Value {
+impl Knobs {
+    /// The `elicitation/create` params asking for `key` (form mode), without `_meta`.
+    pub fn elicitation_params(&self, key: &str) -> Value {
+        let mut params = elicitation_params(key);
+        if self.rich_form && key == SHIPPING_ADDRESS {
+            let schema = &mut params["requestedSchema"];
+            schema["properties"]["quantity"] = json!({
+                "type": "integer", "title": "Quantity", "minimum": 1, "maximum": 99, "default": 1
+            });
+            schema["properties"]["speed"] = json!({
+                "type": "string",
+                "title": "Speed",
+                "enum": SPEEDS,
+                "enumNames": ["Standard (3-5 days)", "Express (next day)"],
+                "default": SPEEDS[0]
+            });
+            schema["properties"]["gift"] =
+                json!({"type": "boolean", "title": "Gift wrap", "default": false});
+            schema["required"] = json!(["street", "city", "quantity", "speed"]);
+        }
+        params
+    }
+}
+
+/// The rest of a rich-form answer (`--rich-form`): what is shipped, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    /// How many items (1 to 99; 1 when absent).
+    pub quantity: u64,
+    /// One of [`SPEEDS`] ("standard" when absent).
+    pub speed: String,
+    /// Whether to gift-wrap (false when absent).
+    pub gift: bool,
+}
+
+impl Order {
+    /// The order fields of an accepted rich-form answer, or what is wrong with them.
+    fn from_content(content: &Map<String, Value>) -> Result<Self, &'static str> {
+        let quantity = match content.get("quantity") {
+            None => 1,
+            Some(q) => q
+                .as_u64()
+                .filter(|q| (1..=99).contains(q))
+                .ok_or("an invalid quantity")?,
+        };
+        let speed = match content.get("speed") {
+            None => SPEEDS[0],
+            Some(s) => s
+                .as_str()
+                .filter(|s| SPEEDS.contains(s))
+                .ok_or("an invalid speed")?,
+        };
+        let gift = match content.get("gift") {
+            None => false,
+            Some(g) => g.as_bool().ok_or("an invalid gift choice")?,
+        };
+        Ok(Self {
+            quantity,
+            speed: speed.to_string(),
+            gift,
+        })
+    }
+}
+
+/// The plain `elicitation/create` params asking for `key` (form mode), without `_meta`.
+fn elicitation_params(key: &str) -> Value {
     if key == CONTACT_EMAIL {
         json!({
             "mode": "form",
@@ -237,14 +317,26 @@ pub fn supports_form(capabilities: &Value) -> bool {
     }
 }
 
-/// A successful booking.
-fn booked(street: &str, city: &str, email: Option<&str>) -> Value {
+/// A successful booking (the rich form's order, when there is one, is echoed in the text).
+fn booked(street: &str, city: &str, email: Option<&str>, order: Option<&Order>) -> Value {
     let mut structured = json!({"booked": true, "street": street, "city": city});
     if let Some(email) = email {
         structured["email"] = json!(email);
     }
+    let mut text = format!("Booked shipment to {street}, {city}");
+    if let Some(order) = order {
+        structured["quantity"] = json!(order.quantity);
+        structured["speed"] = json!(order.speed);
+        structured["gift"] = json!(order.gift);
+        text.push_str(&format!(
+            " (quantity {}, {} delivery, gift wrap {})",
+            order.quantity,
+            order.speed,
+            if order.gift { "yes" } else { "no" }
+        ));
+    }
     json!({
-        "content": [{"type": "text", "text": format!("Booked shipment to {street}, {city}")}],
+        "content": [{"type": "text", "text": text}],
         "structuredContent": structured,
         "isError": false
     })
@@ -358,6 +450,48 @@ mod tests {
             Answer::parse(&json!({"action": "accept", "content": null})).unwrap(),
             Answer::Accept(Map::new())
         );
+    }
+
+    #[test]
+    fn the_rich_form_asks_for_the_order_and_echoes_it() {
+        let rich = Knobs {
+            rich_form: true,
+            ..Knobs::default()
+        };
+        let schema = &rich.elicitation_params(SHIPPING_ADDRESS)["requestedSchema"];
+        assert_eq!(schema["properties"]["quantity"]["default"], 1);
+        assert_eq!(schema["properties"]["speed"]["enum"], json!(SPEEDS));
+        assert_eq!(schema["properties"]["gift"]["type"], "boolean");
+        assert_eq!(
+            schema["required"],
+            json!(["street", "city", "quantity", "speed"])
+        );
+        let plain = &Knobs::default().elicitation_params(SHIPPING_ADDRESS)["requestedSchema"];
+        assert!(plain["properties"].get("quantity").is_none());
+        let answer = accept(json!({
+            "street": "1 Main", "city": "Oslo", "quantity": 3, "speed": "express", "gift": true
+        }));
+        let Next::Finish(result) = rich.after_round(1, &[(SHIPPING_ADDRESS, answer)]) else {
+            panic!()
+        };
+        assert_eq!(
+            result["content"][0]["text"],
+            "Booked shipment to 1 Main, Oslo (quantity 3, express delivery, gift wrap yes)"
+        );
+        assert_eq!(result["structuredContent"]["speed"], "express");
+        let defaults = accept(json!({"street": "s", "city": "c"}));
+        let Next::Finish(result) = rich.after_round(1, &[(SHIPPING_ADDRESS, defaults)]) else {
+            panic!()
+        };
+        assert_eq!(
+            result["content"][0]["text"],
+            "Booked shipment to s, c (quantity 1, standard delivery, gift wrap no)"
+        );
+        let bad = accept(json!({"street": "s", "city": "c", "quantity": 0}));
+        let Next::Finish(result) = rich.after_round(1, &[(SHIPPING_ADDRESS, bad)]) else {
+            panic!()
+        };
+        assert_eq!(result["isError"], true);
     }
 
     #[test]

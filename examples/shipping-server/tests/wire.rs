@@ -291,6 +291,7 @@ fn help_documents_every_flag() {
         "--fail-after-answer",
         "--two-keys",
         "--report-env",
+        "--rich-form",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}");
     }

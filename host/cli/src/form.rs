@@ -170,9 +170,11 @@ fn ask_field(label: &str, prop: &Value, required: bool) -> Result<Option<Value>>
         return Ok((!value.is_null()).then_some(value));
     }
     let (checked_prop, checked_kind) = (prop.clone(), kind.to_string());
+    // Empty text always reaches the validator: dialoguer re-asks silently on an empty value it
+    // does not allow, so a required field says why through `check_text` instead.
     let mut input = Input::<String>::new()
         .with_prompt(label)
-        .allow_empty(!required)
+        .allow_empty(true)
         .validate_with(move |text: &String| {
             check_text(&checked_kind, &checked_prop, text, required)
         });

@@ -1,1 +1,1791 @@
-//! (being written)
+//! The `m3` command's contract (issue 4, "The contract, precisely" and "Acceptance"), tested
+//! line by line against the real binary.
+//!
+//! Every test gets a fresh temporary directory and database (`--db <tmp>/x.sqlite`), runs the
+//! binary with `std::process::Command`, and uses the binary's own hidden `shipping-server`
+//! subcommand as the MCP server (tool `book_shipment`, which asks for `shipping_address`). A
+//! `run --no-prompt --json` is spawned in the background with its stdout piped; other processes
+//! (`pending`, `respond`, `status`, `cancel`, `recover`, ...) talk to it through the database,
+//! exactly as a script would. Every wait has a timeout, and every child is killed when its guard
+//! drops (also when an assertion fails). Every command's stderr is checked for panics and
+//! backtraces (`RUST_BACKTRACE=1` is set so a panic would show one).
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+const M3: &str = env!("CARGO_BIN_EXE_m3");
+/// The longest any one short command may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest a background `run` may take to print its next line or to end.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+/// The typed error names a first stderr line may start with.
+const TYPED_ERRORS: [&str; 6] = [
+    "ManagedInputValidationError",
+    "ManagedInputConflict",
+    "ManagedInputStateError",
+    "ManagedInputRecoveryError",
+    "ModelValidationError",
+    "OperationTimeout",
+];
+/// The answer's values (distinctive, so "no answer value in the output" is a real check).
+const STREET: &str = "742 Evergreen Terrace";
+const CITY: &str = "Springfield";
+
+/// The key set of a pending round.
+const ROUND_KEYS: &[&str] = &[
+    "round_id",
+    "execution_id",
+    "logical_operation_id",
+    "server",
+    "operation_kind",
+    "operation_name",
+    "requests",
+    "created_at",
+    "request_state",
+    "deadline",
+];
+/// The key set of one request of a round.
+const REQUEST_KEYS: &[&str] = &[
+    "mode",
+    "message",
+    "requested_schema",
+    "url",
+    "elicitation_id",
+    "meta",
+    "task",
+    "server",
+    "operation_kind",
+    "operation_name",
+];
+/// The keys a stored record adds to its pending round.
+const RECORD_EXTRA_KEYS: &[&str] = &[
+    "round_index",
+    "round_limit",
+    "status",
+    "owner_id",
+    "lease_expires_at",
+    "responses",
+    "redacted",
+    "idempotency_key",
+    "delivery_idempotency_key",
+    "delivery_attempts",
+    "updated_at",
+    "response_validated_at",
+    "delivery_started_at",
+    "delivered_at",
+    "resolved_at",
+    "failed_at",
+    "failure_code",
+    "failure_message",
+];
+/// The key set of an execution (`executions --json`, `cancel --json`).
+const EXECUTION_KEYS: &[&str] = &[
+    "execution_id",
+    "lifecycle",
+    "outcome",
+    "failure_kind",
+    "failure_code",
+    "failure_message",
+    "cancel_requested",
+    "created_at",
+    "updated_at",
+];
+/// The keys `status --json` adds to an execution.
+const STATUS_EXTRA_KEYS: &[&str] = &["rounds", "tool_calls"];
+/// The key set of an execution result (the `result` event).
+const RESULT_KEYS: &[&str] = &[
+    "execution_id",
+    "lifecycle",
+    "outcome",
+    "failure_kind",
+    "failure_code",
+    "failure_message",
+    "tool_calls",
+];
+/// The key set of one tool call of a result.
+const TOOL_CALL_KEYS: &[&str] = &["tool", "output", "is_error", "result"];
+/// The key set of one stored answer.
+const RESPONSE_KEYS: &[&str] = &["action", "content"];
+/// The key set of one answer's redacted projection.
+const REDACTED_RESPONSE_KEYS: &[&str] = &[
+    "action",
+    "content_fields",
+    "content_bytes",
+    "content_sha256",
+];
+/// The statuses a round may have once an answer has been accepted.
+const ANSWERED_STATUSES: &[&str] = &[
+    "response_validated",
+    "delivery_started",
+    "delivered",
+    "resolved",
+];
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------------------------
+
+/// A child process that is killed (and reaped) when this guard drops.
+struct ChildGuard {
+    child: Child,
+}
+
+impl ChildGuard {
+    /// Waits up to `timeout` for the child to exit; `None` if it has not.
+    fn wait_for(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("polling a child") {
+                return Some(status);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the child with SIGKILL (on Unix, `Child::kill` sends SIGKILL) and reaps it.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Reads all of `pipe` on a thread; the text arrives on the returned channel at end of file.
+fn read_all(mut pipe: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        let _ = tx.send(String::from_utf8_lossy(&bytes).into_owned());
+    });
+    rx
+}
+
+/// Reads `pipe` line by line on a thread; the channel disconnects at end of file.
+fn read_lines(pipe: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// What a finished command did.
+#[derive(Debug)]
+struct Output {
+    /// What was run (for messages).
+    what: String,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Output {
+    /// Builds the output and checks the one rule every command obeys: no panic, no backtrace.
+    fn new(what: String, status: ExitStatus, stdout: String, stderr: String) -> Self {
+        let out = Self {
+            what,
+            status,
+            stdout,
+            stderr,
+        };
+        assert!(
+            !out.stderr.contains("panicked") && !out.stderr.contains("stack backtrace"),
+            "{} panicked or printed a backtrace:\n{}",
+            out.what,
+            out.stderr
+        );
+        assert!(
+            !out.stdout.contains("panicked") && !out.stdout.contains("stack backtrace"),
+            "{} printed a panic on stdout:\n{}",
+            out.what,
+            out.stdout
+        );
+        out
+    }
+
+    /// Asserts exit 0.
+    fn ok(&self) -> &Self {
+        assert!(
+            self.status.success(),
+            "{} failed ({}):\nstdout: {}\nstderr: {}",
+            self.what,
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// Asserts exit 0 and parses stdout as one JSON document.
+    fn json(&self) -> Value {
+        self.ok();
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{} did not print one JSON document ({e}):\n{}",
+                self.what, self.stdout
+            )
+        })
+    }
+
+    /// The first line of stderr.
+    fn first_stderr_line(&self) -> &str {
+        self.stderr.lines().next().unwrap_or_default()
+    }
+
+    /// Asserts a non-zero exit whose first stderr line starts with `name: `; returns that line.
+    fn fails_with(&self, name: &str) -> &str {
+        assert!(
+            !self.status.success(),
+            "{} should have failed with {name} but exited 0:\nstdout: {}",
+            self.what,
+            self.stdout
+        );
+        let first = self.first_stderr_line();
+        assert!(
+            first.starts_with(&format!("{name}: ")),
+            "{}: the first stderr line should start with `{name}: `, got:\n{}",
+            self.what,
+            self.stderr
+        );
+        first
+    }
+}
+
+/// Runs `cmd` to its end (at most `timeout`), feeding it `stdin`.
+fn finish(mut cmd: Command, stdin: Option<&str>, timeout: Duration) -> Output {
+    let what = format!("{cmd:?}");
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut guard = ChildGuard {
+        child: cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {what}: {e}")),
+    };
+    let stdout = read_all(guard.child.stdout.take().expect("piped stdout"));
+    let stderr = read_all(guard.child.stderr.take().expect("piped stderr"));
+    if let Some(input) = stdin {
+        let mut pipe = guard.child.stdin.take().expect("piped stdin");
+        let input = input.to_string();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(input.as_bytes());
+        });
+    }
+    let until = Instant::now() + timeout;
+    let Some(status) = guard.wait_for(timeout) else {
+        panic!("{what} did not finish within {timeout:?}");
+    };
+    let collect = |rx: Receiver<String>, name: &str| {
+        let left = until.saturating_duration_since(Instant::now()) + Duration::from_secs(5);
+        rx.recv_timeout(left)
+            .unwrap_or_else(|_| panic!("{what}: its {name} did not close"))
+    };
+    let stdout = collect(stdout, "stdout");
+    let stderr = collect(stderr, "stderr");
+    Output::new(what, status, stdout, stderr)
+}
+
+/// A background `m3 run`, its stdout read line by line.
+struct Running {
+    guard: ChildGuard,
+    lines: Receiver<String>,
+    stderr: Receiver<String>,
+    /// The stdout lines read so far.
+    seen: Vec<String>,
+}
+
+impl Running {
+    /// The next stdout line (waits at most `RUN_TIMEOUT`).
+    fn next_line(&mut self) -> String {
+        match self.lines.recv_timeout(RUN_TIMEOUT) {
+            Ok(line) => {
+                self.seen.push(line.clone());
+                line
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("`m3 run` printed no line within {RUN_TIMEOUT:?}")
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                self.guard.kill();
+                let stderr = self.stderr.recv_timeout(Duration::from_secs(5));
+                panic!(
+                    "`m3 run` closed its stdout after {:?}; stderr: {stderr:?}",
+                    self.seen
+                )
+            }
+        }
+    }
+
+    /// The next stdout line as JSON.
+    fn next_json(&mut self) -> Value {
+        let line = self.next_line();
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("`m3 run` printed a line that is not JSON ({e}): {line}"))
+    }
+
+    /// Waits for the run to end; returns its output (all of stdout) and its stdout lines.
+    fn finish(mut self) -> (Output, Vec<String>) {
+        let until = Instant::now() + RUN_TIMEOUT;
+        let Some(status) = self.guard.wait_for(RUN_TIMEOUT) else {
+            panic!(
+                "`m3 run` did not end within {RUN_TIMEOUT:?} (stdout so far: {:?})",
+                self.seen
+            );
+        };
+        loop {
+            let left = until.saturating_duration_since(Instant::now()) + Duration::from_secs(5);
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => panic!("`m3 run`'s stdout did not close"),
+            }
+        }
+        let stderr = self
+            .stderr
+            .recv_timeout(Duration::from_secs(10))
+            .expect("`m3 run`'s stderr did not close");
+        let mut stdout = self.seen.join("\n");
+        if !stdout.is_empty() {
+            stdout.push('\n');
+        }
+        let out = Output::new("m3 run".into(), status, stdout, stderr);
+        (out, self.seen)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A test's sandbox
+// ---------------------------------------------------------------------------------------------
+
+/// A fresh directory with its database, `<tmp>/x.sqlite`.
+struct Sandbox {
+    dir: tempfile::TempDir,
+    db: PathBuf,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let db = dir.path().join("x.sqlite");
+        Self { dir, db }
+    }
+
+    /// `m3` in the sandbox directory, with no `--db` and no `M3_DB`.
+    fn bare(&self) -> Command {
+        let mut cmd = Command::new(M3);
+        cmd.current_dir(self.dir.path())
+            .env_remove("M3_DB")
+            .env("RUST_BACKTRACE", "1");
+        cmd
+    }
+
+    /// `m3 --db <tmp>/x.sqlite ARGS...`.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = self.bare();
+        cmd.arg("--db").arg(&self.db).args(args);
+        cmd
+    }
+
+    /// Runs `m3 --db <db> ARGS...` to its end.
+    fn m3(&self, args: &[&str]) -> Output {
+        finish(self.command(args), None, COMMAND_TIMEOUT)
+    }
+
+    /// Runs `m3 --db <db> ARGS...` with `input` on stdin.
+    fn m3_stdin(&self, args: &[&str], input: &str) -> Output {
+        finish(self.command(args), Some(input), COMMAND_TIMEOUT)
+    }
+
+    /// Writes a file in the sandbox.
+    fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, contents).expect("writing a test file");
+        path
+    }
+
+    /// Spawns `m3 --db <db> ARGS...` in the background with stdout piped.
+    fn spawn(&self, args: &[String]) -> Running {
+        let mut cmd = self.bare();
+        cmd.arg("--db")
+            .arg(&self.db)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawning `m3 run`");
+        let lines = read_lines(child.stdout.take().expect("piped stdout"));
+        let stderr = read_all(child.stderr.take().expect("piped stderr"));
+        Running {
+            guard: ChildGuard { child },
+            lines,
+            stderr,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Spawns `run --no-prompt --json` against the bundled server in `era`.
+    fn spawn_run(&self, era: &str, server_extra: &[&str], run_extra: &[&str]) -> Running {
+        self.spawn(&run_args(era, server_extra, run_extra))
+    }
+
+    /// `pending --wait 20 --json` in its own process: the one pending round.
+    fn wait_pending(&self) -> Value {
+        let rounds = self.m3(&["pending", "--wait", "20", "--json"]).json();
+        let rounds = rounds.as_array().expect("pending --json prints an array");
+        assert_eq!(rounds.len(), 1, "one pending round: {rounds:?}");
+        rounds[0].clone()
+    }
+
+    /// `show ROUND --json`.
+    fn show(&self, round_id: &str) -> Value {
+        self.m3(&["show", round_id, "--json"]).json()
+    }
+
+    /// `status EXECUTION --json`, checked against the execution key set.
+    fn status(&self, execution_id: &str) -> Value {
+        let status = self.m3(&["status", execution_id, "--json"]).json();
+        check_status(&status);
+        status
+    }
+}
+
+/// The arguments of `run --no-prompt --json` against `m3 shipping-server --era ERA`.
+fn run_args(era: &str, server_extra: &[&str], run_extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "run",
+        "--no-prompt",
+        "--json",
+        "--server-name",
+        "shipping",
+        "--server-command",
+        M3,
+        "--server-arg",
+        "shipping-server",
+        "--server-arg",
+        "--era",
+        "--server-arg",
+        era,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for extra in server_extra {
+        args.push("--server-arg".into());
+        args.push(extra.to_string());
+    }
+    args.extend(
+        [
+            "--tool",
+            "shipping:book_shipment",
+            "--human-input",
+            "managed",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    args.extend(run_extra.iter().map(|s| s.to_string()));
+    args.push("Ask for the delivery address, then book the shipment.".into());
+    args
+}
+
+/// The `--accept` flag with the test's address.
+fn accept_address() -> String {
+    format!(r#"shipping_address={{"street":"{STREET}","city":"{CITY}"}}"#)
+}
+
+/// The test's address as a stored answer.
+fn address_answer() -> Value {
+    json!({"action": "accept", "content": {"street": STREET, "city": CITY}})
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON shape checks
+// ---------------------------------------------------------------------------------------------
+
+/// Asserts `v` is an object with exactly `expected` keys.
+fn assert_keys(v: &Value, expected: &[&str], what: &str) {
+    let keys: BTreeSet<&str> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("{what} is not a JSON object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let expected: BTreeSet<&str> = expected.iter().copied().collect();
+    assert_eq!(
+        keys,
+        expected,
+        "{what}: the key set differs from the contract's (missing: {:?}, extra: {:?})",
+        expected.difference(&keys).collect::<Vec<_>>(),
+        keys.difference(&expected).collect::<Vec<_>>(),
+    );
+}
+
+/// Parses an RFC 3339 UTC timestamp (`...Z`).
+fn timestamp(v: &Value, what: &str) -> DateTime<Utc> {
+    let text = v
+        .as_str()
+        .unwrap_or_else(|| panic!("{what} is not a string: {v}"));
+    assert!(text.ends_with('Z'), "{what} is not in UTC (`Z`): {text}");
+    let parsed = DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|e| panic!("{what} is not RFC 3339 ({e}): {text}"));
+    assert_eq!(parsed.offset().local_minus_utc(), 0, "{what}: {text}");
+    parsed.with_timezone(&Utc)
+}
+
+/// Checks every timestamp field (`*_at`, `deadline`) anywhere in `v`: null or RFC 3339 UTC.
+fn check_timestamps(v: &Value) {
+    match v {
+        Value::Object(map) => {
+            for (k, field) in map {
+                if (k.ends_with("_at") || k == "deadline") && !field.is_null() {
+                    timestamp(field, k);
+                } else {
+                    check_timestamps(field);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(check_timestamps),
+        _ => {}
+    }
+}
+
+/// Checks one request of the bundled server's round.
+fn check_request(r: &Value) {
+    assert_keys(r, REQUEST_KEYS, "a request");
+    assert_eq!(r["mode"], "form");
+    assert!(r["message"].is_string(), "message: {r}");
+    assert_eq!(r["requested_schema"]["type"], "object");
+    assert!(
+        r["requested_schema"]["properties"]["street"].is_object()
+            && r["requested_schema"]["properties"]["city"].is_object(),
+        "the address schema: {r}"
+    );
+    assert!(r["url"].is_null() && r["elicitation_id"].is_null(), "{r}");
+}
+
+/// Checks a pending round of the bundled server (as `pending --json` prints it).
+fn check_round(round: &Value) {
+    assert_keys(round, ROUND_KEYS, "a pending round");
+    assert_eq!(round["operation_kind"], "tool");
+    assert_eq!(round["server"], "shipping");
+    assert_eq!(round["operation_name"], "book_shipment");
+    for field in ["round_id", "execution_id", "logical_operation_id"] {
+        assert!(round[field].is_string(), "{field}: {round}");
+    }
+    let requests = round["requests"]
+        .as_object()
+        .expect("requests is an object");
+    assert_eq!(
+        requests.keys().collect::<Vec<_>>(),
+        ["shipping_address"],
+        "the round's request keys"
+    );
+    check_request(&requests["shipping_address"]);
+    let created = timestamp(&round["created_at"], "created_at");
+    let deadline = timestamp(&round["deadline"], "deadline");
+    assert!(
+        deadline > created,
+        "the deadline follows created_at: {round}"
+    );
+    check_timestamps(round);
+}
+
+/// Checks a stored record (`respond --json`, `show --json`, `status --json`'s rounds).
+fn check_record(record: &Value) {
+    let keys: Vec<&str> = ROUND_KEYS
+        .iter()
+        .chain(RECORD_EXTRA_KEYS)
+        .copied()
+        .collect();
+    assert_keys(record, &keys, "a stored record");
+    assert_eq!(record["operation_kind"], "tool");
+    check_request(&record["requests"]["shipping_address"]);
+    timestamp(&record["created_at"], "created_at");
+    timestamp(&record["updated_at"], "updated_at");
+    assert!(record["status"].is_string() && record["redacted"].is_boolean());
+    check_timestamps(record);
+    if !record["responses"].is_null() {
+        for (key, answer) in record["responses"].as_object().expect("responses") {
+            if record["redacted"] == true {
+                assert_keys(answer, REDACTED_RESPONSE_KEYS, key);
+            } else {
+                assert_keys(answer, RESPONSE_KEYS, key);
+            }
+        }
+    }
+}
+
+/// Checks an execution (`executions --json`, `cancel --json`).
+fn check_execution(e: &Value) {
+    assert_keys(e, EXECUTION_KEYS, "an execution");
+    check_lifecycle(e);
+    timestamp(&e["created_at"], "created_at");
+    timestamp(&e["updated_at"], "updated_at");
+    assert!(e["cancel_requested"].is_boolean());
+}
+
+/// Checks `status --json`: an execution plus its rounds and tool calls.
+fn check_status(s: &Value) {
+    let keys: Vec<&str> = EXECUTION_KEYS
+        .iter()
+        .chain(STATUS_EXTRA_KEYS)
+        .copied()
+        .collect();
+    assert_keys(s, &keys, "status --json");
+    check_lifecycle(s);
+    check_timestamps(s);
+    for round in s["rounds"].as_array().expect("rounds is an array") {
+        check_record(round);
+        assert_eq!(round["redacted"], true, "status never shows answers");
+    }
+    for call in s["tool_calls"].as_array().expect("tool_calls is an array") {
+        assert!(
+            call["tool"].is_string() && call["output"].is_string(),
+            "{call}"
+        );
+    }
+}
+
+/// `lifecycle` is one of the four names; `outcome` is null exactly until `finished`.
+fn check_lifecycle(e: &Value) {
+    let lifecycle = e["lifecycle"].as_str().expect("lifecycle is a string");
+    assert!(
+        ["queued", "running", "waiting_for_input", "finished"].contains(&lifecycle),
+        "lifecycle: {lifecycle}"
+    );
+    if lifecycle == "finished" {
+        let outcome = e["outcome"]
+            .as_str()
+            .expect("a finished execution's outcome");
+        assert!(
+            ["succeeded", "failed", "cancelled"].contains(&outcome),
+            "outcome: {outcome}"
+        );
+    } else {
+        assert!(e["outcome"].is_null(), "no outcome before the end: {e}");
+    }
+    if e["outcome"] == "succeeded" {
+        assert!(e["failure_code"].is_null(), "{e}");
+    }
+}
+
+/// Checks an execution result (the `result` event's `result`).
+fn check_result(r: &Value) {
+    assert_keys(r, RESULT_KEYS, "an execution result");
+    assert_eq!(r["lifecycle"], "finished");
+    check_lifecycle(r);
+    for call in r["tool_calls"].as_array().expect("tool_calls is an array") {
+        assert_keys(call, TOOL_CALL_KEYS, "a tool call");
+        assert!(call["output"].is_string(), "{call}");
+    }
+}
+
+/// Checks `run --no-prompt --json`'s whole stdout: pending events, then exactly one result
+/// event, last; nothing else. Returns the result.
+fn check_run_stdout(out: &Output, lines: &[String]) -> Value {
+    assert_eq!(
+        out.stdout.lines().count(),
+        lines.len(),
+        "stdout holds only the JSON lines"
+    );
+    let events: Vec<Value> = lines
+        .iter()
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("a stdout line of `run` is not JSON ({e}): {l}"))
+        })
+        .collect();
+    let (last, pending) = events
+        .split_last()
+        .expect("`run` printed at least one line");
+    for event in pending {
+        assert_keys(event, &["event", "round"], "a pending event");
+        assert_eq!(event["event"], "pending");
+        check_round(&event["round"]);
+    }
+    assert_keys(last, &["event", "result"], "the result event");
+    assert_eq!(last["event"], "result");
+    let result = last["result"].clone();
+    check_result(&result);
+    assert_eq!(
+        out.status.success(),
+        result["outcome"] == "succeeded",
+        "exit 0 exactly when the outcome is succeeded: {result}"
+    );
+    result
+}
+
+/// Seconds from a round's `created_at` to its `deadline`.
+fn deadline_secs(round: &Value) -> f64 {
+    let created = timestamp(&round["created_at"], "created_at");
+    let deadline = timestamp(&round["deadline"], "deadline");
+    (deadline - created).num_milliseconds() as f64 / 1000.0
+}
+
+/// The round ids and execution id of a round.
+fn ids(round: &Value) -> (String, String) {
+    (
+        round["round_id"].as_str().expect("round_id").to_string(),
+        round["execution_id"]
+            .as_str()
+            .expect("execution_id")
+            .to_string(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+// ---------------------------------------------------------------------------------------------
+
+/// `run --no-prompt --json` in one process, `pending --wait` and `respond` in others: the round
+/// is printed as a JSON line, the answer is delivered, the result is the last line, exit 0.
+fn two_process_flow(era: &str) {
+    let sb = Sandbox::new();
+    let mut run = sb.spawn_run(era, &[], &[]);
+
+    let round = sb.wait_pending();
+    check_round(&round);
+    let (round_id, execution_id) = ids(&round);
+    if era == "modern" {
+        assert!(round["request_state"].is_string(), "modern: {round}");
+    } else {
+        assert!(round["request_state"].is_null(), "legacy: {round}");
+    }
+    // The default deadline is the kit's (24 hours).
+    let secs = deadline_secs(&round);
+    assert!(
+        (86_390.0..=86_410.0).contains(&secs),
+        "default deadline: {secs} s"
+    );
+
+    // The run printed the same round as a pending event.
+    let event = run.next_json();
+    assert_eq!(event, json!({"event": "pending", "round": round}));
+
+    // While it waits.
+    let status = sb.status(&execution_id);
+    assert_eq!(status["lifecycle"], "waiting_for_input");
+    assert!(status["outcome"].is_null() && status["failure_code"].is_null());
+    assert_eq!(status["rounds"][0]["status"], "pending");
+    let executions = sb.m3(&["executions", "--json"]).json();
+    let executions = executions
+        .as_array()
+        .expect("executions --json is an array");
+    assert_eq!(executions.len(), 1);
+    check_execution(&executions[0]);
+    assert_eq!(executions[0]["execution_id"], execution_id.as_str());
+    assert_eq!(executions[0]["lifecycle"], "waiting_for_input");
+
+    // Answer from another process.
+    let record = sb
+        .m3(&[
+            "respond",
+            &round_id,
+            "--idempotency-key",
+            "answer-1",
+            "--accept",
+            &accept_address(),
+            "--json",
+        ])
+        .json();
+    check_record(&record);
+    assert_eq!(record["round_id"], round_id.as_str());
+    assert_eq!(record["idempotency_key"], "answer-1");
+    assert_eq!(record["redacted"], false);
+    assert_eq!(record["responses"]["shipping_address"], address_answer());
+    assert!(
+        ANSWERED_STATUSES.contains(&record["status"].as_str().unwrap_or_default()),
+        "status after respond: {}",
+        record["status"]
+    );
+
+    let (out, lines) = run.finish();
+    out.ok();
+    assert_eq!(
+        lines.len(),
+        2,
+        "one pending event and the result: {lines:?}"
+    );
+    let result = check_run_stdout(&out, &lines);
+    assert_eq!(result["execution_id"], execution_id.as_str());
+    assert_eq!(result["outcome"], "succeeded");
+    assert!(result["failure_code"].is_null());
+    let calls = result["tool_calls"].as_array().expect("tool_calls");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["tool"], "shipping:book_shipment");
+    assert_eq!(
+        calls[0]["output"],
+        format!("Booked shipment to {STREET}, {CITY}"),
+        "the tool call's full output text"
+    );
+
+    // After the end.
+    let status = sb.status(&execution_id);
+    assert_eq!(status["lifecycle"], "finished");
+    assert_eq!(status["outcome"], "succeeded");
+    assert!(status["failure_code"].is_null());
+    assert_eq!(status["rounds"][0]["status"], "resolved");
+    assert!(
+        status["tool_calls"][0]["output"]
+            .as_str()
+            .is_some_and(|o| o.contains(STREET)),
+        "{status}"
+    );
+    let executions = sb.m3(&["executions", "--json"]).json();
+    assert_eq!(executions[0]["lifecycle"], "finished");
+    assert_eq!(executions[0]["outcome"], "succeeded");
+    assert_eq!(sb.m3(&["pending", "--json"]).json(), json!([]));
+}
+
+#[test]
+fn run_and_respond_in_two_processes_legacy() {
+    two_process_flow("legacy");
+}
+
+#[test]
+fn run_and_respond_in_two_processes_modern() {
+    two_process_flow("modern");
+}
+
+/// A declined or cancelled elicitation that the server handles normally is a success (exit 0).
+#[test]
+fn declined_or_cancelled_elicitation_handled_by_the_server_is_a_success() {
+    for era in ["legacy", "modern"] {
+        for (flag, action, text) in [
+            ("--decline", "decline", "declined"),
+            ("--cancel", "cancel", "cancelled"),
+        ] {
+            let sb = Sandbox::new();
+            let run = sb.spawn_run(era, &[], &[]);
+            let (round_id, execution_id) = ids(&sb.wait_pending());
+            let record = sb
+                .m3(&[
+                    "respond",
+                    &round_id,
+                    "--idempotency-key",
+                    "k",
+                    flag,
+                    "shipping_address",
+                    "--json",
+                ])
+                .json();
+            check_record(&record);
+            assert_eq!(
+                record["responses"]["shipping_address"],
+                json!({"action": action, "content": null})
+            );
+            let (out, lines) = run.finish();
+            let result = check_run_stdout(&out, &lines);
+            out.ok();
+            assert_eq!(result["outcome"], "succeeded", "{era} {action}: {result}");
+            assert!(result["failure_code"].is_null());
+            let output = result["tool_calls"][0]["output"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(output.contains(text), "{era} {action}: {output}");
+            let status = sb.status(&execution_id);
+            assert_eq!(status["outcome"], "succeeded");
+            assert_eq!(status["rounds"][0]["status"], "resolved");
+        }
+    }
+}
+
+/// A server that errors after the answer: outcome failed, `server_error`, exit non-zero. The
+/// answer goes in with `--responses FILE`.
+#[test]
+fn server_error_after_the_answer_fails_the_run() {
+    for era in ["legacy", "modern"] {
+        let sb = Sandbox::new();
+        let run = sb.spawn_run(era, &["--fail-after-answer"], &[]);
+        let (round_id, execution_id) = ids(&sb.wait_pending());
+        let file = sb.write(
+            "answers.json",
+            &json!({"shipping_address": address_answer()}).to_string(),
+        );
+        sb.m3(&[
+            "respond",
+            &round_id,
+            "--idempotency-key",
+            "k",
+            "--responses",
+            file.to_str().expect("a UTF-8 path"),
+        ])
+        .ok();
+        let (out, lines) = run.finish();
+        let result = check_run_stdout(&out, &lines);
+        assert!(!out.status.success(), "{era}: a failed run exits non-zero");
+        assert_eq!(result["outcome"], "failed", "{era}: {result}");
+        assert_eq!(result["failure_code"], "server_error", "{era}: {result}");
+        let shown = sb.show(&round_id);
+        check_record(&shown);
+        assert_eq!(shown["status"], "failed");
+        assert_eq!(shown["failure_code"], "server_error");
+        let status = sb.status(&execution_id);
+        assert_eq!(status["lifecycle"], "finished");
+        assert_eq!(status["outcome"], "failed");
+        assert_eq!(status["failure_code"], "server_error");
+    }
+}
+
+/// Invalid answers are rejected with `ManagedInputValidationError` and the round stays pending;
+/// `--accept KEY` without content is rejected for a form request (`content_required`).
+#[test]
+fn respond_rejects_invalid_answers_and_the_round_stays_pending() {
+    let sb = Sandbox::new();
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let round = sb.wait_pending();
+    let (round_id, _) = ids(&round);
+    let invalid: [(&str, &str, &str); 4] = [
+        (
+            "--accept",
+            r#"shipping_address={"street":""}"#,
+            "schema_violation",
+        ),
+        ("--accept", "shipping_address", "content_required"),
+        ("--accept", "shipping_address={oops", "malformed_json"),
+        (
+            "--accept",
+            r#"other={"street":"a","city":"b"}"#,
+            "response_keys_mismatch",
+        ),
+    ];
+    for (flag, value, code) in invalid {
+        let out = sb.m3(&[
+            "respond",
+            &round_id,
+            "--idempotency-key",
+            "bad",
+            flag,
+            value,
+        ]);
+        let first = out.fails_with("ManagedInputValidationError");
+        assert!(first.contains(code), "{flag} {value}: {first}");
+        assert!(out.stdout.is_empty(), "nothing on stdout: {}", out.stdout);
+        let pending = sb.m3(&["pending", "--json"]).json();
+        assert_eq!(pending, json!([round]), "the round is still pending");
+        assert_eq!(sb.show(&round_id)["status"], "pending");
+    }
+    // An empty string is rejected also when it comes through `--responses -`.
+    let out = sb.m3_stdin(
+        &[
+            "respond",
+            &round_id,
+            "--idempotency-key",
+            "bad",
+            "--responses",
+            "-",
+        ],
+        r#"{"shipping_address": {"action": "accept", "content": {"street": "", "city": ""}}}"#,
+    );
+    out.fails_with("ManagedInputValidationError");
+    assert_eq!(sb.m3(&["pending", "--json"]).json(), json!([round]));
+
+    // A valid answer still goes through and the run succeeds.
+    sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "good",
+        "--accept",
+        &accept_address(),
+    ])
+    .ok();
+    let (out, lines) = run.finish();
+    let result = check_run_stdout(&out, &lines);
+    out.ok();
+    assert_eq!(result["outcome"], "succeeded");
+}
+
+/// A repeat with the same key and answers prints the same record and exits 0; the same key with
+/// other answers is a `ManagedInputConflict`. Answers come from stdin (`--responses -`).
+#[test]
+fn respond_repeats_are_idempotent_and_conflicts_are_typed() {
+    let sb = Sandbox::new();
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let (round_id, _) = ids(&sb.wait_pending());
+
+    let first = sb
+        .m3_stdin(
+            &[
+                "respond",
+                &round_id,
+                "--idempotency-key",
+                "same",
+                "--responses",
+                "-",
+                "--json",
+            ],
+            &json!({"shipping_address": address_answer()}).to_string(),
+        )
+        .json();
+    check_record(&first);
+    assert_eq!(first["responses"]["shipping_address"], address_answer());
+    assert_eq!(first["idempotency_key"], "same");
+
+    let same_record = |record: &Value| {
+        check_record(record);
+        for field in ["round_id", "execution_id", "responses", "idempotency_key"] {
+            assert_eq!(record[field], first[field], "the repeat's {field}");
+        }
+    };
+    // The same answers (its fields in another order), through the flags this time.
+    let repeat = sb
+        .m3(&[
+            "respond",
+            &round_id,
+            "--idempotency-key",
+            "same",
+            "--accept",
+            &format!(r#"shipping_address={{"city":"{CITY}","street":"{STREET}"}}"#),
+            "--json",
+        ])
+        .json();
+    same_record(&repeat);
+
+    let conflict = sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "same",
+        "--accept",
+        r#"shipping_address={"street":"1 Other Road","city":"Elsewhere"}"#,
+    ]);
+    conflict.fails_with("ManagedInputConflict");
+
+    let (out, lines) = run.finish();
+    let result = check_run_stdout(&out, &lines);
+    out.ok();
+    assert_eq!(
+        result["tool_calls"][0]["output"],
+        format!("Booked shipment to {STREET}, {CITY}"),
+        "the first answer is the one delivered"
+    );
+
+    // Once resolved: the repeat still prints the same record; a new key cannot change it.
+    let late = sb
+        .m3_stdin(
+            &[
+                "respond",
+                &round_id,
+                "--idempotency-key",
+                "same",
+                "--responses",
+                "-",
+                "--json",
+            ],
+            &json!({"shipping_address": address_answer()}).to_string(),
+        )
+        .json();
+    same_record(&late);
+    assert_eq!(late["status"], "resolved");
+    sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "other",
+        "--accept",
+        &accept_address(),
+    ])
+    .fails_with("ManagedInputStateError");
+    sb.m3(&[
+        "respond",
+        "no-such-round",
+        "--idempotency-key",
+        "k",
+        "--decline",
+        "shipping_address",
+    ])
+    .fails_with("ManagedInputStateError");
+}
+
+/// `pending --wait` with nothing pending: `OperationTimeout` after about the given time.
+#[test]
+fn pending_wait_times_out_without_rounds() {
+    let sb = Sandbox::new();
+    assert_eq!(sb.m3(&["pending", "--json"]).json(), json!([]));
+    let started = Instant::now();
+    let out = sb.m3(&["pending", "--wait", "1", "--json"]);
+    let elapsed = started.elapsed();
+    out.fails_with("OperationTimeout");
+    assert!(out.stdout.is_empty(), "nothing on stdout: {}", out.stdout);
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(15),
+        "waited {elapsed:?}"
+    );
+}
+
+/// `validate --round FILE --responses FILE` takes one round exactly as `pending --json` prints
+/// it; `check-schema FILE` a bare `requestedSchema`. Neither touches a database.
+#[test]
+fn validate_and_check_schema_work_without_a_database() {
+    let sb = Sandbox::new();
+    let _run = sb.spawn_run("legacy", &[], &["--deadline", "600"]);
+    let round = sb.wait_pending();
+    let (round_id, _) = ids(&round);
+    // `--deadline SECS` sets the round's deadline.
+    let secs = deadline_secs(&round);
+    assert!((599.0..=601.0).contains(&secs), "--deadline 600: {secs} s");
+
+    let round_file = sb.write(
+        "round.json",
+        &serde_json::to_string_pretty(&round).expect("JSON"),
+    );
+    let round_file = round_file.to_str().expect("a UTF-8 path");
+    let valid = sb.write(
+        "valid.json",
+        &json!({"shipping_address": address_answer()}).to_string(),
+    );
+    let invalid = sb.write(
+        "invalid.json",
+        &json!({"shipping_address": {"action": "accept", "content": {"street": ""}}}).to_string(),
+    );
+    let no_db = sb.dir.path().join("none.sqlite");
+    let validate = |responses: &str, stdin: Option<&str>| {
+        let mut cmd = sb.bare();
+        cmd.arg("--db").arg(&no_db).args([
+            "validate",
+            "--round",
+            round_file,
+            "--responses",
+            responses,
+        ]);
+        finish(cmd, stdin, COMMAND_TIMEOUT)
+    };
+
+    validate(valid.to_str().expect("a UTF-8 path"), None).ok();
+    let out = validate(invalid.to_str().expect("a UTF-8 path"), None);
+    out.fails_with("ManagedInputValidationError");
+    validate(
+        "-",
+        Some(&json!({"shipping_address": address_answer()}).to_string()),
+    )
+    .ok();
+    validate("-", Some(r#"{"shipping_address": {"action": "decline"}}"#)).ok();
+    validate("-", Some(r#"{"shipping_address": {"action": "accept"}}"#))
+        .fails_with("ManagedInputValidationError");
+    assert!(!no_db.exists(), "validate created a database");
+
+    let check = |schema: &Value| {
+        let file = sb.write("schema.json", &schema.to_string());
+        let mut cmd = sb.bare();
+        cmd.arg("--db").arg(&no_db).arg("check-schema").arg(file);
+        finish(cmd, None, COMMAND_TIMEOUT)
+    };
+    check(&round["requests"]["shipping_address"]["requested_schema"]).ok();
+    check(&json!({"type": "object", "properties": {"a": {"type": "string"}}})).ok();
+    check(&json!({
+        "type": "object",
+        "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}}
+    }))
+    .fails_with("ManagedInputValidationError");
+    check(&json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x$"}}}))
+        .fails_with("ManagedInputValidationError");
+    let mut cmd = sb.bare();
+    cmd.args(["check-schema", "-"]);
+    finish(
+        cmd,
+        Some(r#"{"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}"#),
+        COMMAND_TIMEOUT,
+    )
+    .ok();
+    assert!(!no_db.exists(), "check-schema created a database");
+
+    // Validation stored nothing: the round is still pending.
+    let shown = sb.show(&round_id);
+    assert_eq!(shown["status"], "pending");
+    assert!(shown["responses"].is_null(), "{shown}");
+}
+
+/// `show` shows the stored answers; `show --redacted` carries no answer value; `show --json`
+/// includes `status` and `failure_code`; an unknown round is a `ManagedInputStateError`.
+#[test]
+fn show_stored_answers_and_the_redacted_projection() {
+    let sb = Sandbox::new();
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let (round_id, execution_id) = ids(&sb.wait_pending());
+    sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "k",
+        "--accept",
+        &accept_address(),
+    ])
+    .ok();
+    let (out, _) = run.finish();
+    out.ok();
+
+    let plain = sb.m3(&["show", &round_id]).ok().stdout.clone();
+    assert!(plain.contains(STREET) && plain.contains(CITY), "{plain}");
+
+    let shown = sb.show(&round_id);
+    check_record(&shown);
+    assert_eq!(shown["status"], "resolved");
+    assert!(shown["failure_code"].is_null());
+    assert_eq!(shown["redacted"], false);
+    assert_eq!(shown["responses"]["shipping_address"], address_answer());
+
+    let no_values = |text: &str, what: &str| {
+        for value in [STREET, CITY, "Evergreen", "Springfield"] {
+            assert!(
+                !text.contains(value),
+                "{what} shows the answer value {value:?}:\n{text}"
+            );
+        }
+    };
+    let redacted = sb.m3(&["show", &round_id, "--redacted", "--json"]);
+    no_values(&redacted.stdout, "show --redacted --json");
+    let redacted = redacted.json();
+    check_record(&redacted);
+    assert_eq!(redacted["redacted"], true);
+    assert_eq!(redacted["status"], "resolved");
+    assert!(redacted["failure_code"].is_null());
+    assert!(redacted["idempotency_key"].is_null());
+    let projection = &redacted["responses"]["shipping_address"];
+    assert_eq!(projection["action"], "accept");
+    assert!(projection["content_sha256"].is_string(), "{projection}");
+    no_values(
+        &sb.m3(&["show", &round_id, "--redacted"]).ok().stdout,
+        "show --redacted",
+    );
+    // Listings never show answers either.
+    no_values(&sb.m3(&["rounds", "--json"]).ok().stdout, "rounds --json");
+    no_values(
+        &sb.m3(&["status", &execution_id, "--json"])
+            .ok()
+            .stdout
+            .replace(&format!("Booked shipment to {STREET}, {CITY}"), ""),
+        "status --json (beyond the tool's own output)",
+    );
+
+    sb.m3(&["show", "no-such-round"])
+        .fails_with("ManagedInputStateError");
+    sb.m3(&["show", "no-such-round", "--json", "--redacted"])
+        .fails_with("ManagedInputStateError");
+}
+
+/// `cancel EXECUTION_ID` on a waiting run: the run ends `cancelled` (exit non-zero); its round
+/// is failed with `cancelled`.
+#[test]
+fn cancel_ends_a_waiting_run() {
+    let sb = Sandbox::new();
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let (round_id, execution_id) = ids(&sb.wait_pending());
+    let cancelled = sb.m3(&["cancel", &execution_id, "--json"]).json();
+    check_execution(&cancelled);
+    assert_eq!(cancelled["execution_id"], execution_id.as_str());
+    assert_eq!(cancelled["cancel_requested"], true);
+
+    let (out, lines) = run.finish();
+    let result = check_run_stdout(&out, &lines);
+    assert!(!out.status.success(), "a cancelled run exits non-zero");
+    assert_eq!(result["outcome"], "cancelled");
+    assert_eq!(result["lifecycle"], "finished");
+
+    let status = sb.status(&execution_id);
+    assert_eq!(status["lifecycle"], "finished");
+    assert_eq!(status["outcome"], "cancelled");
+    assert_eq!(status["rounds"][0]["status"], "failed");
+    assert_eq!(status["rounds"][0]["failure_code"], "cancelled");
+    let shown = sb.show(&round_id);
+    assert_eq!(shown["status"], "failed");
+    assert_eq!(shown["failure_code"], "cancelled");
+    let failed = sb.m3(&["rounds", "--status", "failed", "--json"]).json();
+    assert_eq!(failed.as_array().map(Vec::len), Some(1), "{failed}");
+    assert_eq!(failed[0]["round_id"], round_id.as_str());
+
+    sb.m3(&["cancel", "no-such-execution"])
+        .fails_with("ManagedInputStateError");
+    sb.m3(&["status", "no-such-execution", "--json"])
+        .fails_with("ManagedInputStateError");
+}
+
+/// `--deadline 1` and no answer: the round's deadline is 1 s after `created_at`, and the run
+/// ends failed with `deadline_exceeded`, exit non-zero.
+#[test]
+fn an_unanswered_round_fails_at_its_deadline() {
+    let sb = Sandbox::new();
+    let mut run = sb.spawn_run("legacy", &[], &["--deadline", "1"]);
+    let event = run.next_json();
+    assert_eq!(event["event"], "pending");
+    let round = event["round"].clone();
+    check_round(&round);
+    let secs = deadline_secs(&round);
+    assert!((0.5..=2.0).contains(&secs), "--deadline 1: {secs} s");
+    let (round_id, execution_id) = ids(&round);
+
+    let (out, lines) = run.finish();
+    let result = check_run_stdout(&out, &lines);
+    assert!(!out.status.success(), "a failed run exits non-zero");
+    assert_eq!(result["outcome"], "failed");
+    assert_eq!(result["failure_code"], "deadline_exceeded");
+    let shown = sb.show(&round_id);
+    assert_eq!(shown["status"], "failed");
+    assert_eq!(shown["failure_code"], "deadline_exceeded");
+    let status = sb.status(&execution_id);
+    assert_eq!(status["outcome"], "failed");
+    assert_eq!(status["failure_code"], "deadline_exceeded");
+}
+
+/// `--human-input` takes a string: an unknown value is a `ModelValidationError`, not the argument
+/// parser's error; `--harness codex` names codex as not yet available.
+#[test]
+fn human_input_and_harness_errors_are_model_validation_errors() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.command(&[]);
+    cmd.args(run_args("legacy", &[], &["--human-input", "bogus"]));
+    let out = finish(cmd, None, COMMAND_TIMEOUT);
+    let first = out.fails_with("ModelValidationError");
+    assert!(first.contains("bogus"), "{first}");
+    assert!(
+        !out.stderr.contains("Usage:"),
+        "not clap's usage error: {}",
+        out.stderr
+    );
+
+    for (harness, words) in [
+        ("codex", &["codex", "not available"][..]),
+        ("nonesuch", &["nonesuch"][..]),
+    ] {
+        let mut cmd = sb.command(&[]);
+        cmd.args(run_args("legacy", &[], &["--harness", harness]));
+        let out = finish(cmd, None, COMMAND_TIMEOUT);
+        let first = out.fails_with("ModelValidationError");
+        for word in words {
+            assert!(first.contains(word), "--harness {harness}: {first}");
+        }
+    }
+    // Nothing was submitted.
+    assert_eq!(sb.m3(&["executions", "--json"]).json(), json!([]));
+
+    // `fail` is a known value: the elicitation fails the execution.
+    let mut cmd = sb.command(&[]);
+    cmd.args(run_args("legacy", &[], &["--human-input", "fail"]));
+    let out = finish(cmd, None, RUN_TIMEOUT);
+    let lines: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+    let result = check_run_stdout(&out, &lines);
+    assert_eq!(result["outcome"], "failed");
+    assert_eq!(result["failure_code"], "elicitation_unhandled");
+}
+
+/// `--script FILE` is the scripted harness's format; a malformed one is a
+/// `ModelValidationError`.
+#[test]
+fn script_file_drives_the_tool_calls() {
+    let sb = Sandbox::new();
+    let script = sb.write(
+        "script.json",
+        &json!({"steps": [
+            {"tool": "shipping:report_env", "arguments": {}},
+            {"tool": "shipping:report_env", "arguments": {}}
+        ]})
+        .to_string(),
+    );
+    let script = script.to_str().expect("a UTF-8 path");
+    let run = |script: &str| {
+        sb.m3(&[
+            "run",
+            "--no-prompt",
+            "--json",
+            "--server-name",
+            "shipping",
+            "--server-command",
+            M3,
+            "--server-arg",
+            "shipping-server",
+            "--server-arg",
+            "--era",
+            "--server-arg",
+            "legacy",
+            "--server-arg",
+            "--report-env",
+            "--server-env",
+            "M3_CONTRACT_PROBE=probe-value",
+            "--tool",
+            "shipping:report_env",
+            "--script",
+            script,
+            "Report the environment twice.",
+        ])
+    };
+    let out = run(script);
+    let lines: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+    let result = check_run_stdout(&out, &lines);
+    out.ok();
+    assert_eq!(lines.len(), 1, "no round, only the result: {lines:?}");
+    let calls = result["tool_calls"].as_array().expect("tool_calls");
+    assert_eq!(calls.len(), 2, "the script's two steps: {result}");
+    for call in calls {
+        assert_eq!(call["tool"], "shipping:report_env");
+        let output = call["output"].as_str().unwrap_or_default();
+        assert!(
+            output.contains("M3_CONTRACT_PROBE") && output.contains("probe-value"),
+            "{output}"
+        );
+    }
+
+    for (name, text) in [
+        ("not-json.json", "this is not JSON"),
+        ("wrong-shape.json", r#"{"steps": 3}"#),
+        ("wrong-step.json", r#"{"steps": [{"arguments": {}}]}"#),
+    ] {
+        let file = sb.write(name, text);
+        let out = run(file.to_str().expect("a UTF-8 path"));
+        let first = out.fails_with("ModelValidationError");
+        assert!(first.contains(name), "{first}");
+    }
+    let executions = sb.m3(&["executions", "--json"]).json();
+    assert_eq!(executions.as_array().map(Vec::len), Some(1), "{executions}");
+}
+
+/// `status` after a SIGKILLed `run` followed by `recover`: the dead worker's round fails with
+/// `recovery_unavailable` once its lease (15 s) has expired; a live run's round stays pending,
+/// even after that time, and is still answered.
+#[test]
+fn recover_fails_only_rounds_whose_worker_is_gone() {
+    let sb = Sandbox::new();
+    let mut dead = sb.spawn_run("legacy", &[], &[]);
+    let dead_round = sb.wait_pending();
+    let (dead_round_id, dead_execution) = ids(&dead_round);
+    assert_eq!(dead.next_json()["event"], "pending");
+    dead.guard.kill(); // SIGKILL
+
+    let mut live = sb.spawn_run("modern", &[], &[]);
+    assert_eq!(live.next_json()["event"], "pending");
+    let pending = sb.m3(&["pending", "--json"]).json();
+    assert_eq!(pending.as_array().map(Vec::len), Some(2), "{pending}");
+    let live_round = pending
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["round_id"] != dead_round_id.as_str())
+        .cloned()
+        .expect("the live run's round");
+    let (live_round_id, live_execution) = ids(&live_round);
+
+    // The dead worker's lease has not expired yet: recover leaves both rounds alone.
+    let report = sb.m3(&["recover", "--json"]).json();
+    assert_keys(
+        &report,
+        &["rounds_failed", "executions_failed"],
+        "recover --json",
+    );
+    assert_eq!(report["rounds_failed"], 0, "{report}");
+    assert_eq!(sb.show(&dead_round_id)["status"], "pending");
+
+    // Wait until the dead worker's lease has expired (the default lease is 15 s).
+    let expires = timestamp(
+        &sb.show(&dead_round_id)["lease_expires_at"],
+        "lease_expires_at",
+    );
+    let wait = (expires - Utc::now()).num_milliseconds() + 1_500;
+    assert!(
+        wait < 20_000,
+        "the lease lasts longer than expected: {expires}"
+    );
+    if wait > 0 {
+        std::thread::sleep(Duration::from_millis(wait.unsigned_abs()));
+    }
+
+    let report = sb.m3(&["recover", "--json"]).json();
+    assert_eq!(report["rounds_failed"], 1, "{report}");
+    assert_eq!(report["executions_failed"], 1, "{report}");
+    let status = sb.status(&dead_execution);
+    assert_eq!(status["lifecycle"], "finished");
+    assert_eq!(status["outcome"], "failed");
+    assert_eq!(status["failure_code"], "recovery_unavailable");
+    assert_eq!(status["rounds"][0]["status"], "failed");
+    assert_eq!(status["rounds"][0]["failure_code"], "recovery_unavailable");
+
+    // The live run's round is untouched.
+    let pending = sb.m3(&["pending", "--json"]).json();
+    assert_eq!(
+        pending,
+        json!([live_round]),
+        "the live round is still pending"
+    );
+    assert_eq!(sb.status(&live_execution)["lifecycle"], "waiting_for_input");
+    sb.m3(&[
+        "respond",
+        &live_round_id,
+        "--idempotency-key",
+        "k",
+        "--accept",
+        &accept_address(),
+    ])
+    .ok();
+    let (out, lines) = live.finish();
+    let result = check_run_stdout(&out, &lines);
+    out.ok();
+    assert_eq!(result["outcome"], "succeeded");
+}
+
+/// `doctor --json`: database integrity, schema version, component state; exit 0.
+#[test]
+fn doctor_reports_database_schema_and_component() {
+    let sb = Sandbox::new();
+    sb.m3(&["executions"]).ok(); // creates the database
+    let report = sb.m3(&["doctor", "--json"]).json();
+    assert_eq!(report["healthy"], true, "{report}");
+    let database = &report["database"];
+    assert_eq!(database["integrity"], "ok", "{report}");
+    assert_eq!(database["exists"], true);
+    assert_eq!(database["m3_database"], true);
+    assert!(
+        database["schema_version"].as_u64().is_some_and(|v| v >= 1),
+        "{report}"
+    );
+    assert_eq!(
+        database["schema_version"],
+        database["supported_schema_version"]
+    );
+    let component = &report["component"];
+    assert_eq!(component["loaded"], true, "{report}");
+    assert!(
+        component["wasm_sha256"]
+            .as_str()
+            .is_some_and(|s| s.len() == 64),
+        "{report}"
+    );
+    assert_eq!(report["harnesses"]["scripted"], "built in");
+    assert!(report["harnesses"].get("codex").is_some(), "{report}");
+}
+
+/// Every field is always present, `null` when absent: `doctor --json` before the database
+/// exists has the same keys as after.
+#[test]
+fn doctor_json_has_the_same_keys_with_or_without_a_database() {
+    let sb = Sandbox::new();
+    let before = sb.m3(&["doctor", "--json"]).json();
+    sb.m3(&["executions"]).ok();
+    let after = sb.m3(&["doctor", "--json"]).json();
+    let keys = |v: &Value| -> Vec<String> {
+        v.as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(keys(&before), keys(&after), "doctor's top-level keys");
+    assert_eq!(
+        keys(&before["database"]),
+        keys(&after["database"]),
+        "doctor's `database` keys without a database file ({}) and with one ({})",
+        before["database"],
+        after["database"]
+    );
+}
+
+/// `demo` on a fresh database, both eras, and as JSON lines.
+#[test]
+fn demo_runs_end_to_end() {
+    let sb = Sandbox::new();
+    let answer = r#"{"street":"1 Main Street","city":"Pune"}"#;
+    for era in [None, Some("legacy"), Some("modern")] {
+        let mut args = vec!["demo", "--answer", answer];
+        if let Some(era) = era {
+            args.extend(["--era", era]);
+        }
+        let out = sb.m3(&args);
+        out.ok();
+        assert!(
+            out.stdout
+                .contains("Booked shipment to 1 Main Street, Pune"),
+            "demo {era:?}: {}",
+            out.stdout
+        );
+    }
+    for era in ["legacy", "modern"] {
+        let out = sb.m3(&["demo", "--json", "--era", era, "--answer", answer]);
+        let lines: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+        assert_eq!(lines.len(), 2, "demo --json: {lines:?}");
+        let result = check_run_stdout(&out, &lines);
+        out.ok();
+        assert_eq!(result["outcome"], "succeeded");
+        assert_eq!(
+            result["tool_calls"][0]["output"],
+            "Booked shipment to 1 Main Street, Pune"
+        );
+    }
+    // An answer that is not JSON is a typed error.
+    sb.m3(&["demo", "--answer", "{oops"])
+        .fails_with("ManagedInputValidationError");
+}
+
+/// `--db` and `--json` are global (before or after the subcommand); `M3_DB` is the default
+/// database, and without either it is `executions.sqlite` in the working directory.
+#[test]
+fn db_and_json_are_global_and_m3_db_is_the_default() {
+    let sb = Sandbox::new();
+    let db = sb.db.to_str().expect("a UTF-8 path").to_string();
+    // `--db` and `--json` after the subcommand (and after the prompt).
+    let mut cmd = sb.bare();
+    cmd.args(run_args("legacy", &[], &["--human-input", "fail"]))
+        .args(["--db", &db, "--json"]);
+    let out = finish(cmd, None, RUN_TIMEOUT);
+    let lines: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+    let result = check_run_stdout(&out, &lines);
+    let execution_id = result["execution_id"].clone();
+    assert!(sb.db.exists(), "--db after the subcommand was used");
+
+    let list = |cmd: Command| {
+        let listed = finish(cmd, None, COMMAND_TIMEOUT).json();
+        let listed = listed.as_array().cloned().unwrap_or_default();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        check_execution(&listed[0]);
+        assert_eq!(listed[0]["execution_id"], execution_id);
+    };
+    for args in [
+        vec!["--db", &db, "--json", "executions"],
+        vec!["--json", "--db", &db, "executions"],
+        vec!["--db", &db, "executions", "--json"],
+        vec!["--json", "executions", "--db", &db],
+        vec!["executions", "--db", &db, "--json"],
+        vec!["executions", "--json", "--db", &db],
+    ] {
+        let mut cmd = sb.bare();
+        cmd.args(&args);
+        list(cmd);
+    }
+    // `M3_DB`.
+    let mut cmd = sb.bare();
+    cmd.env("M3_DB", &db).args(["executions", "--json"]);
+    list(cmd);
+    // `--db` wins over `M3_DB`.
+    let mut cmd = sb.bare();
+    cmd.env("M3_DB", sb.dir.path().join("other.sqlite")).args([
+        "--db",
+        &db,
+        "executions",
+        "--json",
+    ]);
+    list(cmd);
+
+    // Neither: `executions.sqlite` in the working directory.
+    let cwd = Sandbox::new();
+    let mut cmd = cwd.bare();
+    cmd.args(run_args("legacy", &[], &["--human-input", "fail"]));
+    let out = finish(cmd, None, RUN_TIMEOUT);
+    let lines: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+    let result = check_run_stdout(&out, &lines);
+    let default_db = cwd.dir.path().join("executions.sqlite");
+    assert!(
+        default_db.exists(),
+        "the default database is executions.sqlite"
+    );
+    let mut cmd = cwd.bare();
+    cmd.arg("--db")
+        .arg(&default_db)
+        .args(["executions", "--json"]);
+    let listed = finish(cmd, None, COMMAND_TIMEOUT).json();
+    assert_eq!(listed[0]["execution_id"], result["execution_id"]);
+}
+
+/// Every error exits non-zero with a first stderr line that starts with a typed error's name,
+/// never a panic or a backtrace; also for mistakes in the command's own options and files.
+#[test]
+fn every_error_starts_with_a_typed_error_name() {
+    let sb = Sandbox::new();
+    let missing = sb.dir.path().join("missing.json");
+    let missing = missing.to_str().expect("a UTF-8 path");
+    let not_a_round = sb.write("not-a-round.json", r#"{"round_id": "r"}"#);
+    let not_a_round = not_a_round.to_str().expect("a UTF-8 path");
+    let answers = sb.write(
+        "answers.json",
+        r#"{"shipping_address": {"action": "decline"}}"#,
+    );
+    let answers = answers.to_str().expect("a UTF-8 path");
+    let not_json = sb.write("not-json.json", "this is not JSON");
+    let not_json = not_json.to_str().expect("a UTF-8 path");
+    let run_with = |extra: &[&str]| run_args("legacy", &[], extra);
+    let cases: Vec<(String, Vec<String>)> = vec![
+        ("run --deadline 0".into(), run_with(&["--deadline", "0"])),
+        (
+            "run --script <missing file>".into(),
+            run_with(&["--script", missing]),
+        ),
+        (
+            "run --server-env without =".into(),
+            run_with(&["--server-env", "NO_EQUALS_SIGN"]),
+        ),
+        (
+            "respond with no answers".into(),
+            ["respond", "r1", "--idempotency-key", "k"]
+                .map(String::from)
+                .to_vec(),
+        ),
+        (
+            "respond --responses <missing file>".into(),
+            [
+                "respond",
+                "r1",
+                "--idempotency-key",
+                "k",
+                "--responses",
+                missing,
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
+        (
+            "rounds --status bogus".into(),
+            ["rounds", "--status", "bogus"].map(String::from).to_vec(),
+        ),
+        (
+            "validate --round <not a round>".into(),
+            ["validate", "--round", not_a_round, "--responses", answers]
+                .map(String::from)
+                .to_vec(),
+        ),
+        (
+            "check-schema <missing file>".into(),
+            ["check-schema", missing].map(String::from).to_vec(),
+        ),
+        (
+            "check-schema <not JSON>".into(),
+            ["check-schema", not_json].map(String::from).to_vec(),
+        ),
+    ];
+    let mut untyped = Vec::new();
+    for (what, args) in cases {
+        let mut cmd = sb.command(&[]);
+        cmd.args(&args);
+        let out = finish(cmd, None, COMMAND_TIMEOUT);
+        assert!(!out.status.success(), "{what} should fail");
+        let first = out.first_stderr_line();
+        if !TYPED_ERRORS
+            .iter()
+            .any(|name| first.starts_with(&format!("{name}: ")))
+        {
+            untyped.push(format!("{what}: {first:?}"));
+        }
+    }
+    assert!(
+        untyped.is_empty(),
+        "errors whose first stderr line names no typed error:\n{}",
+        untyped.join("\n")
+    );
+}

@@ -1,0 +1,130 @@
+//! The command's start-up benchmark (`cargo bench -p m3-cli --bench startup`; `just bench` runs
+//! it too): the wall time of `m3 pending` on an existing database holding pending rounds, once
+//! the compiled component is in the cache (the first run fills it and is reported apart). The
+//! goal is under 50 ms; the figure is reported, never asserted. Prints a table and writes
+//! `target/bench/cli.json` (under `$CARGO_TARGET_DIR` when set). Without `--bench` (as
+//! `cargo test --benches` runs it) it makes a short smoke pass and writes nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const M3: &str = env!("CARGO_BIN_EXE_m3");
+
+fn m3(db: &Path, cache: &Path, args: &[&str]) -> std::process::Output {
+    let output = Command::new(M3)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env("M3_CACHE_DIR", cache)
+        .output()
+        .expect("run m3");
+    assert!(
+        output.status.success(),
+        "m3 {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+/// `$CARGO_TARGET_DIR`, else the workspace's `target/`.
+fn target_dir() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                dir
+            } else {
+                workspace.join(dir)
+            }
+        }
+        _ => workspace.join("target"),
+    }
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let runs = if full { 100 } else { 3 };
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let db = dir.path().join("executions.sqlite");
+    let cache = dir.path().join("cache");
+    make_rounds(&db, 3);
+    let cold = Instant::now();
+    m3(&db, &cache, &["pending"]);
+    let cold_ms = cold.elapsed().as_secs_f64() * 1e3;
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        let output = m3(&db, &cache, &["pending", "--json"]);
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        let rounds: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        assert_eq!(
+            rounds.as_array().map(Vec::len),
+            Some(3),
+            "three pending rounds"
+        );
+    }
+    times.sort_by(f64::total_cmp);
+    let (p50, p99) = (percentile(&times, 0.5), percentile(&times, 0.99));
+    println!("m3 start-up (`m3 pending --json` on a database with 3 pending rounds, {runs} runs)");
+    println!("  first run (compiles the component into an empty cache): {cold_ms:.1} ms");
+    println!("  warm cache: p50 {p50:.1} ms, p99 {p99:.1} ms   goal: < 50 ms");
+    if !full {
+        return;
+    }
+    let report = serde_json::json!({
+        "benchmark": "cli-startup",
+        "command": "m3 pending --json",
+        "pending_rounds": 3,
+        "runs": runs,
+        "cold_cache_ms": cold_ms,
+        "warm_p50_ms": p50,
+        "warm_p99_ms": p99,
+        "goal_ms": 50.0,
+        "goal_met": p50 < 50.0,
+    });
+    let out = target_dir().join("bench");
+    std::fs::create_dir_all(&out).expect("bench directory");
+    let path = out.join("cli.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON")).expect("write");
+    println!("wrote {}", path.display());
+}
+
+/// `count` pending rounds, made through the store API like a worker would.
+fn make_rounds(db: &Path, count: usize) {
+    use m3::{
+        ElicitationRequest, ManagedInputStore, NewRound, OwnerClaim, SqliteManagedInputStore,
+    };
+    let store = SqliteManagedInputStore::open(db, m3::StoreOptions::default()).expect("store");
+    for i in 0..count {
+        let requests = std::collections::BTreeMap::from([(
+            "shipping_address".to_string(),
+            ElicitationRequest::form(
+                "Where should the shipment be delivered?",
+                serde_json::json!({
+                    "type": "object",
+                    "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+                    "required": ["street", "city"]
+                }),
+            ),
+        )]);
+        let round = NewRound::new(
+            format!("round-{i}"),
+            format!("exec-{i}"),
+            "shipping",
+            "book_shipment",
+            requests,
+        )
+        .owned_by(OwnerClaim::new("bench-worker"));
+        store.create_round(&round).expect("create round");
+    }
+}
