@@ -20,40 +20,65 @@ fn find_in_path(program: &str) -> Option<std::path::PathBuf> {
 /// `m3 doctor`.
 pub fn doctor(cli: &Cli) -> Result<ExitCode> {
     let mut healthy = true;
-    let database = if cli.db.exists() {
-        match m3::sqlite::database::health(&cli.db) {
-            Ok(h) => {
-                healthy &= h.integrity == "ok"
-                    && h.is_m3_database
-                    && h.schema_version <= h.supported_version;
-                json!({
-                    "path": cli.db.display().to_string(),
-                    "exists": true,
-                    "integrity": h.integrity,
-                    "m3_database": h.is_m3_database,
-                    "schema_version": h.schema_version,
-                    "supported_schema_version": h.supported_version,
-                })
-            }
-            Err(e) => {
-                healthy = false;
-                json!({"path": cli.db.display().to_string(), "exists": true, "error": e.to_string()})
-            }
+    let path = cli.db.display().to_string();
+    let database = match cli
+        .db
+        .exists()
+        .then(|| m3::sqlite::database::health(&cli.db))
+    {
+        Some(Ok(h)) => {
+            healthy &=
+                h.integrity == "ok" && h.is_m3_database && h.schema_version <= h.supported_version;
+            json!({
+                "path": path,
+                "exists": true,
+                "integrity": h.integrity,
+                "m3_database": h.is_m3_database,
+                "schema_version": h.schema_version,
+                "supported_schema_version": h.supported_version,
+                "error": null,
+            })
         }
-    } else {
-        json!({"path": cli.db.display().to_string(), "exists": false})
+        Some(Err(e)) => {
+            healthy = false;
+            json!({
+                "path": path,
+                "exists": true,
+                "integrity": null,
+                "m3_database": null,
+                "schema_version": null,
+                "supported_schema_version": m3::sqlite::migrations::SCHEMA_VERSION,
+                "error": e.to_string(),
+            })
+        }
+        None => json!({
+            "path": path,
+            "exists": false,
+            "integrity": null,
+            "m3_database": null,
+            "schema_version": null,
+            "supported_schema_version": m3::sqlite::migrations::SCHEMA_VERSION,
+            "error": null,
+        }),
     };
-    let cache_dir = component_cache::default_cache_dir();
+    let cache_dir = component_cache::default_cache_dir().map(|d| d.display().to_string());
     let component = match ComponentRuntime::shared() {
         Ok(runtime) => json!({
             "loaded": true,
             "cache": format!("{:?}", runtime.cache),
-            "cache_dir": cache_dir.as_ref().map(|d| d.display().to_string()),
+            "cache_dir": cache_dir,
             "wasm_sha256": m3::engine::GUEST_WASM_SHA256,
+            "error": null,
         }),
         Err(e) => {
             healthy = false;
-            json!({"loaded": false, "error": e.to_string()})
+            json!({
+                "loaded": false,
+                "cache": null,
+                "cache_dir": cache_dir,
+                "wasm_sha256": m3::engine::GUEST_WASM_SHA256,
+                "error": e.to_string(),
+            })
         }
     };
     let harnesses: Value = HARNESSES

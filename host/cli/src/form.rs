@@ -203,7 +203,16 @@ fn check_text(kind: &str, prop: &Value, text: &str, required: bool) -> Result<()
     let bound = |name: &str| prop.get(name).and_then(Value::as_f64);
     match kind {
         "integer" | "number" => {
-            let number: f64 = text.trim().parse().map_err(|_| format!("enter a {kind}"))?;
+            let number: f64 = text.trim().parse().map_err(|_| {
+                format!(
+                    "enter {}",
+                    if kind == "integer" {
+                        "an integer"
+                    } else {
+                        "a number"
+                    }
+                )
+            })?;
             if kind == "integer" && number.fract() != 0.0 {
                 return Err("enter a whole number".into());
             }

@@ -12,10 +12,10 @@ use std::process::ExitCode;
 fn status_from(text: &str) -> Result<ManagedInputStatus> {
     match ManagedInputStatus::ALL.iter().find(|s| s.as_str() == text) {
         Some(status) => Ok(*status),
-        None => bail!(
+        None => Err(crate::invalid_input(format!(
             "--status must be one of: {}",
             ManagedInputStatus::ALL.map(|s| s.as_str()).join(", ")
-        ),
+        ))),
     }
 }
 
@@ -179,7 +179,7 @@ pub fn status(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
                 .outcome
                 .iter()
                 .flat_map(|o| o.tool_results.iter())
-                .map(|t| serde_json::json!({"tool": t.tool, "output": t.text()}))
+                .map(json::tool_call)
                 .collect(),
         );
         print_json(&value, false);

@@ -189,6 +189,7 @@ pub fn record(r: &ManagedInputRecord, redacted: Option<&[RedactedResponse]>) -> 
     let object = v.as_object_mut().expect("an object");
     let t = &r.timestamps;
     let (responses, key, delivery_key) = match redacted {
+        Some(_) if r.responses.is_none() => (Value::Null, Value::Null, Value::Null),
         Some(projection) => (
             Value::Object(
                 projection
@@ -259,22 +260,20 @@ pub fn execution(s: &ExecutionState) -> Value {
     })
 }
 
+/// One tool call with its full output text.
+pub fn tool_call(t: &m3::ToolResult) -> Value {
+    json!({
+        "tool": t.tool,
+        "output": t.text(),
+        "is_error": t.result.get("isError").and_then(Value::as_bool).unwrap_or(false),
+        "result": t.result,
+    })
+}
+
 /// A finished execution's result, with every tool call and its full output text.
 pub fn result(r: &ExecutionResult) -> Value {
     let failure = r.outcome.failure.as_ref();
-    let calls: Vec<Value> = r
-        .outcome
-        .tool_results
-        .iter()
-        .map(|t| {
-            json!({
-                "tool": t.tool,
-                "output": t.text(),
-                "is_error": t.result.get("isError").and_then(Value::as_bool).unwrap_or(false),
-                "result": t.result,
-            })
-        })
-        .collect();
+    let calls: Vec<Value> = r.outcome.tool_results.iter().map(tool_call).collect();
     json!({
         "execution_id": r.execution_id,
         "lifecycle": "finished",

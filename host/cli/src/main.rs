@@ -27,11 +27,12 @@ pub struct Cli {
         long,
         global = true,
         env = "M3_DB",
-        default_value = "executions.sqlite"
+        default_value = "executions.sqlite",
+        overrides_with = "db"
     )]
     pub db: PathBuf,
     /// Machine-readable output: one JSON document, or JSON lines for streams.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, overrides_with = "json")]
     pub json: bool,
     #[command(subcommand)]
     command: Command,
@@ -66,7 +67,7 @@ enum Command {
         #[arg(long, value_name = "ID")]
         execution: Option<String>,
         /// Wait up to this many seconds for at least one (exit non-zero if none came).
-        #[arg(long, value_name = "SECS")]
+        #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
         wait: Option<f64>,
     },
     /// Answer a pending round (a worker in any process delivers it).
@@ -178,17 +179,30 @@ pub fn executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::worker::Execut
     Ok(store.executions()?)
 }
 
-/// Reads a file, or standard input for `-`.
-pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
-    use anyhow::Context;
+/// Reads a file, or standard input for `-`; the error says what could not be read (the caller
+/// names the typed error it is).
+pub fn read_input(path: &std::path::Path) -> Result<String, String> {
     if path.as_os_str() == "-" {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .context("reading standard input")?;
+            .map_err(|e| format!("standard input cannot be read: {e}"))?;
         Ok(text)
     } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+        std::fs::read_to_string(path).map_err(|e| format!("{} cannot be read: {e}", path.display()))
     }
+}
+
+/// Input a caller gave (answers, rounds, schemas, filters) that cannot be used.
+pub fn invalid_input(message: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("ManagedInputValidationError: {message}")
+}
+
+/// A submission that cannot run (the specification's `ModelValidationError`).
+pub fn invalid_submission(message: impl std::fmt::Display) -> anyhow::Error {
+    m3::ModelValidationError {
+        message: message.to_string(),
+    }
+    .into()
 }
 
 /// Prints one JSON document (pretty) or one JSON line.

@@ -59,7 +59,9 @@ pub fn table(rounds: &[PendingElicitationRound]) -> Table {
 pub fn pending(cli: &Cli, execution: Option<&str>, wait: Option<f64>) -> Result<ExitCode> {
     let until = match wait {
         Some(secs) if !(secs.is_finite() && secs >= 0.0) => {
-            bail!("--wait takes a number of seconds (0 or more)")
+            return Err(crate::invalid_input(
+                "--wait takes a number of seconds (0 or more)",
+            ));
         }
         Some(secs) => Some(Instant::now() + Duration::from_secs_f64(secs)),
         None => None,

@@ -2,19 +2,22 @@
 //! for testing policies.
 
 use crate::{Cli, json, print_json, read_input};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use m3::Policy;
 use std::path::Path;
 use std::process::ExitCode;
 
 /// `m3 validate --round FILE --responses FILE`.
 pub fn validate(cli: &Cli, round: &Path, responses: &Path) -> Result<ExitCode> {
-    let round_text = read_input(round)?;
-    let round_json: serde_json::Value =
-        serde_json::from_str(&round_text).context("the round file is not JSON")?;
-    let round = json::pending_round_from(&round_json)
-        .context("the round file is not a pending round as `m3 pending --json` prints it")?;
-    let responses = read_input(responses)?;
+    let round_text = read_input(round).map_err(crate::invalid_input)?;
+    let round_json: serde_json::Value = serde_json::from_str(&round_text)
+        .map_err(|_| crate::invalid_input("the round file is not JSON (malformed_json)"))?;
+    let round = json::pending_round_from(&round_json).map_err(|e| {
+        crate::invalid_input(format!(
+            "the round file is not a pending round as `m3 pending --json` prints it: {e}"
+        ))
+    })?;
+    let responses = read_input(responses).map_err(crate::invalid_input)?;
     let policy = Policy::new()?;
     let canonical = policy.validate_responses_json(&round, &responses)?;
     if cli.json {
@@ -31,7 +34,7 @@ pub fn validate(cli: &Cli, round: &Path, responses: &Path) -> Result<ExitCode> {
 
 /// `m3 check-schema FILE`.
 pub fn check_schema(cli: &Cli, file: &Path) -> Result<ExitCode> {
-    let text = read_input(file)?;
+    let text = read_input(file).map_err(crate::invalid_input)?;
     let schema: serde_json::Value = serde_json::from_str(&text).map_err(|_| {
         anyhow::anyhow!(
             "ManagedInputValidationError: the schema is not valid JSON (malformed_json)"

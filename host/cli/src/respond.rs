@@ -2,7 +2,7 @@
 //! component validates and commits; the worker, in whatever process, delivers it).
 
 use crate::{Cli, json, print_json, read_input};
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use clap::Args;
 use m3::ManagedInputStore;
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ pub struct RespondArgs {
 /// embedded verbatim, so the component's strict parser sees exactly what was typed.
 fn response_map(args: &RespondArgs) -> Result<String> {
     if let Some(file) = &args.responses {
-        return read_input(file);
+        return read_input(file).map_err(crate::invalid_input);
     }
     let mut entries = Vec::new();
     for accept in &args.accept {
@@ -62,7 +62,9 @@ fn response_map(args: &RespondArgs) -> Result<String> {
         entries.push((key.clone(), "{\"action\":\"cancel\"}".into()));
     }
     if entries.is_empty() {
-        bail!("give --accept, --decline, --cancel (one per request key) or --responses");
+        return Err(crate::invalid_input(
+            "give --accept, --decline, --cancel (one per request key) or --responses",
+        ));
     }
     let body: Vec<String> = entries
         .iter()

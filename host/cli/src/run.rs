@@ -86,9 +86,9 @@ fn server(args: &RunArgs) -> Result<StdioServer> {
     let mut server = StdioServer::new(&args.server_name, &args.server_command)
         .args(args.server_arg.iter().cloned());
     for pair in &args.server_env {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| anyhow!("--server-env takes K=V, not {pair:?}"))?;
+        let (k, v) = pair.split_once('=').ok_or_else(|| {
+            crate::invalid_submission(format!("--server-env takes K=V, not {pair:?}"))
+        })?;
         server = server.env(k, v);
     }
     if let Some(cwd) = &args.server_cwd {
@@ -105,7 +105,7 @@ fn server(args: &RunArgs) -> Result<StdioServer> {
 fn script(args: &RunArgs) -> Result<Script> {
     match &args.script {
         Some(file) => {
-            let text = read_input(file)?;
+            let text = read_input(file).map_err(crate::invalid_submission)?;
             Script::from_json(&text).map_err(|e| {
                 anyhow!(ModelValidationError {
                     message: format!(
@@ -177,12 +177,16 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
         .human_input(human_input);
     if let Some(secs) = args.deadline {
         if !(secs.is_finite() && secs > 0.0) {
-            bail!("--deadline takes a positive number of seconds");
+            return Err(crate::invalid_submission(
+                "--deadline takes a positive number of seconds",
+            ));
         }
         submission = submission.round_deadline(Duration::from_secs_f64(secs));
     }
     if !(args.lease.is_finite() && args.lease >= 0.03) {
-        bail!("--lease takes a number of seconds (at least 0.03)");
+        return Err(crate::invalid_submission(
+            "--lease takes a number of seconds (at least 0.03)",
+        ));
     }
     let lease = Duration::from_secs_f64(args.lease);
     let options = m3::KitOptions {
