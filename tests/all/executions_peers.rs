@@ -636,7 +636,7 @@ fn server_everything_invalid_answers_are_rejected_locally_and_the_round_stays_pe
         assert!(record.responses.is_none(), "after {what}");
         assert_eq!(
             run.handle.snapshot()?.lifecycle,
-            ExecutionStatus::Running,
+            ExecutionStatus::WaitingForInput,
             "after {what}"
         );
     }
