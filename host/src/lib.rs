@@ -80,10 +80,11 @@ pub use execution_store::{
 };
 pub use instance::GuestLimits;
 pub use kit::{
-    Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, ExecutionError,
-    ExecutionFailure, ExecutionHandle, ExecutionOutcome, ExecutionResult, ExecutionState,
-    ExecutionStatus, FailureKind, Harness, KitOptions, McpEra, McpTestKit, OperationTimeout,
-    OutcomeKind, PlanEntry, PlanMatch, Script, ScriptStep, StdioServer, ToolResult,
+    Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, CodexOptions,
+    ExecutionError, ExecutionFailure, ExecutionHandle, ExecutionOutcome, ExecutionResult,
+    ExecutionState, ExecutionStatus, FailureKind, Harness, KitOptions, McpEra, McpTestKit,
+    ModelProvider, OperationTimeout, OutcomeKind, PermissionPolicy, PlanEntry, PlanMatch, Script,
+    ScriptStep, StdioServer, ToolResult,
 };
 pub use policy::{Policy, PreparedRound};
 pub use record::{

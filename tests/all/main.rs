@@ -1,5 +1,6 @@
 //! One test binary for the whole suite (every binary links wasmtime; one keeps builds small).
 
+mod codex;
 mod component_cache;
 mod concurrency;
 mod crash;

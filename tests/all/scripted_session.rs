@@ -84,7 +84,8 @@ async fn run(
                         transcript.delivered += 1;
                         child.write_line(&line.to_string()).await.unwrap();
                     }
-                    Action::StartProbeTimer => probe_armed = true,
+                    Action::StartProbeTimer | Action::ArmTimer(_) => probe_armed = true,
+                    Action::FinalMessage(_) => {}
                     Action::OpenRound {
                         round_index,
                         requests,

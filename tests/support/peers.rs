@@ -70,10 +70,39 @@ pub fn install_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(".peers")
 }
 
+/// The npm peers (server-everything, Codex), installed once per process.
+fn npm_peers() -> Result<PathBuf> {
+    static INSTALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    once(&INSTALL, install_npm_peers)
+}
+
+/// The pinned Codex CLI version.
+pub const CODEX_VERSION: &str = "0.171.0";
+
+/// The real `codex` binary of the pinned `@openai/codex` (its Linux x64 build), installed on
+/// first use with the other npm peers.
+pub fn codex() -> Result<PathBuf> {
+    let dir = npm_peers()?;
+    let vendor = dir.join("node_modules/@openai/codex-linux-x64/vendor");
+    let binary = fs::read_dir(&vendor)
+        .with_context(|| {
+            format!(
+                "{} is missing: the pinned @openai/codex {CODEX_VERSION} has no build for this \
+                 platform, or `npm ci` in {} did not install it",
+                vendor.display(),
+                dir.display()
+            )
+        })?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("bin/codex"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow!("no bin/codex under {}", vendor.display()))?;
+    Ok(binary)
+}
+
 /// `server-everything` over stdio, installed on first use.
 pub fn server_everything() -> Result<PeerCommand> {
-    static INSTALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let dir = once(&INSTALL, install_npm_peers)?;
+    let dir = npm_peers()?;
     let script = server_everything_script(&dir);
     Ok(PeerCommand {
         program: which("node")?,

@@ -225,6 +225,7 @@ pub fn cancelled_outcome(tool_results: Vec<ToolResult>) -> ExecutionOutcome {
         kind: OutcomeKind::Cancelled,
         failure: None,
         tool_results,
+        final_message: None,
     }
 }
 

@@ -69,6 +69,7 @@ pub fn recover() -> Outcome<RecoveryReport> {
                 message: "the execution's worker is gone".into(),
             }),
             tool_results: Vec::new(),
+            final_message: None,
         };
         execution::finish_abandoned(&tx, loaded, outcome, now)?;
         report.executions_failed += 1;

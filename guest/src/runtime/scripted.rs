@@ -51,7 +51,7 @@ pub enum Input {
     Start,
     /// One line from the server's stdout.
     Line(String),
-    /// The era probe got no answer in time.
+    /// The era probe (or the session's timer, see [`Action::ArmTimer`]) ran out.
     ProbeTimedOut,
     /// The open round's answer is committed (validated by the store): deliver it.
     Answer(Vec<(String, ElicitationResponse)>),
@@ -132,6 +132,11 @@ pub enum Action {
         /// The result object.
         result: Value,
     },
+    /// Arm the session's timer for this many milliseconds (feed [`Input::ProbeTimedOut`] when
+    /// it fires first; arming again replaces it).
+    ArmTimer(u64),
+    /// The agent's final message (harnesses with a model).
+    FinalMessage(String),
     /// The session is over: close the server's stdin.
     Finish(Finished),
 }

@@ -7,14 +7,15 @@
 //! written, `delivered` after), deadlines and cancel requests end the open round, and the final
 //! outcome is committed with the execution. The host is only asked to do I/O.
 
+use super::codex::{CodexConfig, CodexSession};
 use super::execution::{self, Claim, ExecutionLease};
 use super::plan::Plan;
 use super::scripted::{Action, Finished, Input, Mode, ScriptedSession, SessionConfig, Step};
 use crate::errors::{Outcome, validation};
 use crate::exports::m3::managed_input::managed_input::{DeadlineChoice, NewRound, OwnerClaim};
 use crate::exports::m3::managed_input::runtime::{
-    EraChoice as WitEra, ExecutionFailure, ExecutionOutcome, ExecutionSpec, ExecutionState,
-    FailureKind, HumanInputMode, OutcomeKind, ToolResult,
+    CodexSettings, EraChoice as WitEra, ExecutionFailure, ExecutionOutcome, ExecutionSpec,
+    ExecutionState, FailureKind, HumanInputMode, OutcomeKind, ToolResult,
 };
 use crate::m3::managed_input::events::{self, Event};
 use crate::m3::managed_input::process::{self, SpawnSpec};
@@ -90,13 +91,30 @@ pub fn parse_script(spec: &ExecutionSpec) -> Result<Vec<Step>, String> {
 
 /// Checks a submission that the policy checks already passed: the script, the plan, limits.
 pub fn check_spec(spec: &ExecutionSpec) -> Result<(), String> {
-    if spec.harness != "scripted" {
-        return Err(format!(
-            "harness `{}` is not available (known: scripted)",
-            crate::errors::bounded(&spec.harness)
-        ));
+    match spec.harness.as_str() {
+        "scripted" => {
+            parse_script(spec)?;
+        }
+        "codex" => {
+            let Some(codex) = &spec.codex else {
+                return Err("the codex harness needs its settings (the codex binary)".into());
+            };
+            if codex.binary.is_empty() {
+                return Err("the codex harness needs the path or name of the codex binary".into());
+            }
+            if codex.turn_deadline_ms == 0 || codex.request_timeout_ms == 0 {
+                return Err("the codex harness needs a turn deadline and a request timeout".into());
+            }
+            crate::submission::check_tool_allow_list(&spec.server.name, &spec.tools)
+                .map_err(|e| e.message)?;
+        }
+        other => {
+            return Err(format!(
+                "harness `{}` is not available (known: scripted, codex)",
+                crate::errors::bounded(other)
+            ));
+        }
     }
-    parse_script(spec)?;
     if let Some(plan) = &spec.plan {
         if spec.human_input == HumanInputMode::Managed {
             return Err("human input `managed` cannot be combined with an elicitation plan".into());
@@ -174,6 +192,7 @@ fn failed(
             message: message.into(),
         }),
         tool_results: Vec::new(),
+        final_message: None,
     }
 }
 
@@ -183,6 +202,7 @@ fn outcome_of(finished: Finished) -> ExecutionOutcome {
             kind: OutcomeKind::Succeeded,
             failure: None,
             tool_results: Vec::new(),
+            final_message: None,
         },
         Finished::Cancelled => execution::cancelled_outcome(Vec::new()),
         Finished::Failed { code, message } => {
@@ -196,10 +216,76 @@ fn outcome_of(finished: Finished) -> ExecutionOutcome {
     }
 }
 
+/// The harness's session machine.
+enum Session {
+    Scripted(ScriptedSession),
+    Codex(Box<CodexSession>),
+}
+
+impl Session {
+    fn handle(&mut self, input: Input) -> Vec<Action> {
+        match self {
+            Self::Scripted(s) => s.handle(input),
+            Self::Codex(s) => s.handle(input),
+        }
+    }
+
+    /// The harness's ids for a round's metadata (Codex: thread and turn; the thread id is the
+    /// native resume token).
+    fn harness_metadata(&self) -> HarnessMetadata {
+        match self {
+            Self::Scripted(_) => HarnessMetadata {
+                session_id: None,
+                resume_token: None,
+                turn_id: None,
+            },
+            Self::Codex(s) => {
+                let ids = s.ids();
+                HarnessMetadata {
+                    session_id: ids.thread_id.clone(),
+                    resume_token: ids.thread_id,
+                    turn_id: ids.turn_id,
+                }
+            }
+        }
+    }
+}
+
+/// The `-c` overrides that point Codex at the model and its provider.
+fn codex_args(spec: &ExecutionSpec, codex: &CodexSettings) -> Vec<String> {
+    let quote = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+    let mut args = vec!["app-server".to_string()];
+    let mut set = |key: &str, value: String| {
+        args.push("-c".into());
+        args.push(format!("{key}={value}"));
+    };
+    if let Some(model) = &spec.model {
+        set("model", quote(model));
+    }
+    if let Some(provider) = &codex.model_provider {
+        let id = "m3";
+        set("model_provider", quote(id));
+        set(&format!("model_providers.{id}.name"), quote(&provider.name));
+        set(
+            &format!("model_providers.{id}.base_url"),
+            quote(&provider.base_url),
+        );
+        set(
+            &format!("model_providers.{id}.wire_api"),
+            quote(&provider.wire_api),
+        );
+        set(
+            &format!("model_providers.{id}.requires_openai_auth"),
+            provider.requires_openai_auth.to_string(),
+        );
+    }
+    args
+}
+
 struct Worker {
     held: ExecutionLease,
     spec: ExecutionSpec,
-    session: ScriptedSession,
+    session: Session,
     lines: LineBuffer,
     plan: Option<Plan>,
     slot: Option<Slot>,
@@ -211,13 +297,13 @@ struct Worker {
     cancel_fed: bool,
     /// Why a round could not be stored (reported instead of the session's message).
     store_refusal: Option<String>,
+    /// The agent's final message.
+    final_message: Option<String>,
     finished: Option<Finished>,
 }
 
 impl Worker {
     fn new(held: ExecutionLease, spec: ExecutionSpec) -> Result<Self, ExecutionOutcome> {
-        let steps =
-            parse_script(&spec).map_err(|m| failed(FailureKind::InvalidSubmission, None, m))?;
         let plan = match &spec.plan {
             Some(text) => Some(
                 Plan::parse(text).map_err(|e| failed(FailureKind::InvalidSubmission, None, e.0))?,
@@ -229,29 +315,62 @@ impl Worker {
             (HumanInputMode::Managed, _) | (HumanInputMode::Fail, Some(_)) => Mode::Managed,
             (HumanInputMode::Fail, None) => Mode::Fail,
         };
-        let era = match spec.server.era {
-            WitEra::Auto => EraChoice::Auto,
-            WitEra::Legacy => EraChoice::Legacy,
-            WitEra::Modern => EraChoice::Modern,
-        };
-        let session = ScriptedSession::new(SessionConfig {
-            era,
-            steps,
-            round_limit: spec.round_limit,
-            mode,
-        });
-        process::spawn(&SpawnSpec {
-            program: spec.server.command.clone(),
-            args: spec.server.args.clone(),
-            cwd: spec.server.cwd.clone(),
-        })
-        .map_err(|m| {
+        let not_started = |m: String| {
             failed(
                 FailureKind::ServerError,
                 None,
-                format!("the server could not be started: {m}"),
+                format!("the harness could not be started: {m}"),
             )
-        })?;
+        };
+        let session = match (&spec.codex, spec.harness.as_str()) {
+            (Some(codex), "codex") => {
+                let cwd = process::spawn(&SpawnSpec {
+                    program: codex.binary.clone(),
+                    args: codex_args(&spec, codex),
+                    cwd: None,
+                    home_env: Some("CODEX_HOME".into()),
+                })
+                .map_err(not_started)?;
+                let tools =
+                    crate::submission::check_tool_allow_list(&spec.server.name, &spec.tools)
+                        .map_err(|e| failed(FailureKind::InvalidSubmission, None, e.message))?;
+                Session::Codex(Box::new(CodexSession::new(CodexConfig {
+                    server: spec.server.name.clone(),
+                    command: spec.server.command.clone(),
+                    args: spec.server.args.clone(),
+                    env_names: spec.server.env_names.clone(),
+                    tools,
+                    prompt: spec.prompt.clone(),
+                    cwd,
+                    mode,
+                    round_limit: spec.round_limit,
+                    request_timeout_ms: codex.request_timeout_ms,
+                    turn_deadline_ms: codex.turn_deadline_ms,
+                })))
+            }
+            _ => {
+                let steps = parse_script(&spec)
+                    .map_err(|m| failed(FailureKind::InvalidSubmission, None, m))?;
+                let era = match spec.server.era {
+                    WitEra::Auto => EraChoice::Auto,
+                    WitEra::Legacy => EraChoice::Legacy,
+                    WitEra::Modern => EraChoice::Modern,
+                };
+                process::spawn(&SpawnSpec {
+                    program: spec.server.command.clone(),
+                    args: spec.server.args.clone(),
+                    cwd: spec.server.cwd.clone(),
+                    home_env: None,
+                })
+                .map_err(not_started)?;
+                Session::Scripted(ScriptedSession::new(SessionConfig {
+                    era,
+                    steps,
+                    round_limit: spec.round_limit,
+                    mode,
+                }))
+            }
+        };
         let now = time::now();
         Ok(Self {
             next_renewal: time::add_millis(&now, spec.lease_renew_ms),
@@ -267,6 +386,7 @@ impl Worker {
             stdout_closed: false,
             cancel_fed: false,
             store_refusal: None,
+            final_message: None,
             finished: None,
         })
     }
@@ -289,6 +409,7 @@ impl Worker {
             }
             if let Some(finished) = self.finished.take() {
                 let mut outcome = outcome_of(finished);
+                outcome.final_message = self.final_message.take();
                 if let (Some(refusal), Some(failure)) =
                     (self.store_refusal.take(), outcome.failure.as_mut())
                 {
@@ -369,6 +490,10 @@ impl Worker {
             Action::StartProbeTimer => {
                 self.probe_deadline = Some(time::add_millis(&time::now(), PROBE_TIMEOUT_MS));
             }
+            Action::ArmTimer(ms) => {
+                self.probe_deadline = Some(time::add_millis(&time::now(), ms));
+            }
+            Action::FinalMessage(message) => self.final_message = Some(message),
             Action::OpenRound {
                 operation,
                 round_index,
@@ -436,11 +561,7 @@ impl Worker {
                 lease_ttl_ms: self.spec.lease_ttl_ms,
             }),
             operation_parameters: operation.arguments.to_string(),
-            harness: HarnessMetadata {
-                session_id: None,
-                resume_token: None,
-                turn_id: None,
-            },
+            harness: self.session.harness_metadata(),
         };
         let record = match store_protocol::create_round(new) {
             Ok(record) => record,

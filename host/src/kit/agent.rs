@@ -10,13 +10,80 @@ pub enum Harness {
     /// No model: the kit itself is the MCP client and calls the script's tools in order.
     #[default]
     Scripted,
+    /// The Codex CLI (`codex app-server`) with a model: one agent per model.
+    Codex,
 }
 
 impl Harness {
-    /// The harness's name (`scripted`).
+    /// The harness's name (`scripted`, `codex`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Scripted => "scripted",
+            Self::Codex => "codex",
+        }
+    }
+}
+
+/// A Responses-compatible model endpoint for Codex (any base URL: a service, or a loopback
+/// server in tests).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelProvider {
+    /// A display name.
+    pub name: String,
+    /// The base URL (`http://127.0.0.1:PORT/v1`).
+    pub base_url: String,
+    /// The wire API: `responses` (the default) or `chat`.
+    pub wire_api: String,
+    /// Whether Codex must send OpenAI credentials (from its environment or login).
+    pub requires_openai_auth: bool,
+}
+
+impl ModelProvider {
+    /// A Responses API at `base_url` that needs no OpenAI credentials.
+    pub fn responses(name: impl Into<String>, base_url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            base_url: base_url.into(),
+            wire_api: "responses".into(),
+            requires_openai_auth: false,
+        }
+    }
+}
+
+/// What the kit answers to Codex's own permission requests (command and file-change approvals,
+/// approvals of tools outside the allow-list). Calls to allow-listed tools are always approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionPolicy {
+    /// Decline them (the default).
+    #[default]
+    Decline,
+}
+
+/// Settings of the `codex` harness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodexOptions {
+    /// The `codex` program: a path, or a name looked up in the kit's `PATH` (default `codex`).
+    pub binary: String,
+    /// The model endpoint (default: Codex's own configuration).
+    pub model_provider: Option<ModelProvider>,
+    /// How long a turn may run before the kit interrupts it (default 10 minutes; Codex retries
+    /// forever when no model answers).
+    pub turn_deadline: std::time::Duration,
+    /// How long any request to Codex may go unanswered (default 60 s).
+    pub request_timeout: std::time::Duration,
+    /// Codex's own permission requests.
+    pub permission_policy: PermissionPolicy,
+}
+
+impl Default for CodexOptions {
+    fn default() -> Self {
+        Self {
+            binary: "codex".into(),
+            model_provider: None,
+            turn_deadline: std::time::Duration::from_secs(600),
+            request_timeout: std::time::Duration::from_secs(60),
+            permission_policy: PermissionPolicy::Decline,
         }
     }
 }
@@ -102,6 +169,8 @@ pub struct AgentSpec {
     pub script: Script,
     /// Answers for human input mode `fail` (an empty plan is still a plan).
     pub elicitation_plan: Option<Vec<PlanEntry>>,
+    /// Settings of the `codex` harness.
+    pub codex: CodexOptions,
 }
 
 impl AgentSpec {
@@ -110,6 +179,20 @@ impl AgentSpec {
         Self {
             harness: Harness::Scripted,
             script,
+            ..Self::default()
+        }
+    }
+
+    /// Codex agents, one per model.
+    pub fn codex<I, S>(models: I, options: CodexOptions) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            harness: Harness::Codex,
+            models: models.into_iter().map(Into::into).collect(),
+            codex: options,
             ..Self::default()
         }
     }

@@ -130,6 +130,8 @@ pub struct ExecutionOutcome {
     pub failure: Option<ExecutionFailure>,
     /// The tool results, in call order.
     pub tool_results: Vec<ToolResult>,
+    /// The agent's final message (harnesses with a model).
+    pub final_message: Option<String>,
 }
 
 impl std::fmt::Display for ExecutionOutcome {
@@ -271,5 +273,6 @@ fn outcome_back(o: &wit::ExecutionOutcome) -> ExecutionOutcome {
                 result: serde_json::from_str(&t.result).unwrap_or(serde_json::Value::Null),
             })
             .collect(),
+        final_message: o.final_message.clone(),
     }
 }

@@ -11,7 +11,10 @@ pub mod execution;
 pub mod handle;
 pub mod server;
 
-pub use agent::{AgentSpec, Harness, PlanEntry, PlanMatch, Script, ScriptStep};
+pub use agent::{
+    AgentSpec, CodexOptions, Harness, ModelProvider, PermissionPolicy, PlanEntry, PlanMatch,
+    Script, ScriptStep,
+};
 pub use execution::{
     ExecutionError, ExecutionFailure, ExecutionOutcome, ExecutionResult, ExecutionState,
     ExecutionStatus, FailureKind, OperationTimeout, OutcomeKind, ToolResult,
@@ -146,6 +149,20 @@ impl AsyncMcpTestKit {
                         model: None,
                     });
                 }
+                Harness::Codex => {
+                    if spec.models.is_empty() {
+                        return Err(ModelValidationError {
+                            message: "the codex harness needs at least one model".into(),
+                        });
+                    }
+                    for model in &spec.models {
+                        agents.push(AsyncAgent {
+                            kit: self.clone(),
+                            spec: spec.clone(),
+                            model: Some(model.clone()),
+                        });
+                    }
+                }
             }
         }
         Ok(agents)
@@ -275,8 +292,24 @@ impl AsyncMcpTestKit {
             message: format!("the script cannot be encoded: {e}"),
         })?;
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let codex = (agent.harness == Harness::Codex).then(|| wit::CodexSettings {
+            binary: agent.codex.binary.clone(),
+            model_provider: agent
+                .codex
+                .model_provider
+                .as_ref()
+                .map(|p| wit::ModelProvider {
+                    name: p.name.clone(),
+                    base_url: p.base_url.clone(),
+                    wire_api: p.wire_api.clone(),
+                    requires_openai_auth: p.requires_openai_auth,
+                }),
+            turn_deadline_ms: millis(agent.codex.turn_deadline),
+            request_timeout_ms: millis(agent.codex.request_timeout),
+        });
         let spec = wit::ExecutionSpec {
             harness: agent.harness.as_str().to_string(),
+            codex,
             model,
             prompt: submission.prompt.clone(),
             script,
@@ -290,6 +323,7 @@ impl AsyncMcpTestKit {
                     McpEra::Legacy => wit::EraChoice::Legacy,
                     McpEra::Modern => wit::EraChoice::Modern,
                 },
+                env_names: submission.server.env.keys().cloned().collect(),
             },
             tools: submission.tools.clone(),
             human_input: match submission.human_input {

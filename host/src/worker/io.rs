@@ -60,7 +60,7 @@ impl ExecutionIo {
         self.output = None;
     }
 
-    fn spawn(&mut self, spec: SpawnSpec) -> Result<(), String> {
+    fn spawn(&mut self, spec: SpawnSpec) -> Result<String, String> {
         if self.child.is_some() {
             return Err("the execution already has a child process".into());
         }
@@ -68,10 +68,20 @@ impl ExecutionIo {
             Some(scratch) => scratch,
             None => ScratchDir::create("m3-execution").map_err(|e| e.to_string())?,
         };
+        let mut env = self.env.clone();
+        if let Some(name) = spec.home_env.filter(|n| !n.is_empty() && !n.contains('=')) {
+            // A private home for the child (e.g. CODEX_HOME), made through the capability.
+            let home = "home";
+            if !scratch.dir().exists(home) {
+                scratch.dir().create_dir(home).map_err(|e| e.to_string())?;
+            }
+            env.insert(name, scratch.path().join(home).display().to_string());
+        }
+        let workdir = scratch.path().display().to_string();
         let spec = ProcessSpec {
             command: spec.program,
             args: spec.args,
-            env: self.env.clone(),
+            env,
             cwd: spec.cwd.map(Into::into),
         };
         let spawned = ChildProcess::spawn(&spec, &scratch);
@@ -81,7 +91,7 @@ impl ExecutionIo {
         self.output = Some(output);
         self.stdout_closed = false;
         self.exit_reported = false;
-        Ok(())
+        Ok(workdir)
     }
 
     async fn next(&mut self, timeout: Duration) -> Event {
@@ -162,7 +172,7 @@ impl HostState {
 }
 
 impl process::Host for HostState {
-    fn spawn(&mut self, spec: SpawnSpec) -> wasmtime::Result<Result<(), String>> {
+    fn spawn(&mut self, spec: SpawnSpec) -> wasmtime::Result<Result<String, String>> {
         let result = self.io().and_then(|io| io.spawn(spec));
         self.last_host_call = ThreadCpuTime::now();
         Ok(result)

@@ -1,0 +1,796 @@
+//! The `codex` harness: one `codex app-server` connection (JSON-RPC lines on stdio), as a
+//! sans-I/O state machine with the same inputs and actions as the scripted session.
+//!
+//! `initialize` + `initialized`; `thread/start` with the submission's server as a per-thread MCP
+//! server (its allow-list as `enabled_tools`), approval policy `on-request` (so elicitations
+//! reach the client) and a read-only sandbox; `turn/start` with the prompt; `turn/completed`
+//! ends the session. Each forwarded `mcpServer/elicitation/request` opens a round (paired with
+//! the `mcpToolCall` item in progress); its delivered answer is the JSON-RPC result of that
+//! request. Codex's tool-approval prompts (`_meta.codex_approval_kind`) are never rounds: calls
+//! to allow-listed tools are approved, anything else is declined (the default permission
+//! policy), as is every other request Codex sends, so a turn never waits on the kit. Every
+//! request the kit sends has a timeout (Codex never answers an unknown method), and the turn has
+//! a deadline, after which it is interrupted (Codex retries forever when no model answers).
+
+use super::scripted::{Action, Finished, Input, Mode, Operation};
+use crate::m3::managed_input::types::FailureCode;
+use crate::mcp::message::{self, Incoming, RpcError};
+use crate::mcp::request;
+use serde_json::{Value, json};
+
+/// The method Codex uses to forward an MCP elicitation (and its tool-approval prompts).
+pub const ELICITATION_METHOD: &str = "mcpServer/elicitation/request";
+
+/// How a Codex session is set up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CodexConfig {
+    /// The MCP server binding's name.
+    pub server: String,
+    /// Its program.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Names of the environment variables Codex passes on to it (values stay with the host).
+    pub env_names: Vec<String>,
+    /// The allow-listed tool names (without the server prefix).
+    pub tools: Vec<String>,
+    /// The prompt.
+    pub prompt: String,
+    /// The thread's working directory (the execution's scratch directory).
+    pub cwd: String,
+    /// What to do with elicitations.
+    pub mode: Mode,
+    /// Most rounds per operation.
+    pub round_limit: u32,
+    /// How long any request to Codex may go unanswered.
+    pub request_timeout_ms: u64,
+    /// How long the turn may run.
+    pub turn_deadline_ms: u64,
+}
+
+/// What the session waits for.
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    Idle,
+    Initializing {
+        id: u64,
+    },
+    StartingThread {
+        id: u64,
+    },
+    StartingTurn {
+        id: u64,
+    },
+    InTurn,
+    /// `turn/interrupt` sent; `turn/completed` ends the session with this.
+    Interrupting {
+        then: Finished,
+    },
+    Done,
+}
+
+/// The round in flight.
+#[derive(Debug, Clone, PartialEq)]
+struct OpenRound {
+    request_id: Value,
+    key: String,
+    delivered: bool,
+    unhandled: bool,
+}
+
+/// The `mcpToolCall` item in progress.
+#[derive(Debug, Clone, PartialEq)]
+struct ToolCall {
+    id: String,
+    tool: String,
+    arguments: Value,
+    rounds: u32,
+}
+
+/// The state machine of one Codex app-server session.
+#[derive(Debug)]
+pub struct CodexSession {
+    config: CodexConfig,
+    state: State,
+    next_id: u64,
+    thread_id: Option<String>,
+    turn_id: Option<String>,
+    call: Option<ToolCall>,
+    calls: usize,
+    open: Option<OpenRound>,
+    final_message: Option<String>,
+    unhandled: bool,
+}
+
+/// The thread and turn ids, once known (the thread id is the native resume token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodexIds {
+    /// `thread/start`'s thread.
+    pub thread_id: Option<String>,
+    /// `turn/start`'s turn.
+    pub turn_id: Option<String>,
+}
+
+fn field<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v.get(name).unwrap_or(&Value::Null)
+}
+
+fn text(v: &Value, name: &str) -> Option<String> {
+    v.get(name).and_then(Value::as_str).map(str::to_string)
+}
+
+impl CodexSession {
+    /// A session that has not started.
+    pub fn new(config: CodexConfig) -> Self {
+        Self {
+            config,
+            state: State::Idle,
+            next_id: 1,
+            thread_id: None,
+            turn_id: None,
+            call: None,
+            calls: 0,
+            open: None,
+            final_message: None,
+            unhandled: false,
+        }
+    }
+
+    /// The thread and turn, once Codex has named them.
+    pub fn ids(&self) -> CodexIds {
+        CodexIds {
+            thread_id: self.thread_id.clone(),
+            turn_id: self.turn_id.clone(),
+        }
+    }
+
+    /// Whether the session has finished.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    fn request(&mut self, method: &str, params: Value, out: &mut Vec<Action>) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        out.push(Action::Send(message::request(id, method, params)));
+        out.push(Action::ArmTimer(self.config.request_timeout_ms));
+        id
+    }
+
+    fn finish(&mut self, finished: Finished, out: &mut Vec<Action>) {
+        if self.state == State::Done {
+            return;
+        }
+        if let Some(message) = self.final_message.take() {
+            out.push(Action::FinalMessage(message));
+        }
+        self.state = State::Done;
+        out.push(Action::Finish(finished));
+    }
+
+    fn failed(&mut self, code: Option<FailureCode>, message: String, out: &mut Vec<Action>) {
+        if let Some(round) = self.open.take()
+            && !round.unhandled
+        {
+            out.push(Action::FailRound {
+                code: code.unwrap_or(FailureCode::ServerError),
+                message: message.clone(),
+            });
+        }
+        self.finish(Finished::Failed { code, message }, out);
+    }
+
+    /// Feeds one input; returns the actions to perform, in order.
+    pub fn handle(&mut self, input: Input) -> Vec<Action> {
+        let mut out = Vec::new();
+        match input {
+            Input::Start => {
+                if self.state == State::Idle {
+                    let id = self.request(
+                        "initialize",
+                        json!({
+                            "clientInfo": {"name": "m3", "title": "M3", "version": env!("CARGO_PKG_VERSION")},
+                            "capabilities": {"experimentalApi": true}
+                        }),
+                        &mut out,
+                    );
+                    self.state = State::Initializing { id };
+                }
+            }
+            Input::Line(line) => self.line(&line, &mut out),
+            Input::ProbeTimedOut => self.timer(&mut out),
+            Input::Answer(responses) => self.answer(&responses, &mut out),
+            Input::Unhandled => self.unhandled_round(&mut out),
+            Input::Cancel => self.interrupt(
+                Finished::Cancelled,
+                FailureCode::Cancelled,
+                "the execution was cancelled",
+                &mut out,
+            ),
+            Input::DeadlineExpired => self.interrupt(
+                Finished::Failed {
+                    code: Some(FailureCode::DeadlineExceeded),
+                    message: "the round's deadline passed".into(),
+                },
+                FailureCode::DeadlineExceeded,
+                "the round's deadline passed",
+                &mut out,
+            ),
+            Input::ServerExited => {
+                if self.state != State::Done {
+                    self.failed(
+                        Some(FailureCode::ServerError),
+                        "codex app-server exited".into(),
+                        &mut out,
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    /// A timer fired: a request went unanswered, or the turn ran out of time.
+    fn timer(&mut self, out: &mut Vec<Action>) {
+        match &self.state {
+            State::Initializing { .. }
+            | State::StartingThread { .. }
+            | State::StartingTurn { .. } => {
+                self.failed(
+                    Some(FailureCode::ServerError),
+                    "codex app-server did not answer in time".into(),
+                    out,
+                );
+            }
+            State::InTurn => self.interrupt(
+                Finished::Failed {
+                    code: Some(FailureCode::DeadlineExceeded),
+                    message: "the turn's deadline passed".into(),
+                },
+                FailureCode::DeadlineExceeded,
+                "the turn's deadline passed",
+                out,
+            ),
+            State::Interrupting { then } => {
+                let then = then.clone();
+                self.finish(then, out);
+            }
+            State::Idle | State::Done => {}
+        }
+    }
+
+    /// Ends the turn with `turn/interrupt` (Codex cancels the MCP call and answers a pending
+    /// elicitation with cancel itself); the open round fails with `code`.
+    fn interrupt(
+        &mut self,
+        then: Finished,
+        code: FailureCode,
+        message: &str,
+        out: &mut Vec<Action>,
+    ) {
+        match &self.state {
+            State::Done | State::Interrupting { .. } => return,
+            State::InTurn => {}
+            _ => {
+                // No turn yet: nothing to interrupt.
+                self.failed_or(then, out);
+                return;
+            }
+        }
+        if let Some(round) = self.open.take()
+            && !round.unhandled
+        {
+            out.push(Action::FailRound {
+                code,
+                message: message.into(),
+            });
+        }
+        let params = json!({"threadId": self.thread_id, "turnId": self.turn_id});
+        self.request("turn/interrupt", params, out);
+        self.state = State::Interrupting { then };
+    }
+
+    fn failed_or(&mut self, then: Finished, out: &mut Vec<Action>) {
+        self.finish(then, out);
+    }
+
+    fn line(&mut self, line: &str, out: &mut Vec<Action>) {
+        let Ok(incoming) = message::parse(line) else {
+            return;
+        };
+        match incoming {
+            Incoming::Response { id, outcome } => self.response(&id, outcome, out),
+            Incoming::Notification { method, params } => self.notification(&method, &params, out),
+            Incoming::Request { id, method, params } => {
+                self.server_request(id, &method, &params, out)
+            }
+        }
+    }
+
+    fn response(&mut self, id: &Value, outcome: Result<Value, RpcError>, out: &mut Vec<Action>) {
+        let expected = match &self.state {
+            State::Initializing { id }
+            | State::StartingThread { id }
+            | State::StartingTurn { id } => *id,
+            _ => return,
+        };
+        if id != &json!(expected) {
+            return;
+        }
+        let result = match outcome {
+            Ok(result) => result,
+            Err(e) => {
+                return self.failed(
+                    Some(FailureCode::ServerError),
+                    format!("codex app-server refused a request with error {}", e.code),
+                    out,
+                );
+            }
+        };
+        match self.state {
+            State::Initializing { .. } => {
+                out.push(Action::Send(message::notification(
+                    "initialized",
+                    json!({}),
+                )));
+                let server = json!({
+                    "command": self.config.command,
+                    "args": self.config.args,
+                    "env_vars": self.config.env_names,
+                    "enabled_tools": self.config.tools,
+                    "startup_timeout_sec": 20,
+                });
+                let params = json!({
+                    "cwd": self.config.cwd,
+                    "approvalPolicy": "on-request",
+                    "sandbox": "read-only",
+                    "config": {"mcp_servers": {self.config.server.clone(): server}},
+                });
+                let id = self.request("thread/start", params, out);
+                self.state = State::StartingThread { id };
+            }
+            State::StartingThread { .. } => {
+                self.thread_id = text(field(&result, "thread"), "id");
+                let params = json!({
+                    "threadId": self.thread_id,
+                    "input": [{"type": "text", "text": self.config.prompt, "text_elements": []}],
+                });
+                let id = self.request("turn/start", params, out);
+                self.state = State::StartingTurn { id };
+            }
+            State::StartingTurn { .. } => {
+                self.turn_id = text(field(&result, "turn"), "id");
+                out.push(Action::ArmTimer(self.config.turn_deadline_ms));
+                self.state = State::InTurn;
+            }
+            _ => {}
+        }
+    }
+
+    fn notification(&mut self, method: &str, params: &Value, out: &mut Vec<Action>) {
+        match method {
+            "item/started" => {
+                let item = field(params, "item");
+                if item["type"] == "mcpToolCall" {
+                    self.call = Some(ToolCall {
+                        id: text(item, "id").unwrap_or_default(),
+                        tool: text(item, "tool").unwrap_or_default(),
+                        arguments: field(item, "arguments").clone(),
+                        rounds: 0,
+                    });
+                }
+            }
+            "item/completed" => {
+                let item = field(params, "item");
+                if item["type"] == "mcpToolCall" {
+                    // The call's result resolves its delivered round.
+                    self.resolve_delivered(out);
+                    let result = match field(item, "result") {
+                        Value::Null => json!({"isError": true, "content": [{"type": "text",
+                            "text": field(item, "error").get("message").and_then(Value::as_str).unwrap_or("the tool call failed")}]}),
+                        result => result.clone(),
+                    };
+                    out.push(Action::ToolResult {
+                        step: self.calls,
+                        tool: text(item, "tool").unwrap_or_default(),
+                        result,
+                    });
+                    self.calls += 1;
+                    self.call = None;
+                } else if item["type"] == "agentMessage"
+                    && let Some(message) = text(item, "text")
+                {
+                    self.final_message = Some(message);
+                }
+            }
+            "serverRequest/resolved" => {
+                // Codex cleared a request itself (e.g. the call was cancelled) before the answer.
+                if let Some(round) = &self.open
+                    && !round.delivered
+                    && field(params, "requestId") == &round.request_id
+                {
+                    self.open = None;
+                    out.push(Action::FailRound {
+                        code: FailureCode::Cancelled,
+                        message: "codex withdrew the request".into(),
+                    });
+                }
+            }
+            "turn/completed" => self.turn_completed(field(params, "turn"), out),
+            _ => {}
+        }
+    }
+
+    fn resolve_delivered(&mut self, out: &mut Vec<Action>) {
+        if let Some(round) = &self.open
+            && round.delivered
+        {
+            if !round.unhandled {
+                out.push(Action::ResolveRound);
+            }
+            self.open = None;
+        }
+    }
+
+    fn turn_completed(&mut self, turn: &Value, out: &mut Vec<Action>) {
+        self.resolve_delivered(out);
+        let status = turn.get("status").and_then(Value::as_str).unwrap_or("");
+        let state = std::mem::replace(&mut self.state, State::InTurn);
+        match (state, status) {
+            (State::Interrupting { then }, _) => self.finish(then, out),
+            (_, "completed") if self.unhandled => self.finish(
+                Finished::Failed {
+                    code: Some(FailureCode::ElicitationUnhandled),
+                    message: "the server asked for input and human input mode is `fail`".into(),
+                },
+                out,
+            ),
+            (_, "completed") => self.finish(Finished::Succeeded, out),
+            (_, other) => {
+                let message = field(turn, "error")
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map_or_else(
+                        || format!("the turn ended {other}"),
+                        |m| format!("the turn failed: {m}"),
+                    );
+                self.failed(None, message, out);
+            }
+        }
+    }
+
+    fn server_request(&mut self, id: Value, method: &str, params: &Value, out: &mut Vec<Action>) {
+        if method == ELICITATION_METHOD {
+            let meta = field(params, "_meta");
+            if meta.get("codex_approval_kind").is_some() {
+                // A tool-approval prompt: never a round.
+                let tool = meta.get("tool_name").and_then(Value::as_str).unwrap_or("");
+                let allowed = self.config.tools.iter().any(|t| t == tool);
+                let answer = if allowed {
+                    json!({"action": "accept", "content": {}, "_meta": null})
+                } else {
+                    json!({"action": "decline", "content": null, "_meta": null})
+                };
+                out.push(Action::Send(message::result(&id, answer)));
+                return;
+            }
+            return self.elicitation(id, params, out);
+        }
+        out.push(Action::Send(match decline(method) {
+            Some(result) => message::result(&id, result),
+            None => message::error(&id, -32601, "not supported by this client"),
+        }));
+    }
+
+    fn elicitation(&mut self, id: Value, params: &Value, out: &mut Vec<Action>) {
+        if self.state != State::InTurn || self.open.as_ref().is_some_and(|r| !r.delivered) {
+            out.push(Action::Send(message::result(
+                &id,
+                json!({"action": "cancel", "content": null, "_meta": null}),
+            )));
+            return;
+        }
+        // The next round of the same call resolves the delivered one.
+        self.resolve_delivered(out);
+        let call = self.call.get_or_insert_with(|| ToolCall {
+            id: String::new(),
+            tool: text(params, "serverName").unwrap_or_default(),
+            arguments: json!({}),
+            rounds: 0,
+        });
+        let index = call.rounds;
+        if index >= self.config.round_limit {
+            out.push(Action::Send(message::result(
+                &id,
+                json!({"action": "cancel", "content": null, "_meta": null}),
+            )));
+            let params = json!({"threadId": self.thread_id, "turnId": self.turn_id});
+            self.request("turn/interrupt", params, out);
+            self.state = State::Interrupting {
+                then: Finished::Failed {
+                    code: Some(FailureCode::RoundLimitExceeded),
+                    message: "round limit exceeded".into(),
+                },
+            };
+            return;
+        }
+        call.rounds += 1;
+        let operation = Operation {
+            step: self.calls,
+            tool: call.tool.clone(),
+            arguments: call.arguments.clone(),
+        };
+        let (key, request) = match crate::mcp::legacy::elicitation(params) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                out.push(Action::Send(message::error(&id, -32602, &e.0)));
+                return;
+            }
+        };
+        out.push(Action::OpenRound {
+            operation,
+            round_index: index,
+            requests: vec![(key.clone(), request)],
+            request_state: None,
+        });
+        self.open = Some(OpenRound {
+            request_id: id,
+            key,
+            delivered: false,
+            unhandled: false,
+        });
+        if self.config.mode == Mode::Fail {
+            self.unhandled_round(out);
+        }
+    }
+
+    /// Mode `fail` (or a plan without a match): answer `cancel`, fail the round.
+    fn unhandled_round(&mut self, out: &mut Vec<Action>) {
+        let Some(round) = self.open.as_mut() else {
+            return;
+        };
+        if round.delivered {
+            return;
+        }
+        round.delivered = true;
+        round.unhandled = true;
+        self.unhandled = true;
+        out.push(Action::Deliver(message::result(
+            &round.request_id,
+            json!({"action": "cancel", "content": null, "_meta": null}),
+        )));
+        out.push(Action::FailRound {
+            code: FailureCode::ElicitationUnhandled,
+            message: "human input mode is `fail`: the kit answered cancel".into(),
+        });
+    }
+
+    fn answer(
+        &mut self,
+        responses: &[(String, crate::m3::managed_input::types::ElicitationResponse)],
+        out: &mut Vec<Action>,
+    ) {
+        let Some(round) = self.open.as_mut() else {
+            return;
+        };
+        if round.delivered {
+            return; // at most once
+        }
+        let Some((_, response)) = responses.iter().find(|(k, _)| k == &round.key) else {
+            return;
+        };
+        let mut result = request::answer(response);
+        if let Value::Object(map) = &mut result {
+            map.entry("content").or_insert(Value::Null);
+            map.insert("_meta".into(), Value::Null);
+        }
+        round.delivered = true;
+        out.push(Action::Deliver(message::result(&round.request_id, result)));
+    }
+}
+
+/// The kit's answer (by the default permission policy: decline) to a request Codex sends that
+/// is not an elicitation; `None`: answer with a JSON-RPC error.
+fn decline(method: &str) -> Option<Value> {
+    match method {
+        "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {
+            Some(json!({"decision": "decline"}))
+        }
+        "execCommandApproval" | "applyPatchApproval" => Some(json!({
+            "decision": {"denied": {"rejection": "declined by the kit's permission policy"}}
+        })),
+        "item/permissions/requestApproval" => Some(json!({"permissions": {}, "scope": "turn"})),
+        "item/tool/requestUserInput" => Some(json!({"answers": {}})),
+        "item/tool/call" => Some(json!({"contentItems": [], "success": false})),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(mode: Mode) -> CodexSession {
+        CodexSession::new(CodexConfig {
+            server: "shipping".into(),
+            command: "/bin/shipping".into(),
+            args: vec![],
+            env_names: vec![],
+            tools: vec!["book_shipment".into()],
+            prompt: "Book it".into(),
+            cwd: "/tmp/x".into(),
+            mode,
+            round_limit: 10,
+            request_timeout_ms: 1000,
+            turn_deadline_ms: 5000,
+        })
+    }
+
+    fn sent(actions: &[Action]) -> Vec<Value> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send(v) | Action::Deliver(v) => Some(v.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn line(v: Value) -> Input {
+        Input::Line(v.to_string())
+    }
+
+    /// Drives a session into its turn; returns it.
+    fn in_turn(mode: Mode) -> CodexSession {
+        let mut s = session(mode);
+        let a = s.handle(Input::Start);
+        assert_eq!(sent(&a)[0]["method"], "initialize");
+        let a = s.handle(line(json!({"id": 1, "result": {}})));
+        let out = sent(&a);
+        assert_eq!(out[0]["method"], "initialized");
+        assert_eq!(out[1]["method"], "thread/start");
+        assert_eq!(out[1]["params"]["approvalPolicy"], "on-request");
+        assert_eq!(
+            out[1]["params"]["config"]["mcp_servers"]["shipping"]["enabled_tools"],
+            json!(["book_shipment"])
+        );
+        let a = s.handle(line(json!({"id": 2, "result": {"thread": {"id": "t1"}}})));
+        assert_eq!(sent(&a)[0]["method"], "turn/start");
+        assert_eq!(sent(&a)[0]["params"]["threadId"], "t1");
+        s.handle(line(json!({"id": 3, "result": {"turn": {"id": "u1"}}})));
+        s.handle(line(json!({"method": "item/started", "params": {"item": {
+            "type": "mcpToolCall", "id": "c1", "tool": "book_shipment", "arguments": {"item": "book"}}}})));
+        s
+    }
+
+    fn elicitation(id: u64) -> Value {
+        json!({"id": id, "method": ELICITATION_METHOD, "params": {"threadId": "t1", "turnId": "u1",
+            "serverName": "shipping", "mode": "form", "message": "Where?",
+            "requestedSchema": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "_meta": {"m3/request_key": "shipping_address"}}})
+    }
+
+    #[test]
+    fn tool_approvals_are_answered_without_a_round() {
+        let mut s = in_turn(Mode::Managed);
+        let a = s.handle(line(json!({"id": 0, "method": ELICITATION_METHOD, "params": {
+            "mode": "form", "message": "Allow?", "requestedSchema": {"type": "object", "properties": {}},
+            "_meta": {"codex_approval_kind": "mcp_tool_call", "tool_name": "book_shipment"}}})));
+        assert_eq!(sent(&a)[0]["result"]["action"], "accept");
+        assert!(!a.iter().any(|x| matches!(x, Action::OpenRound { .. })));
+        let a = s.handle(line(json!({"id": 9, "method": ELICITATION_METHOD, "params": {
+            "mode": "form", "message": "Allow?", "requestedSchema": {"type": "object", "properties": {}},
+            "_meta": {"codex_approval_kind": "mcp_tool_call", "tool_name": "delete_everything"}}})));
+        assert_eq!(sent(&a)[0]["result"]["action"], "decline");
+    }
+
+    #[test]
+    fn an_elicitation_is_a_round_delivered_once_and_resolved_by_the_call_result() {
+        let mut s = in_turn(Mode::Managed);
+        let a = s.handle(line(elicitation(4)));
+        let Some(Action::OpenRound {
+            operation,
+            requests,
+            round_index,
+            ..
+        }) = a.first()
+        else {
+            panic!("{a:?}");
+        };
+        assert_eq!(operation.tool, "book_shipment");
+        assert_eq!(requests[0].0, "shipping_address");
+        assert_eq!(*round_index, 0);
+        let answer = vec![(
+            "shipping_address".to_string(),
+            crate::m3::managed_input::types::ElicitationResponse {
+                action: crate::m3::managed_input::types::ElicitationAction::Accept,
+                content: Some(r#"{"city":"Pune"}"#.into()),
+            },
+        )];
+        let a = s.handle(Input::Answer(answer.clone()));
+        let out = sent(&a);
+        assert_eq!(out[0]["id"], 4);
+        assert_eq!(out[0]["result"]["content"]["city"], "Pune");
+        assert!(s.handle(Input::Answer(answer)).is_empty(), "at most once");
+        let a = s.handle(line(
+            json!({"method": "item/completed", "params": {"item": {
+            "type": "mcpToolCall", "id": "c1", "tool": "book_shipment",
+            "result": {"content": [{"type": "text", "text": "Booked"}]}}}}),
+        ));
+        assert!(matches!(a[0], Action::ResolveRound));
+        assert!(matches!(a[1], Action::ToolResult { .. }));
+        s.handle(line(
+            json!({"method": "item/completed", "params": {"item": {
+            "type": "agentMessage", "text": "Done."}}}),
+        ));
+        let a = s.handle(line(json!({"method": "turn/completed", "params": {"turn": {"id": "u1", "status": "completed"}}})));
+        assert_eq!(a[0], Action::FinalMessage("Done.".into()));
+        assert_eq!(a[1], Action::Finish(Finished::Succeeded));
+    }
+
+    #[test]
+    fn other_requests_are_declined_and_unknown_ones_refused() {
+        let mut s = in_turn(Mode::Managed);
+        let a = s.handle(line(
+            json!({"id": 7, "method": "item/commandExecution/requestApproval", "params": {}}),
+        ));
+        assert_eq!(sent(&a)[0]["result"]["decision"], "decline");
+        let a = s.handle(line(
+            json!({"id": 8, "method": "something/new", "params": {}}),
+        ));
+        assert_eq!(sent(&a)[0]["error"]["code"], -32601);
+    }
+
+    #[test]
+    fn cancel_interrupts_the_turn_and_fails_the_round() {
+        let mut s = in_turn(Mode::Managed);
+        s.handle(line(elicitation(4)));
+        let a = s.handle(Input::Cancel);
+        assert!(matches!(
+            a[0],
+            Action::FailRound {
+                code: FailureCode::Cancelled,
+                ..
+            }
+        ));
+        assert_eq!(sent(&a)[0]["method"], "turn/interrupt");
+        let a = s.handle(line(json!({"method": "turn/completed", "params": {"turn": {"id": "u1", "status": "interrupted"}}})));
+        assert_eq!(a.last(), Some(&Action::Finish(Finished::Cancelled)));
+    }
+
+    #[test]
+    fn the_turn_deadline_interrupts_and_a_silent_codex_is_given_up() {
+        let mut s = in_turn(Mode::Managed);
+        let a = s.handle(Input::ProbeTimedOut);
+        assert_eq!(sent(&a)[0]["method"], "turn/interrupt");
+        let a = s.handle(Input::ProbeTimedOut);
+        assert!(matches!(
+            a.last(),
+            Some(Action::Finish(Finished::Failed {
+                code: Some(FailureCode::DeadlineExceeded),
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn fail_mode_answers_cancel_and_fails_the_execution() {
+        let mut s = in_turn(Mode::Fail);
+        let a = s.handle(line(elicitation(4)));
+        assert_eq!(sent(&a)[0]["result"]["action"], "cancel");
+        assert!(a.iter().any(|x| matches!(
+            x,
+            Action::FailRound {
+                code: FailureCode::ElicitationUnhandled,
+                ..
+            }
+        )));
+        let a = s.handle(line(json!({"method": "turn/completed", "params": {"turn": {"id": "u1", "status": "completed"}}})));
+        assert!(matches!(
+            a.last(),
+            Some(Action::Finish(Finished::Failed {
+                code: Some(FailureCode::ElicitationUnhandled),
+                ..
+            }))
+        ));
+    }
+}

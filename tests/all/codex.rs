@@ -1,0 +1,156 @@
+//! The `codex` harness against the real, pinned Codex CLI (`codex app-server`, installed on first
+//! use from `tests/peers/`), with a loopback Responses API standing in for the model
+//! (`support/fake_model_main.rs`) and the bundled shipping server as the MCP server Codex starts.
+
+use anyhow::{Context, Result, ensure};
+use m3::*;
+use m3_tests::*;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SHIPPING_SERVER: &str = env!("CARGO_BIN_EXE_m3-test-shipping-server");
+const FAKE_MODEL: &str = env!("CARGO_BIN_EXE_m3-test-fake-model");
+const FINAL_MESSAGE: &str = "The shipment is booked.";
+
+/// The loopback model, killed when dropped.
+struct FakeModel {
+    child: Child,
+    port: u16,
+}
+
+impl FakeModel {
+    fn start(dir: &Path, mode: &str) -> Result<Self> {
+        let port_file = dir.join(format!("model-{mode}.port"));
+        let child = Command::new(FAKE_MODEL)
+            .arg(&port_file)
+            .arg(mode)
+            .arg(json!({"item": "book", "quantity": 1}).to_string())
+            .stderr(std::fs::File::create(
+                dir.join(format!("model-{mode}.log")),
+            )?)
+            .spawn()
+            .context("starting the fake model")?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let port = loop {
+            if let Ok(text) = std::fs::read_to_string(&port_file) {
+                break text.trim().parse()?;
+            }
+            ensure!(Instant::now() < deadline, "the fake model did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Ok(Self { child, port })
+    }
+
+    fn provider(&self) -> ModelProvider {
+        ModelProvider::responses("fake", format!("http://127.0.0.1:{}/v1", self.port))
+    }
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn codex_binary() -> Result<PathBuf> {
+    peers::codex().context(
+        "the pinned Codex CLI is needed: it is installed on first use from tests/peers/ \
+         (npm ci; see tests/support/peers.rs)",
+    )
+}
+
+/// A kit whose Codex agents use `model`; children get only `PATH`.
+fn codex_kit(
+    db: &TempDb,
+    model: &FakeModel,
+    turn_deadline: Duration,
+) -> Result<(McpTestKit, Agent)> {
+    let store = Arc::new(SqliteExecutionStore::open(&db.path)?);
+    let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
+    let kit = McpTestKit::new(store, env)?;
+    let options = CodexOptions {
+        binary: codex_binary()?.display().to_string(),
+        model_provider: Some(model.provider()),
+        turn_deadline,
+        request_timeout: Duration::from_secs(60),
+        ..CodexOptions::default()
+    };
+    let agent = kit
+        .agents([AgentSpec::codex(["fake-model"], options)])?
+        .remove(0);
+    Ok((kit, agent))
+}
+
+fn submission(mode: HumanInput) -> Submission {
+    Submission::new(
+        "Ask for the delivery address, then book the shipment.",
+        StdioServer::new("shipping", SHIPPING_SERVER).args(["--era", "legacy"]),
+    )
+    .tools(["shipping:book_shipment"])
+    .human_input(mode)
+}
+
+fn wait_pending(handle: &ExecutionHandle) -> Result<PendingElicitationRound> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(pending) = handle.pending_elicitation()? {
+            return Ok(pending);
+        }
+        let snapshot = handle.snapshot()?;
+        ensure!(
+            snapshot.lifecycle != ExecutionStatus::Finished,
+            "finished before asking: {:?}",
+            snapshot.outcome
+        );
+        ensure!(Instant::now() < deadline, "no pending round in time");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn address() -> BTreeMap<String, ElicitationResponse> {
+    BTreeMap::from([(
+        "shipping_address".to_string(),
+        ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
+    )])
+}
+
+/// The specification's example on the codex harness, in managed mode.
+#[test]
+fn the_spec_example_runs_on_the_real_codex_harness() -> Result<()> {
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), "tool")?;
+    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
+    assert_eq!(agent.model(), Some("fake-model"));
+    let handle = agent.submit(submission(HumanInput::Managed))?;
+    let pending = wait_pending(&handle)?;
+    assert_eq!(pending.server, "shipping");
+    assert_eq!(pending.operation_name, "book_shipment");
+    assert_eq!(
+        pending.requests.keys().collect::<Vec<_>>(),
+        ["shipping_address"],
+        "Codex passes the server's _meta through: the request key hint is used"
+    );
+    handle.respond_elicitation(&pending.round_id, address(), "address-1")?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    assert!(result.succeeded(), "{}", result.outcome);
+    assert_eq!(result.outcome.final_message.as_deref(), Some(FINAL_MESSAGE));
+    let call = &result.outcome.tool_results[0];
+    assert_eq!(call.tool, "shipping:book_shipment");
+    assert!(call.text().contains("1 Main Street"), "{}", call.text());
+    let record = db
+        .store()
+        .get_round(&pending.round_id)?
+        .context("the round")?;
+    assert_eq!(record.status, ManagedInputStatus::Resolved);
+    assert_eq!(record.delivery_attempts, 1);
+    assert!(
+        record.harness.resume_token.is_some(),
+        "the thread id is kept as the native resume token"
+    );
+    Ok(())
+}
