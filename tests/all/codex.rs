@@ -29,6 +29,7 @@ impl FakeModel {
             .arg(&port_file)
             .arg(mode)
             .arg(json!({"item": "book", "quantity": 1}).to_string())
+            .arg(dir.join("m3-should-not-exist"))
             .stderr(std::fs::File::create(
                 dir.join(format!("model-{mode}.log")),
             )?)
@@ -152,5 +153,132 @@ fn the_spec_example_runs_on_the_real_codex_harness() -> Result<()> {
         record.harness.resume_token.is_some(),
         "the thread id is kept as the native resume token"
     );
+    Ok(())
+}
+
+/// Decline and cancel answers reach the server through Codex; the calls complete.
+#[test]
+fn decline_and_cancel_answers_complete_the_turn() -> Result<()> {
+    for (answer, text) in [
+        (ElicitationResponse::decline(), "declined"),
+        (ElicitationResponse::cancel(), "cancelled"),
+    ] {
+        let db = TempDb::new();
+        let model = FakeModel::start(db.dir.path(), "tool")?;
+        let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
+        let handle = agent.submit(submission(HumanInput::Managed))?;
+        let pending = wait_pending(&handle)?;
+        handle.respond_elicitation(
+            &pending.round_id,
+            BTreeMap::from([("shipping_address".to_string(), answer)]),
+            "k",
+        )?;
+        let result = handle.result(Some(Duration::from_secs(120)))?;
+        assert!(result.succeeded(), "{}", result.outcome);
+        let output = result.outcome.tool_results[0].text();
+        assert!(
+            output.contains("not booked") && output.contains(text),
+            "{output}"
+        );
+        assert_eq!(
+            db.store()
+                .get_round(&pending.round_id)?
+                .context("round")?
+                .status,
+            ManagedInputStatus::Resolved
+        );
+    }
+    Ok(())
+}
+
+/// `cancel()` while the round is pending interrupts the turn: the round ends `cancelled`, the
+/// execution `cancelled`, and Codex leaves no process behind.
+#[test]
+fn cancel_mid_round_interrupts_the_turn() -> Result<()> {
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), "tool")?;
+    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
+    let handle = agent.submit(submission(HumanInput::Managed))?;
+    let pending = wait_pending(&handle)?;
+    handle.cancel()?;
+    let result = handle.result(Some(Duration::from_secs(60)))?;
+    assert_eq!(
+        result.outcome.kind,
+        OutcomeKind::Cancelled,
+        "{}",
+        result.outcome
+    );
+    let record = db.store().get_round(&pending.round_id)?.context("round")?;
+    assert_eq!(record.status, ManagedInputStatus::Failed);
+    assert_eq!(
+        record.failure.context("failure")?.code,
+        FailureCode::Cancelled
+    );
+    Ok(())
+}
+
+/// A model that never answers: the kit's turn deadline interrupts the turn and the execution
+/// fails as an operation timeout instead of hanging (Codex itself retries forever).
+#[test]
+fn a_silent_model_hits_the_turn_deadline() -> Result<()> {
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), "silent")?;
+    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(3))?;
+    let handle = agent.submit(submission(HumanInput::Managed))?;
+    let result = handle.result(Some(Duration::from_secs(90)))?;
+    assert!(result.timed_out(), "{}", result.outcome);
+    assert!(handle.pending_elicitation()?.is_none());
+    Ok(())
+}
+
+/// Codex's own approval requests: the allow-listed tool's approval prompt is approved without a
+/// round; a shell command the model asks for is declined by the default permission policy and
+/// never becomes a round; the turn still ends.
+#[test]
+fn approvals_never_become_rounds() -> Result<()> {
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), "shell")?;
+    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
+    let handle = agent.submit(submission(HumanInput::Managed))?;
+    let pending = wait_pending(&handle)?;
+    handle.respond_elicitation(&pending.round_id, address(), "k")?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    assert!(result.succeeded(), "{}", result.outcome);
+    let rounds = db.store().list_rounds(&RoundFilter {
+        execution_id: Some(handle.execution_id().to_string()),
+        ..RoundFilter::default()
+    })?;
+    assert_eq!(
+        rounds.len(),
+        1,
+        "only the server's own elicitation is a round"
+    );
+    let log = std::fs::read_to_string(db.dir.path().join("model-shell.log"))?;
+    let shell_output = log
+        .lines()
+        .find(|l| l.contains("output of \"call-shell\""))
+        .context("the model got the command's outcome")?;
+    assert!(
+        shell_output.contains("rejected"),
+        "the command approval was declined: {shell_output}"
+    );
+    assert!(
+        !db.dir.path().join("m3-should-not-exist").exists(),
+        "the declined command did not run"
+    );
+    Ok(())
+}
+
+/// Mode `fail` on codex: the kit answers cancel and the execution fails with
+/// `elicitation_unhandled`.
+#[test]
+fn fail_mode_on_codex_declines_and_fails() -> Result<()> {
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), "tool")?;
+    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
+    let handle = agent.submit(submission(HumanInput::Fail))?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    let failure = result.outcome.failure.as_ref().context("a failure")?;
+    assert_eq!(failure.code, Some(FailureCode::ElicitationUnhandled));
     Ok(())
 }

@@ -1,17 +1,18 @@
 //! A loopback Responses API for running the real Codex CLI with no model service: it scripts the
 //! model's turns. Codex POSTs `/v1/responses` and reads `text/event-stream`.
 //!
-//! Usage: `m3-test-fake-model PORT_FILE [MODE] [ARGUMENTS_JSON]`. It listens on 127.0.0.1 (a free
+//! Usage: `m3-test-fake-model PORT_FILE [MODE] [ARGUMENTS_JSON] [MARKER_PATH]`. It listens on 127.0.0.1 (a free
 //! port, written to PORT_FILE) until killed. Modes:
 //! - `tool` (default): a request whose `input` holds no `function_call_output` is answered with a
 //!   call of the first MCP tool listed in the request's `tools` (arguments: ARGUMENTS_JSON, `{}`
 //!   by default); the next one with a final assistant message.
 //! - `silent`: accepts requests and never answers (Codex then retries; the kit's turn deadline
 //!   must end the turn).
-//! - `shell`: first asks to run a shell command (provoking Codex's command approval), then the
-//!   tool call, then the final message.
+//! - `shell`: first asks to run `touch MARKER_PATH` unsandboxed (provoking Codex's command
+//!   approval), then the tool call, then the final message.
 //!
-//! Every request's path and first 200 bytes of body go to stderr (for diagnosing a test).
+//! Every request's path and first 200 bytes of body go to stderr, and the output of every
+//! function call the conversation holds (tests read it, e.g. to see a declined command).
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -28,6 +29,9 @@ fn main() -> anyhow::Result<()> {
     let mode = args.next().unwrap_or_else(|| "tool".into());
     let arguments = args.next().unwrap_or_else(|| "{}".into());
     serde_json::from_str::<Value>(&arguments)?;
+    let marker = args
+        .next()
+        .unwrap_or_else(|| "/nonexistent/m3-marker".into());
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let partial = format!("{port_file}.partial");
@@ -35,9 +39,9 @@ fn main() -> anyhow::Result<()> {
     std::fs::rename(&partial, &port_file)?;
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        let (mode, arguments) = (mode.clone(), arguments.clone());
+        let (mode, arguments, marker) = (mode.clone(), arguments.clone(), marker.clone());
         std::thread::spawn(move || {
-            if let Err(e) = serve(stream, &mode, &arguments) {
+            if let Err(e) = serve(stream, &mode, &arguments, &marker) {
                 eprintln!("fake-model: {e}");
             }
         });
@@ -46,7 +50,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// One HTTP/1.1 connection (keep-alive: several requests).
-fn serve(stream: TcpStream, mode: &str, arguments: &str) -> anyhow::Result<()> {
+fn serve(stream: TcpStream, mode: &str, arguments: &str, marker: &str) -> anyhow::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
     loop {
@@ -104,7 +108,24 @@ fn serve(stream: TcpStream, mode: &str, arguments: &str) -> anyhow::Result<()> {
             return Ok(());
         }
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let events = turn(&request, mode, arguments);
+        for item in request["input"].as_array().into_iter().flatten() {
+            if item["type"] == "function_call_output" {
+                let output = item["output"].to_string();
+                eprintln!(
+                    "fake-model: output of {}: {}",
+                    item["call_id"],
+                    &output[..output.len().min(300)]
+                );
+            }
+        }
+        let tools: Vec<&str> = request["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        eprintln!("fake-model: tools offered: {tools:?}");
+        let events = turn(&request, mode, arguments, marker);
         let mut stream_body = String::new();
         for (event, data) in events {
             stream_body.push_str(&format!("event: {event}\ndata: {data}\n\n"));
@@ -187,15 +208,20 @@ fn item(item: Value) -> (String, String) {
 }
 
 /// The events of one model turn.
-fn turn(request: &Value, mode: &str, arguments: &str) -> Vec<(String, String)> {
+fn turn(request: &Value, mode: &str, arguments: &str, marker: &str) -> Vec<(String, String)> {
     let done = outputs(request);
     let id = format!("resp-{done}");
     let shell_first = mode == "shell";
     let mut events = vec![created(&id)];
     if shell_first && done == 0 {
+        // An unsandboxed command: under approval policy `on-request` Codex asks the client.
         events.push(item(json!({
-            "type": "function_call", "call_id": "call-shell", "name": "shell",
-            "arguments": json!({"command": ["touch", "m3-should-not-exist"]}).to_string()
+            "type": "function_call", "call_id": "call-shell", "name": "exec_command",
+            "arguments": json!({
+                "cmd": format!("touch {marker}"),
+                "sandbox_permissions": "require_escalated",
+                "justification": "Create a marker file"
+            }).to_string()
         })));
     } else if done == usize::from(shell_first)
         && let Some((namespace, tool)) = first_mcp_tool(request)
