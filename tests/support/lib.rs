@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod fake_model;
 pub mod peers;
 
 /// A temporary directory holding one database file.

@@ -17,6 +17,34 @@ fn find_in_path(program: &str) -> Option<std::path::PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
+/// `PROGRAM --version`'s first line, if it answers within a few seconds.
+fn version_of(program: &std::path::Path) -> Option<String> {
+    let mut child = std::process::Command::new(program)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut text).ok()?;
+    text.lines().next().map(|l| l.trim().to_string())
+}
+
 /// `m3 doctor`.
 pub fn doctor(cli: &Cli) -> Result<ExitCode> {
     let mut healthy = true;
@@ -84,12 +112,14 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
     let harnesses: Value = HARNESSES
         .iter()
         .map(|(name, program)| {
-            let found = if program.is_empty() {
-                Some("built in".to_string())
+            let entry = if program.is_empty() {
+                json!({"found": "built in", "version": env!("CARGO_PKG_VERSION")})
             } else {
-                find_in_path(program).map(|p| p.display().to_string())
+                let found = find_in_path(program);
+                let version = found.as_deref().and_then(version_of);
+                json!({"found": found.map(|p| p.display().to_string()), "version": version})
             };
-            (name.to_string(), json!(found))
+            (name.to_string(), entry)
         })
         .collect::<serde_json::Map<_, _>>()
         .into();

@@ -174,6 +174,8 @@ pub fn status(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
             .map(|r| redacted_record(cli, r))
             .collect::<Result<_>>()?;
         value["rounds"] = Value::Array(rounds);
+        value["final_message"] =
+            serde_json::json!(state.outcome.as_ref().and_then(|o| o.final_message.clone()));
         value["tool_calls"] = Value::Array(
             state
                 .outcome

@@ -282,5 +282,6 @@ pub fn result(r: &ExecutionResult) -> Value {
         "failure_code": failure.and_then(|f| f.code),
         "failure_message": failure.map(|f| f.message.clone()),
         "tool_calls": calls,
+        "final_message": r.outcome.final_message,
     })
 }

@@ -60,7 +60,7 @@ enum Command {
         answer: Option<String>,
     },
     /// Submit an execution and run its worker until it ends.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Pending rounds.
     Pending {
         /// Only this execution's.

@@ -25,12 +25,23 @@ const POLL: Duration = Duration::from_millis(20);
 /// Arguments of `m3 run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The agent harness: `scripted` (the script decides the tool calls).
+    /// The agent harness: `scripted` (the script decides the tool calls) or `codex` (the Codex
+    /// CLI with `--model`).
     #[arg(long, default_value = "scripted")]
     harness: String,
     /// The model (harnesses with models only).
     #[arg(long)]
     model: Option<String>,
+    /// `codex`: the Codex program (default: `codex` on this process's `PATH`).
+    #[arg(long, value_name = "PATH")]
+    codex_binary: Option<String>,
+    /// `codex`: a Responses-compatible model endpoint (e.g. `http://127.0.0.1:8080/v1`; no
+    /// OpenAI credentials are sent). Default: Codex's own configuration.
+    #[arg(long, value_name = "URL")]
+    model_base_url: Option<String>,
+    /// `codex`: how long the turn may run before it is interrupted, in seconds (default 600).
+    #[arg(long, value_name = "SECS", default_value_t = 600.0)]
+    turn_deadline: f64,
     /// The scripted harness's tool calls: `{"steps": [{"tool": "server:tool", "arguments": {..}}]}`.
     /// Without it, each `--tool` is called once with no arguments.
     #[arg(long, value_name = "FILE")]
@@ -160,18 +171,33 @@ impl Output {
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
     let policy = Policy::new()?;
     let human_input = policy.parse_human_input(&args.human_input)??;
-    if args.harness != "scripted" {
-        if args.harness == "codex" {
-            bail!(ModelValidationError {
-                message: "harness `codex` is not available yet in this build (it comes with the Codex harness); use `scripted`".into(),
-            });
+    let spec = match args.harness.as_str() {
+        "scripted" => {
+            let mut spec = AgentSpec::scripted(script(args)?);
+            spec.models = args.model.iter().cloned().collect();
+            spec
         }
-        bail!(ModelValidationError {
-            message: format!("unknown harness `{}` (known: scripted)", args.harness),
-        });
-    }
-    let mut spec = AgentSpec::scripted(script(args)?);
-    spec.models = args.model.iter().cloned().collect();
+        "codex" => {
+            if !(args.turn_deadline.is_finite() && args.turn_deadline > 0.0) {
+                return Err(crate::invalid_submission(
+                    "--turn-deadline takes a positive number of seconds",
+                ));
+            }
+            let options = m3::CodexOptions {
+                binary: args.codex_binary.clone().unwrap_or_else(|| "codex".into()),
+                model_provider: args
+                    .model_base_url
+                    .as_ref()
+                    .map(|url| m3::ModelProvider::responses("m3", url.clone())),
+                turn_deadline: Duration::from_secs_f64(args.turn_deadline),
+                ..m3::CodexOptions::default()
+            };
+            AgentSpec::codex(args.model.iter().cloned(), options)
+        }
+        other => bail!(ModelValidationError {
+            message: format!("unknown harness `{other}` (known: scripted, codex)"),
+        }),
+    };
     let mut submission = Submission::new(&args.prompt, server(args)?)
         .tools(args.tools.iter().cloned())
         .human_input(human_input);

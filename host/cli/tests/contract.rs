@@ -98,7 +98,7 @@ const EXECUTION_KEYS: &[&str] = &[
     "updated_at",
 ];
 /// The keys `status --json` adds to an execution.
-const STATUS_EXTRA_KEYS: &[&str] = &["rounds", "tool_calls"];
+const STATUS_EXTRA_KEYS: &[&str] = &["rounds", "tool_calls", "final_message"];
 /// The key set of an execution result (the `result` event).
 const RESULT_KEYS: &[&str] = &[
     "execution_id",
@@ -108,6 +108,7 @@ const RESULT_KEYS: &[&str] = &[
     "failure_code",
     "failure_message",
     "tool_calls",
+    "final_message",
 ];
 /// The key set of one tool call of a result.
 const TOOL_CALL_KEYS: &[&str] = &["tool", "output", "is_error", "result"];
@@ -1465,7 +1466,7 @@ fn an_unanswered_round_fails_at_its_deadline() {
 }
 
 /// `--human-input` takes a string: an unknown value is a `ModelValidationError`, not the argument
-/// parser's error; `--harness codex` names codex as not yet available.
+/// parser's error; `--harness codex` without a model, or an unknown harness, too.
 #[test]
 fn human_input_and_harness_errors_are_model_validation_errors() {
     let sb = Sandbox::new();
@@ -1481,7 +1482,7 @@ fn human_input_and_harness_errors_are_model_validation_errors() {
     );
 
     for (harness, words) in [
-        ("codex", &["codex", "not available"][..]),
+        ("codex", &["codex", "model"][..]),
         ("nonesuch", &["nonesuch"][..]),
     ] {
         let mut cmd = sb.command(&[]);
@@ -1684,7 +1685,7 @@ fn doctor_reports_database_schema_and_component() {
             .is_some_and(|s| s.len() == 64),
         "{report}"
     );
-    assert_eq!(report["harnesses"]["scripted"], "built in");
+    assert_eq!(report["harnesses"]["scripted"]["found"], "built in");
     assert!(report["harnesses"].get("codex").is_some(), "{report}");
 }
 

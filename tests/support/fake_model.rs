@@ -1,0 +1,273 @@
+//! A loopback Responses API for running the real Codex CLI with no model service: it scripts the
+//! model's turns. Codex POSTs `/v1/responses` and reads `text/event-stream`.
+//!
+//! As a binary: `m3-test-fake-model PORT_FILE [MODE] [ARGUMENTS_JSON] [MARKER_PATH]` listens on
+//! 127.0.0.1 (a free port, written to PORT_FILE) until killed; [`serve_in_background`] does the
+//! same on a thread of the calling test. Modes:
+//! - `tool` (default): a request whose `input` holds no `function_call_output` is answered with a
+//!   call of the first MCP tool listed in the request's `tools` (arguments: ARGUMENTS_JSON, `{}`
+//!   by default); the next one with a final assistant message.
+//! - `silent`: accepts requests and never answers (Codex then retries; the kit's turn deadline
+//!   must end the turn).
+//! - `shell`: first asks to run `touch MARKER_PATH` unsandboxed (provoking Codex's command
+//!   approval), then the tool call, then the final message.
+//!
+//! Every request's path and first 200 bytes of body go to stderr, and the output of every
+//! function call the conversation holds (tests read it, e.g. to see a declined command).
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+/// The final assistant message.
+pub const FINAL_MESSAGE: &str = "The shipment is booked.";
+
+/// How the fake model behaves.
+#[derive(Debug, Clone)]
+pub struct Script {
+    /// `tool`, `silent` or `shell`.
+    pub mode: String,
+    /// The tool call's arguments (JSON text).
+    pub arguments: String,
+    /// The file `shell` mode asks to create.
+    pub marker: String,
+}
+
+/// Serves `script` on `listener` until the process ends (one thread per connection).
+pub fn serve_forever(listener: TcpListener, script: Script) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let script = script.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = serve(stream, &script.mode, &script.arguments, &script.marker) {
+                eprintln!("fake-model: {e}");
+            }
+        });
+    }
+}
+
+/// Starts the fake model on a background thread of this process; returns its port.
+pub fn serve_in_background(script: Script) -> std::io::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || serve_forever(listener, script));
+    Ok(port)
+}
+
+/// The binary's main: arguments as documented above.
+pub fn main_with_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
+    let port_file = args.next().ok_or_else(|| {
+        anyhow::anyhow!("usage: PORT_FILE [tool|silent|shell] [ARGUMENTS_JSON] [MARKER]")
+    })?;
+    let mode = args.next().unwrap_or_else(|| "tool".into());
+    let arguments = args.next().unwrap_or_else(|| "{}".into());
+    serde_json::from_str::<Value>(&arguments)?;
+    let marker = args
+        .next()
+        .unwrap_or_else(|| "/nonexistent/m3-marker".into());
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let partial = format!("{port_file}.partial");
+    std::fs::write(&partial, port.to_string())?;
+    std::fs::rename(&partial, &port_file)?;
+    serve_forever(
+        listener,
+        Script {
+            mode,
+            arguments,
+            marker,
+        },
+    );
+    Ok(())
+}
+
+/// One HTTP/1.1 connection (keep-alive: several requests).
+fn serve(stream: TcpStream, mode: &str, arguments: &str, marker: &str) -> anyhow::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line)? == 0 {
+            return Ok(());
+        }
+        let mut length = 0usize;
+        let mut chunked = false;
+        loop {
+            let mut header = String::new();
+            reader.read_line(&mut header)?;
+            let header = header.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            let lower = header.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                length = v.trim().parse()?;
+            }
+            if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
+                chunked = true;
+            }
+        }
+        let body = if chunked {
+            read_chunked(&mut reader)?
+        } else {
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body)?;
+            body
+        };
+        let path = request_line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("")
+            .to_string();
+        eprintln!(
+            "fake-model: {} {}",
+            request_line.trim_end(),
+            String::from_utf8_lossy(&body[..body.len().min(200)])
+        );
+        if !path.ends_with("/responses") {
+            let text = "not found";
+            write!(
+                writer,
+                "HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{text}",
+                text.len()
+            )?;
+            writer.flush()?;
+            continue;
+        }
+        if mode == "silent" {
+            // Never answer: hold the connection until the client gives up.
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+            return Ok(());
+        }
+        let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        for item in request["input"].as_array().into_iter().flatten() {
+            if item["type"] == "function_call_output" {
+                let output = item["output"].to_string();
+                eprintln!(
+                    "fake-model: output of {}: {}",
+                    item["call_id"],
+                    &output[..output.len().min(300)]
+                );
+            }
+        }
+        let tools: Vec<&str> = request["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        eprintln!("fake-model: tools offered: {tools:?}");
+        let events = turn(&request, mode, arguments, marker);
+        let mut stream_body = String::new();
+        for (event, data) in events {
+            stream_body.push_str(&format!("event: {event}\ndata: {data}\n\n"));
+        }
+        write!(
+            writer,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ncontent-length: {}\r\n\r\n{stream_body}",
+            stream_body.len()
+        )?;
+        writer.flush()?;
+    }
+}
+
+fn read_chunked(reader: &mut BufReader<TcpStream>) -> anyhow::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let mut size = String::new();
+        reader.read_line(&mut size)?;
+        let size = usize::from_str_radix(size.trim().split(';').next().unwrap_or("0"), 16)?;
+        let mut chunk = vec![0; size + 2];
+        reader.read_exact(&mut chunk)?;
+        chunk.truncate(size);
+        body.extend_from_slice(&chunk);
+        if size == 0 {
+            return Ok(body);
+        }
+    }
+}
+
+/// How many function calls the conversation already holds outputs for.
+fn outputs(request: &Value) -> usize {
+    request["input"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter(|i| i["type"] == "function_call_output")
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The first MCP tool offered: `(namespace, tool)`.
+fn first_mcp_tool(request: &Value) -> Option<(String, String)> {
+    for tool in request["tools"].as_array()? {
+        if tool["type"] == "namespace"
+            && let Some(name) = tool["name"].as_str()
+            && name.starts_with("mcp__")
+            && let Some(inner) = tool["tools"].as_array().and_then(|t| t.first())
+            && let Some(function) = inner["name"].as_str()
+        {
+            return Some((name.to_string(), function.to_string()));
+        }
+    }
+    None
+}
+
+fn completed(id: &str) -> (String, String) {
+    (
+        "response.completed".into(),
+        json!({"type": "response.completed", "response": {"id": id, "usage": {
+            "input_tokens": 0, "input_tokens_details": null, "output_tokens": 0,
+            "output_tokens_details": null, "total_tokens": 0}}})
+        .to_string(),
+    )
+}
+
+fn created(id: &str) -> (String, String) {
+    (
+        "response.created".into(),
+        json!({"type": "response.created", "response": {"id": id}}).to_string(),
+    )
+}
+
+fn item(item: Value) -> (String, String) {
+    (
+        "response.output_item.done".into(),
+        json!({"type": "response.output_item.done", "item": item}).to_string(),
+    )
+}
+
+/// The events of one model turn.
+fn turn(request: &Value, mode: &str, arguments: &str, marker: &str) -> Vec<(String, String)> {
+    let done = outputs(request);
+    let id = format!("resp-{done}");
+    let shell_first = mode == "shell";
+    let mut events = vec![created(&id)];
+    if shell_first && done == 0 {
+        // An unsandboxed command: under approval policy `on-request` Codex asks the client.
+        events.push(item(json!({
+            "type": "function_call", "call_id": "call-shell", "name": "exec_command",
+            "arguments": json!({
+                "cmd": format!("touch {marker}"),
+                "sandbox_permissions": "require_escalated",
+                "justification": "Create a marker file"
+            }).to_string()
+        })));
+    } else if done == usize::from(shell_first)
+        && let Some((namespace, tool)) = first_mcp_tool(request)
+    {
+        events.push(item(json!({
+            "type": "function_call", "call_id": format!("call-{done}"), "name": tool,
+            "namespace": namespace, "arguments": arguments
+        })));
+    } else {
+        events.push(item(json!({
+            "type": "message", "role": "assistant", "id": format!("msg-{done}"),
+            "content": [{"type": "output_text", "text": FINAL_MESSAGE}]
+        })));
+    }
+    events.push(completed(&id));
+    events
+}
