@@ -282,3 +282,46 @@ fn fail_mode_on_codex_declines_and_fails() -> Result<()> {
     assert_eq!(failure.code, Some(FailureCode::ElicitationUnhandled));
     Ok(())
 }
+
+/// The protocol types the adapter relies on, as the pinned Codex generates them, equal the
+/// checked-in copies in `tests/peers/codex-schema/` (a new Codex pin must update them, and the
+/// adapter with them).
+#[test]
+fn the_codex_protocol_schema_has_not_drifted() -> Result<()> {
+    let out = tempfile::tempdir()?;
+    let status = Command::new(codex_binary()?)
+        .args(["app-server", "generate-json-schema", "--out"])
+        .arg(out.path())
+        .env_clear()
+        .env("CODEX_HOME", out.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()?;
+    ensure!(status.success(), "generate-json-schema failed: {status}");
+    let pinned = peers::pin_dir().join("codex-schema");
+    let mut compared = 0;
+    for dir in ["", "v1", "v2"] {
+        for entry in std::fs::read_dir(pinned.join(dir))? {
+            let path = entry?.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let name = path.file_name().context("a file name")?;
+            let expected: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+            let generated_path = out.path().join(dir).join(name);
+            let generated: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(&generated_path)
+                    .with_context(|| format!("{} was not generated", generated_path.display()))?,
+            )?;
+            ensure!(
+                generated == expected,
+                "{} drifted from the checked-in copy",
+                path.display()
+            );
+            compared += 1;
+        }
+    }
+    ensure!(compared >= 20, "only {compared} schema files compared");
+    Ok(())
+}
