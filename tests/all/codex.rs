@@ -4,6 +4,7 @@
 
 use anyhow::{Context, Result, ensure};
 use m3::*;
+use m3_tests::fake_model;
 use m3_tests::*;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -323,5 +324,58 @@ fn the_codex_protocol_schema_has_not_drifted() -> Result<()> {
         }
     }
     ensure!(compared >= 20, "only {compared} schema files compared");
+    Ok(())
+}
+
+/// A worker killed (SIGKILL) while its Codex round is pending: the pending request died with the
+/// app-server, so once the worker's lease expires recovery fails the round with
+/// `recovery_unavailable` and finishes the execution failed; a late answer is refused.
+#[test]
+fn a_killed_codex_worker_s_round_is_recovered() -> Result<()> {
+    let db = TempDb::new();
+    let port = fake_model::serve_in_background(fake_model::Script {
+        mode: "tool".into(),
+        arguments: r#"{"item": "book"}"#.into(),
+        marker: db.dir.path().join("marker").display().to_string(),
+    })?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_m3-test-fault-worker"))
+        .arg("kit")
+        .arg(&db.path)
+        .arg("1000")
+        .arg(SHIPPING_SERVER)
+        .arg(codex_binary()?)
+        .arg(format!("http://127.0.0.1:{port}/v1"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().context("stdout")?),
+        &mut line,
+    )?;
+    let mut words = line.split_whitespace().skip(1);
+    let round_id = words.next().context("a round id")?.to_string();
+    let record = db.store().get_round(&round_id)?.context("the round")?;
+    assert!(
+        record.harness.resume_token.is_some(),
+        "the thread id is kept"
+    );
+    child.kill()?; // SIGKILL
+    child.wait()?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let store = Arc::new(SqliteExecutionStore::open(&db.path)?);
+    let kit = McpTestKit::new(store.clone(), BTreeMap::<String, String>::new())?;
+    let (rounds, executions) = kit.recover()?;
+    assert_eq!((rounds, executions), (1, 1));
+    let record = db.store().get_round(&round_id)?.context("the round")?;
+    assert_eq!(record.status, ManagedInputStatus::Failed);
+    assert_eq!(
+        record.failure.context("failure")?.code,
+        FailureCode::RecoveryUnavailable
+    );
+    let late = store
+        .managed_input_store()?
+        .context("managed input")?
+        .submit_responses(&round_id, &address(), "late");
+    assert!(late.is_err(), "a late answer is refused");
     Ok(())
 }

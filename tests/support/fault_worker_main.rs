@@ -4,8 +4,9 @@
 //!
 //! Usage: `m3-test-fault-worker DB LEASE_TTL_MS`
 //!
-//! `m3-test-fault-worker kit DB LEASE_TTL_MS SHIPPING_SERVER` instead runs a kit whose worker
-//! waits on a managed round of the shipping server: it prints `pending ROUND EXECUTION` once the
+//! `m3-test-fault-worker kit DB LEASE_TTL_MS SHIPPING_SERVER [CODEX MODEL_BASE_URL]` instead runs
+//! a kit whose worker waits on a managed round of the shipping server (on the scripted harness,
+//! or on the codex harness when CODEX is given): it prints `pending ROUND EXECUTION` once the
 //! round is pending, then waits (renewing its lease) until it is killed.
 
 use m3::{
@@ -22,22 +23,40 @@ fn kit(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
     let db = args.next().ok_or_else(usage)?;
     let ttl = Duration::from_millis(args.next().ok_or_else(usage)?.parse()?);
     let server = args.next().ok_or_else(usage)?;
+    let codex = args.next();
+    let model_url = args.next();
     let store = std::sync::Arc::new(m3::SqliteExecutionStore::open(&db)?);
     let options = m3::KitOptions {
         lease_ttl: ttl,
         lease_renew: ttl / 4,
     };
-    let kit = m3::McpTestKit::with_options(store, BTreeMap::<String, String>::new(), options)?;
-    let agent = kit
-        .agents([m3::AgentSpec::scripted(m3::Script::call(
+    let env = BTreeMap::from([(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_default(),
+    )]);
+    let kit = m3::McpTestKit::with_options(store, env, options)?;
+    let spec = match (codex, model_url) {
+        (Some(binary), Some(url)) => m3::AgentSpec::codex(
+            ["fake-model"],
+            m3::CodexOptions {
+                binary,
+                model_provider: Some(m3::ModelProvider::responses("fake", url)),
+                ..m3::CodexOptions::default()
+            },
+        ),
+        _ => m3::AgentSpec::scripted(m3::Script::call(
             "shipping:book_shipment",
             json!({"item": "book"}),
-        ))])?
-        .remove(0);
+        )),
+    };
+    let agent = kit.agents([spec])?.remove(0);
     let handle = agent.submit(
-        m3::Submission::new("Book a shipment.", m3::StdioServer::new("shipping", server))
-            .tools(["shipping:book_shipment"])
-            .human_input(m3::HumanInput::Managed),
+        m3::Submission::new(
+            "Book a shipment.",
+            m3::StdioServer::new("shipping", server).args(["--era", "legacy"]),
+        )
+        .tools(["shipping:book_shipment"])
+        .human_input(m3::HumanInput::Managed),
     )?;
     loop {
         if let Some(pending) = handle.pending_elicitation()? {
