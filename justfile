@@ -16,6 +16,10 @@ build:
 example:
     cargo run -p minimal-host
 
+# The reliability catalogue with 10x the iterations (M3_SOAK=100 for 100x); see RELIABILITY.md
+soak factor="10":
+    M3_SOAK={{factor}} cargo test --workspace --release -- --test-threads 2
+
 # Benchmarks: print tables, write target/bench/{engine,executions,cli}.json
 bench:
     cargo bench -p m3 --bench engine

@@ -155,3 +155,13 @@ pub fn integrity_check(path: &Path) -> String {
     conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .expect("integrity_check")
 }
+
+/// How many times the default iterations a reliability test runs: `M3_SOAK` (default 1; `just
+/// soak` sets 10 to 100).
+pub fn soak_factor() -> usize {
+    std::env::var("M3_SOAK")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1)
+}
