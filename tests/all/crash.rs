@@ -189,3 +189,46 @@ fn killed_after_delivered_recovery_still_fails_the_unresolved_round() {
         FailureCode::RecoveryUnavailable
     );
 }
+
+/// Killed while renewing its lease (the renewal committed, never acknowledged): the round keeps
+/// the renewed lease until it expires; then recovery fails it once and nothing else moved.
+#[test]
+fn killed_during_renew_the_round_is_recovered_once_its_renewed_lease_expires() {
+    let db = TempDb::new();
+    let output = Command::new(WORKER)
+        .arg(&db.path)
+        .arg(LEASE_TTL_MS.to_string())
+        .env("M3_FAULT_RENEW", "1")
+        .env("M3_FAULT_POINT", "renew.returned")
+        .env("M3_FAULT_HIT", "1")
+        .output()
+        .expect("run the fault worker");
+    assert_eq!(output.status.signal(), Some(9), "not killed: {output:?}");
+    let acknowledged: Vec<String> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("acknowledged ").map(str::to_string))
+        .collect();
+    assert_eq!(acknowledged, ["create_round"]);
+    let store = db.store();
+    let record = store.get_round("r1").unwrap().unwrap();
+    assert_eq!(record.status, ManagedInputStatus::Pending);
+    let lease = record.lease.expect("still owned");
+    assert!(
+        lease.expires_at
+            > record.pending.created_at + chrono::TimeDelta::milliseconds(LEASE_TTL_MS as i64),
+        "the renewal was committed"
+    );
+    assert!(
+        store.fail_recovery("r1", None, "").is_err(),
+        "not while the renewed lease is live"
+    );
+    wait_for_lease_expiry();
+    let failed = store.fail_recovery("r1", None, "").unwrap();
+    assert_eq!(
+        failed.failure.unwrap().code,
+        FailureCode::RecoveryUnavailable
+    );
+    assert!(store.fail_recovery("r1", None, "").is_err(), "exactly once");
+    assert_eq!(integrity_check(&db.path), "ok");
+}

@@ -61,6 +61,36 @@ fn host_has_no_normal_dependency_on_jsonschema() -> Result<()> {
     Ok(())
 }
 
+/// Crates that speak HTTP or open network connections as clients.
+const NETWORK_CLIENTS: &[&str] = &[
+    "reqwest ",
+    "hyper ",
+    "ureq ",
+    "curl ",
+    "isahc ",
+    "surf ",
+    "attohttpc ",
+];
+
+/// An accepted URL answer only records consent: nothing in the kit, the command or the component
+/// can fetch a URL, because none of them depends on a network client.
+#[test]
+fn nothing_shipped_can_fetch_a_url() -> Result<()> {
+    for package in ["m3", "m3-cli", "m3-guest"] {
+        let tree = normal_dependencies(package)?;
+        ensure!(
+            tree.first().is_some_and(|l| l.starts_with(package)),
+            "unexpected cargo tree output for {package}: {tree:?}"
+        );
+        let clients: Vec<&String> = tree
+            .iter()
+            .filter(|l| NETWORK_CLIENTS.iter().any(|c| l.starts_with(c)))
+            .collect();
+        ensure!(clients.is_empty(), "{package} depends on {clients:?}");
+    }
+    Ok(())
+}
+
 /// Every `.rs` file under `dir`, skipping build output and hidden directories.
 fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();

@@ -2,7 +2,8 @@
 //! as the first argument, printing `acknowledged <operation>` after each acknowledged step. Run
 //! with `M3_FAULT_POINT` (and `M3_FAULT_HIT`) it is killed with SIGKILL at that point.
 //!
-//! Usage: `m3-test-fault-worker DB LEASE_TTL_MS`
+//! Usage: `m3-test-fault-worker DB LEASE_TTL_MS` (with `M3_FAULT_RENEW` set it also renews its
+//! lease once after creating the round).
 //!
 //! `m3-test-fault-worker kit DB LEASE_TTL_MS SHIPPING_SERVER [CODEX MODEL_BASE_URL]` instead runs
 //! a kit whose worker waits on a managed round of the shipping server (on the scripted harness,
@@ -101,8 +102,13 @@ fn main() -> anyhow::Result<()> {
         m3_tests::address_requests(),
     )
     .owned_by(owner);
-    let lease = store.create_round(&round)?.lease.expect("owned");
+    let mut lease = store.create_round(&round)?.lease.expect("owned");
     acknowledged("create_round");
+    if std::env::var_os("M3_FAULT_RENEW").is_some() {
+        // The worker renews its lease while it waits (the crash matrix kills it there too).
+        lease = store.renew("r1", &lease, Duration::from_millis(ttl))?;
+        acknowledged("renew");
+    }
     let answer = BTreeMap::from([(
         "shipping_address".to_string(),
         ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
