@@ -174,8 +174,9 @@ impl runtime_export::Guest for Component {
     fn list_executions(
         status: Option<m3::managed_input::types::ExecutionStatus>,
         limit: Option<u32>,
+        after: Option<m3::managed_input::types::Cursor>,
     ) -> Result<Vec<runtime_export::ExecutionState>, ManagedInputError> {
-        runtime::execution::list(status, limit)
+        runtime::execution::list(status, limit, after)
     }
 
     fn pending_elicitation(

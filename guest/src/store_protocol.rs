@@ -296,6 +296,7 @@ pub fn list_rounds(filter: ListFilter) -> Outcome<Vec<ManagedInputRecord>> {
             execution_id: filter.execution_id,
             status: filter.status,
             limit: filter.limit,
+            after: filter.after,
         })
         .map_err(store_error)?;
     rows.iter().map(record::from_row).collect()

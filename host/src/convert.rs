@@ -331,12 +331,21 @@ pub fn new_round(n: &NewRound) -> wit_mi::NewRound {
     }
 }
 
+/// A listing position after the row created at `created_at` with this id.
+pub fn cursor(created_at: DateTime<Utc>, id: &str) -> wit::Cursor {
+    wit::Cursor {
+        created_at: timestamp(&created_at),
+        id: id.to_string(),
+    }
+}
+
 /// Public -> WIT list filter.
 pub fn filter(f: &RoundFilter) -> wit_mi::ListFilter {
     wit_mi::ListFilter {
         execution_id: f.execution_id.clone(),
         status: f.status.map(status),
         limit: f.limit,
+        after: None,
     }
 }
 

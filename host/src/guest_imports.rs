@@ -169,8 +169,12 @@ impl HostTransaction for HostState {
         tx: Resource<Transaction>,
         status: Option<types::ExecutionStatus>,
         limit: Option<u32>,
+        after: Option<types::Cursor>,
     ) -> wasmtime::Result<Result<Vec<ExecutionRow>, StoreError>> {
-        let result = self.table.get(&tx)?.list_executions(status, limit);
+        let result = self
+            .table
+            .get(&tx)?
+            .list_executions(status, limit, after.as_ref());
         Ok(self.returning(result))
     }
 

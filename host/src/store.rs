@@ -19,6 +19,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Records per call into the component when listing.
+const LIST_PAGE: u32 = 200;
+
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, ManagedInputError>;
 
@@ -301,15 +304,35 @@ impl ManagedInputStore for SqliteManagedInputStore {
     }
 
     fn list_rounds(&self, filter: &RoundFilter) -> StoreResult<Vec<ManagedInputRecord>> {
-        let wit_filter = convert::filter(filter);
-        self.call(
-            "list_rounds.returned",
-            |b, s| {
-                b.m3_managed_input_managed_input()
-                    .call_list_rounds(s, &wit_filter)
-            },
-            |rows| rows.iter().map(convert::record_back).collect(),
-        )
+        // Page through the component (each call bounded in memory and CPU), continuing after
+        // the last record of the previous page.
+        let mut records: Vec<ManagedInputRecord> = Vec::new();
+        let mut wit_filter = convert::filter(filter);
+        loop {
+            let wanted = filter.limit.map_or(LIST_PAGE, |l| {
+                l.saturating_sub(records.len() as u32).min(LIST_PAGE)
+            });
+            if wanted == 0 {
+                return Ok(records);
+            }
+            wit_filter.limit = Some(wanted);
+            let page: Vec<ManagedInputRecord> = self.call(
+                "list_rounds.returned",
+                |b, s| {
+                    b.m3_managed_input_managed_input()
+                        .call_list_rounds(s, &wit_filter)
+                },
+                |rows| rows.iter().map(convert::record_back).collect(),
+            )?;
+            let full = page.len() as u32 == wanted;
+            wit_filter.after = page
+                .last()
+                .map(|r| convert::cursor(r.pending.created_at, &r.pending.round_id));
+            records.extend(page);
+            if !full {
+                return Ok(records);
+            }
+        }
     }
 
     fn claim_round(&self, round_id: &str, claim: &OwnerClaim) -> StoreResult<ManagedInputLease> {

@@ -483,9 +483,11 @@ fn no_process_wide_lock_serialises_the_store() -> Result<()> {
 
 #[test]
 fn contention_writers_and_long_readers_never_see_busy() -> Result<()> {
-    const WRITERS: usize = 8;
-    const ROUNDS_EACH: usize = 50;
-    const READERS: usize = 2;
+    // 16 writers x 1,000 write transactions (500 rounds created and answered each), 4 long
+    // readers (x M3_SOAK).
+    const WRITERS: usize = 16;
+    const READERS: usize = 4;
+    let rounds_each: usize = 500 * m3_tests::soak_factor();
     let db = TempDb::new();
     // Create the file and schema before the crowd arrives.
     drop(open(&db.path, fast_options()));
@@ -531,7 +533,7 @@ fn contention_writers_and_long_readers_never_see_busy() -> Result<()> {
                 let store = open(&path, fast_options());
                 let mut errors = Vec::new();
                 start.wait();
-                for i in 0..ROUNDS_EACH {
+                for i in 0..rounds_each {
                     let id = format!("w{w}-r{i}");
                     let mut round = long_lease_round(&id);
                     round.execution_id = format!("exec-{w}");
@@ -562,7 +564,7 @@ fn contention_writers_and_long_readers_never_see_busy() -> Result<()> {
     }
     println!(
         "{} writes by {WRITERS} writers in {elapsed:?} under {READERS} long readers",
-        2 * WRITERS * ROUNDS_EACH
+        2 * WRITERS * rounds_each
     );
     ensure!(
         errors.is_empty(),
@@ -572,7 +574,7 @@ fn contention_writers_and_long_readers_never_see_busy() -> Result<()> {
 
     let store = open(&db.path, fast_options());
     let all = store.list_rounds(&RoundFilter::default())?;
-    ensure!(all.len() == WRITERS * ROUNDS_EACH, "{} rounds", all.len());
+    ensure!(all.len() == WRITERS * rounds_each, "{} rounds", all.len());
     ensure!(
         all.iter()
             .all(|r| r.status == ManagedInputStatus::ResponseValidated),

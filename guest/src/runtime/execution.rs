@@ -9,7 +9,7 @@ use crate::exports::m3::managed_input::runtime::{
 };
 use crate::m3::managed_input::store::{ExecutionRow, RoundFilter, Transaction, TransactionMode};
 use crate::m3::managed_input::types::{
-    ErrorCode, ExecutionStatus, PendingRound, Status, Timestamp,
+    Cursor, ErrorCode, ExecutionStatus, PendingRound, Status, Timestamp,
 };
 use crate::store_protocol::{begin, store_error};
 use crate::{lease, time};
@@ -99,6 +99,7 @@ pub fn waiting_for_input(tx: &Transaction, row: &ExecutionRow) -> Outcome<bool> 
             execution_id: Some(row.execution_id.clone()),
             status: Some(Status::Pending),
             limit: Some(1),
+            after: None,
         })
         .map_err(store_error)?;
     Ok(!pending.is_empty())
@@ -173,9 +174,15 @@ pub fn snapshot(execution_id: &str) -> Outcome<ExecutionState> {
 }
 
 /// `list-executions`.
-pub fn list(status: Option<ExecutionStatus>, limit: Option<u32>) -> Outcome<Vec<ExecutionState>> {
+pub fn list(
+    status: Option<ExecutionStatus>,
+    limit: Option<u32>,
+    after: Option<Cursor>,
+) -> Outcome<Vec<ExecutionState>> {
     let tx = begin(TransactionMode::Read)?;
-    let rows = tx.list_executions(status, limit).map_err(store_error)?;
+    let rows = tx
+        .list_executions(status, limit, after.as_ref())
+        .map_err(store_error)?;
     let mut states = Vec::with_capacity(rows.len());
     for row in rows {
         let document: ExecutionDocument =
@@ -192,6 +199,7 @@ pub fn pending_round(execution_id: &str) -> Outcome<Option<PendingRound>> {
         execution_id: Some(execution_id.to_string()),
         status: Some(Status::Pending),
         limit: Some(2),
+        after: None,
     })?;
     if pending.len() > 1 {
         return Err(state(

@@ -11,9 +11,12 @@ use crate::exports::m3::managed_input::runtime::{
     ExecutionFailure, ExecutionOutcome, FailureKind, OutcomeKind, RecoveryReport,
 };
 use crate::m3::managed_input::store::TransactionMode;
-use crate::m3::managed_input::types::{ExecutionStatus, FailureCode, Status};
+use crate::m3::managed_input::types::{Cursor, ExecutionStatus, FailureCode, Status};
 use crate::store_protocol::{self, begin, store_error};
 use crate::time;
+
+/// Rows per page while recovering.
+const PAGE: u32 = 128;
 
 const GONE: &str = "the worker that owned this round is gone; its request died with it";
 
@@ -34,26 +37,60 @@ pub fn recover() -> Outcome<RecoveryReport> {
         Status::DeliveryStarted,
         Status::Delivered,
     ] {
-        let rounds = store_protocol::list_rounds(ListFilter {
-            execution_id: None,
-            status: Some(status),
-            limit: None,
-        })?;
-        for round in rounds {
-            if !expired(round.lease.as_ref().map(|l| &l.expires_at)) {
-                continue;
+        // Page by page: every page is a host call, so no single stretch of work outgrows the
+        // CPU budget, and memory holds one page.
+        let mut after = None;
+        loop {
+            let rounds = store_protocol::list_rounds(ListFilter {
+                execution_id: None,
+                status: Some(status),
+                limit: Some(PAGE),
+                after: after.take(),
+            })?;
+            let full = rounds.len() == PAGE as usize;
+            for round in &rounds {
+                if !expired(round.lease.as_ref().map(|l| &l.expires_at)) {
+                    continue;
+                }
+                // Re-checked inside its own transaction: a renewal since the list wins.
+                if store_protocol::fail_recovery(&round.pending.round_id, None, GONE.into()).is_ok()
+                {
+                    report.rounds_failed += 1;
+                }
             }
-            // Re-checked inside its own transaction: a renewal since the list wins.
-            if store_protocol::fail_recovery(&round.pending.round_id, None, GONE.into()).is_ok() {
-                report.rounds_failed += 1;
+            match rounds.last() {
+                Some(last) if full => {
+                    after = Some(Cursor {
+                        created_at: last.pending.created_at,
+                        id: last.pending.round_id.clone(),
+                    })
+                }
+                _ => break,
             }
         }
     }
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let running = tx
-        .list_executions(Some(ExecutionStatus::Running), None)
-        .map_err(store_error)?;
+    let mut running = Vec::new();
+    let mut after: Option<Cursor> = None;
+    loop {
+        let page = tx
+            .list_executions(Some(ExecutionStatus::Running), Some(PAGE), after.as_ref())
+            .map_err(store_error)?;
+        let full = page.len() == PAGE as usize;
+        after = page.last().map(|r| Cursor {
+            created_at: r.created_at,
+            id: r.execution_id.clone(),
+        });
+        // Only the expired ones are kept (their rows are small).
+        running.extend(
+            page.into_iter()
+                .filter(|r| expired(r.lease_expires_at.as_ref())),
+        );
+        if !full {
+            break;
+        }
+    }
     for row in running {
         if !expired(row.lease_expires_at.as_ref()) {
             continue;

@@ -4,7 +4,7 @@
 
 use super::transaction::{Transaction, from_ns, store_error, to_ns};
 use crate::bindings::m3::managed_input::store::{ExecutionRow, StoreError};
-use crate::bindings::m3::managed_input::types::ExecutionStatus;
+use crate::bindings::m3::managed_input::types::{Cursor, ExecutionStatus};
 use rusqlite::{OptionalExtension, params};
 
 const COLUMNS: &str = "execution_id, status, version, owner_id, lease_expires_at_ns, \
@@ -57,35 +57,38 @@ impl Transaction {
             .map_err(store_error)
     }
 
-    /// Executions with `status` (all when `None`), oldest first.
+    /// Executions with `status` (all when `None`), oldest first, after `after`.
     pub fn list_executions(
         &self,
         status: Option<ExecutionStatus>,
         limit: Option<u32>,
+        after: Option<&Cursor>,
     ) -> Result<Vec<ExecutionRow>, StoreError> {
         let conn = self.connection()?;
-        let limit = limit.map_or(-1, i64::from);
-        let rows = match status {
-            Some(status) => conn
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM executions WHERE status = ?1 \
-                     ORDER BY created_at_ns, execution_id LIMIT ?2"
-                ))
-                .and_then(|mut s| {
-                    s.query_map(params![status_text(status), limit], row_from_sql)?
-                        .collect::<rusqlite::Result<Vec<_>>>()
-                }),
-            None => conn
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM executions \
-                     ORDER BY created_at_ns, execution_id LIMIT ?1"
-                ))
-                .and_then(|mut s| {
-                    s.query_map(params![limit], row_from_sql)?
-                        .collect::<rusqlite::Result<Vec<_>>>()
-                }),
-        };
-        rows.map_err(store_error)
+        let mut sql = format!("SELECT {COLUMNS} FROM executions WHERE 1 = 1");
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        if let Some(status) = status {
+            args.push(status_text(status).to_string().into());
+            sql.push_str(&format!(" AND status = ?{}", args.len()));
+        }
+        if let Some(after) = after {
+            args.push(to_ns(&after.created_at).into());
+            let at = args.len();
+            args.push(after.id.clone().into());
+            sql.push_str(&format!(
+                " AND (created_at_ns > ?{at} OR (created_at_ns = ?{at} AND execution_id > ?{}))",
+                args.len()
+            ));
+        }
+        sql.push_str(" ORDER BY created_at_ns, execution_id");
+        args.push(limit.map_or(-1, i64::from).into());
+        sql.push_str(&format!(" LIMIT ?{}", args.len()));
+        let mut statement = conn.prepare_cached(&sql).map_err(store_error)?;
+        let rows = statement
+            .query_map(rusqlite::params_from_iter(args), row_from_sql)
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(store_error)?;
+        Ok(rows)
     }
 
     /// Inserts `row`; `false` if the execution id exists.

@@ -133,6 +133,15 @@ impl Transaction {
             args.push(status_text(status).to_string().into());
             sql.push_str(&format!(" AND status = ?{}", args.len()));
         }
+        if let Some(after) = &filter.after {
+            args.push(to_ns(&after.created_at).into());
+            let at = args.len();
+            args.push(after.id.clone().into());
+            sql.push_str(&format!(
+                " AND (created_at_ns > ?{at} OR (created_at_ns = ?{at} AND round_id > ?{}))",
+                args.len()
+            ));
+        }
         sql.push_str(" ORDER BY created_at_ns, round_id");
         if let Some(limit) = filter.limit {
             args.push(i64::from(limit).into());

@@ -78,19 +78,45 @@ impl Executions {
             .map_err(|e| convert::error_back(&e))
     }
 
-    /// Executions with `status` (all when `None`), oldest first, at most `limit`.
+    /// Executions with `status` (all when `None`), oldest first, at most `limit` (paged through
+    /// the component, so a long listing never outgrows one call's budget).
     pub fn list(
         &self,
         status: Option<crate::bindings::m3::managed_input::types::ExecutionStatus>,
         limit: Option<u32>,
     ) -> StoreResult<Vec<wit::ExecutionState>> {
-        self.store
-            .pool()
-            .call(|b, s| {
-                b.m3_managed_input_runtime()
-                    .call_list_executions(s, status, limit)
-            })?
-            .map_err(|e| convert::error_back(&e))
+        const PAGE: u32 = 100;
+        let mut states: Vec<wit::ExecutionState> = Vec::new();
+        let mut after = None;
+        loop {
+            let wanted = limit.map_or(PAGE, |l| l.saturating_sub(states.len() as u32).min(PAGE));
+            if wanted == 0 {
+                return Ok(states);
+            }
+            let page = self
+                .store
+                .pool()
+                .call(|b, s| {
+                    b.m3_managed_input_runtime().call_list_executions(
+                        s,
+                        status,
+                        Some(wanted),
+                        after.as_ref(),
+                    )
+                })?
+                .map_err(|e| convert::error_back(&e))?;
+            let full = page.len() as u32 == wanted;
+            after = page
+                .last()
+                .map(|s| crate::bindings::m3::managed_input::types::Cursor {
+                    created_at: s.created_at,
+                    id: s.execution_id.clone(),
+                });
+            states.extend(page);
+            if !full {
+                return Ok(states);
+            }
+        }
     }
 
     /// The execution's single pending round, or `None`.
