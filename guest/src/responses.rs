@@ -179,10 +179,9 @@ fn check_response(
 
 fn check_form_content(key: &str, schema_text: &str, content: &Value) -> Outcome<()> {
     let validator = schema::validator_for(schema_text)?;
-    if validator.is_valid(content) {
-        return Ok(());
-    }
-    let Some(error) = validator.iter_errors(content).next() else {
+    // The first error only: collecting every error of a huge invalid array (one per item)
+    // outgrew the component's memory (regression: a 136k-item multi-select answer).
+    let Err(error) = validator.validate(content) else {
         return Ok(());
     };
     let keyword = error.kind().keyword().to_string();

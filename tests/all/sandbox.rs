@@ -589,3 +589,35 @@ fn regression_listing_thousands_of_rounds_stays_within_the_guest_budget() -> Res
     ensure!(report.rounds_failed == 0);
     Ok(())
 }
+
+/// Regression (found by `malformed_input`): a multi-select answer with ~136,000 invalid items
+/// (272 KiB, well under the edge limit) made the component collect one error per item and trap
+/// at its memory limit. Only the first error is computed now: a typed `schema_violation` on the
+/// field, the round unchanged.
+#[test]
+fn regression_a_huge_invalid_multi_select_answer_is_a_typed_error_not_a_trap() -> Result<()> {
+    let db = TempDb::new();
+    let store = SqliteManagedInputStore::open(&db.path, fast_options())?;
+    let mut round = live_round("r1");
+    round.requests = BTreeMap::from([(
+        "profile".to_string(),
+        ElicitationRequest::form("Who are you?", m3_tests::every_kind_schema()),
+    )]);
+    store.create_round(&round)?;
+    for item in ["1", "[]", "{}", "null", "\"\""] {
+        let items = vec![item; 140_000].join(",");
+        let text = format!(
+            r#"{{"profile":{{"action":"accept","content":{{"name":"Asha","age":30,"tags":[{items}]}}}}}}"#
+        );
+        match store.submit_responses_json("r1", &text, "k") {
+            Err(ManagedInputError::Validation(e)) => {
+                ensure!(e.code() == ErrorCode::SchemaViolation, "{item}: {e}");
+                ensure!(e.detail.field.as_deref() == Some("tags"), "{item}: {e}");
+            }
+            other => bail!("{item} x 140,000: expected a schema violation, got {other:?}"),
+        }
+    }
+    let record = store.get_round("r1")?.context("the round")?;
+    ensure!(record.status == ManagedInputStatus::Pending && record.responses.is_none());
+    Ok(())
+}
