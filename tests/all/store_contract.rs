@@ -1349,3 +1349,30 @@ fn schema_migrations_are_versioned_and_a_newer_schema_is_refused() {
     SqliteManagedInputStore::open(&empty, StoreOptions::default()).unwrap();
     assert_eq!(version(&empty), m3::sqlite::migrations::SCHEMA_VERSION);
 }
+
+/// Regression (found by the scale benchmark at 10^6 rounds): an execution's rounds in one status
+/// were found through the status index, walking every round in that status. The query the
+/// store runs for it now uses the (execution, status) index.
+#[test]
+fn regression_an_execution_s_pending_rounds_are_found_through_its_own_index() {
+    let db = TempDb::new();
+    drop(db.store()); // creates the schema
+    let conn = rusqlite::Connection::open(&db.path).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT round_id FROM managed_input_rounds WHERE 1 = 1 \
+             AND execution_id = ?1 AND status = ?2 ORDER BY created_at_ns, round_id LIMIT ?3",
+        )
+        .unwrap()
+        .query_map(rusqlite::params!["exec-1", "pending", 2], |r| {
+            r.get::<_, String>(3)
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter()
+            .any(|step| step.contains("managed_input_rounds_by_execution_status")),
+        "{plan:?}"
+    );
+}
