@@ -25,3 +25,11 @@ bench:
     cargo bench -p m3 --bench engine
     cargo bench -p m3 --bench executions
     cargo bench -p m3-cli --bench startup
+
+# Side by side with the peers a user would pick instead (installs them first); see BENCHMARKS.md
+bench-peers:
+    bash host/benches/peers/install.sh
+    cargo bench -p m3 --bench peers_rounds
+    cargo bench -p m3 --bench peers_validation
+    cargo bench -p m3 --bench peers_scale
+    cargo bench -p m3-cli --bench startup
