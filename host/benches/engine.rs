@@ -21,7 +21,10 @@
 //! `--only=validation` or `--only=cold-start` runs one section (for profiling). Only a full run
 //! of every section writes the JSON.
 
+mod common;
+
 use chrono::Utc;
+use common::{BenchResult, Table, target_dir};
 use m3::bindings::m3::managed_input::store::{RoundRow, StoreError, TransactionMode};
 use m3::component_cache::{self, CacheOutcome};
 use m3::engine::{ComponentRuntime, GUEST_WASM, GUEST_WASM_SHA256, engine_config};
@@ -42,8 +45,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Store};
-
-type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// The sections of the benchmark, for `--only=`.
 const SECTIONS: [&str; 3] = ["lifecycle", "validation", "cold-start"];
@@ -240,51 +241,6 @@ fn sync_name(sync: Synchronous) -> &'static str {
     match sync {
         Synchronous::Full => "FULL",
         Synchronous::Normal => "NORMAL",
-    }
-}
-
-/// A printed table: header and rows of cells, columns padded to fit.
-struct Table {
-    title: String,
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn new(title: &str, header: &[&str]) -> Self {
-        Self {
-            title: title.to_string(),
-            header: header.iter().map(|h| h.to_string()).collect(),
-            rows: Vec::new(),
-        }
-    }
-
-    fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
-    }
-
-    fn print(&self) {
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate() {
-                widths[i] = widths[i].max(cell.chars().count());
-            }
-        }
-        let line = |cells: &[String]| {
-            let padded: Vec<String> = cells
-                .iter()
-                .enumerate()
-                .map(|(i, c)| format!("{c}{}", " ".repeat(widths[i] - c.chars().count())))
-                .collect();
-            println!("  {}", padded.join("  ").trim_end());
-        };
-        println!("\n{}", self.title);
-        line(&self.header);
-        let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-        line(&rule);
-        for row in &self.rows {
-            line(row);
-        }
     }
 }
 
@@ -1126,24 +1082,6 @@ fn cold_start_bench(plan: &Plan, scratch: &Path) -> BenchResult<ColdStartResult>
 
 // ---------------------------------------------------------------------------------------------
 // Output
-
-/// `$CARGO_TARGET_DIR`, else the workspace's `target/`.
-fn target_dir() -> PathBuf {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                workspace.join(dir)
-            }
-        }
-        _ => workspace.join("target"),
-    }
-}
 
 fn print_lifecycles(results: &[LifecycleResult]) {
     let mut table = Table::new(

@@ -49,7 +49,10 @@
 //! `--reps=N` and `--rounds=N` change the repetitions and the rounds per run;
 //! `--poll-interval-us=N` makes the kit's answerer sleep between polls instead of spinning.
 
+mod common;
+
 use chrono::Utc;
+use common::{BenchResult, Table, target_dir, workspace_dir};
 use m3::{
     AgentSpec, ElicitationRequest, ElicitationResponse, ExecutionHandle, ExecutionStatus,
     HumanInput, ManagedInputStatus, ManagedInputStore, McpEra, McpTestKit, NewRound, OwnerClaim,
@@ -63,8 +66,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// The sections of the benchmark, for `--only=`.
 const SECTIONS: [&str; 2] = ["rounds", "lifecycle"];
@@ -271,51 +272,6 @@ fn stats_json(stats: Option<Stats>, unit: &str) -> Value {
     stats.map_or(Value::Null, |s| s.to_json(unit))
 }
 
-/// A printed table: header and rows of cells, columns padded to fit.
-struct Table {
-    title: String,
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn new(title: &str, header: &[&str]) -> Self {
-        Self {
-            title: title.to_string(),
-            header: header.iter().map(|h| h.to_string()).collect(),
-            rows: Vec::new(),
-        }
-    }
-
-    fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
-    }
-
-    fn print(&self) {
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate() {
-                widths[i] = widths[i].max(cell.chars().count());
-            }
-        }
-        let line = |cells: &[String]| {
-            let padded: Vec<String> = cells
-                .iter()
-                .enumerate()
-                .map(|(i, c)| format!("{c}{}", " ".repeat(widths[i] - c.chars().count())))
-                .collect();
-            println!("  {}", padded.join("  ").trim_end());
-        };
-        println!("\n{}", self.title);
-        line(&self.header);
-        let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-        line(&rule);
-        for row in &self.rows {
-            line(row);
-        }
-    }
-}
-
 fn sync_name(sync: Synchronous) -> &'static str {
     match sync {
         Synchronous::Full => "FULL",
@@ -350,28 +306,6 @@ fn spread(s: &Option<Stats>, digits: usize) -> String {
 
 // ---------------------------------------------------------------------------------------------
 // Locations and the peers
-
-fn workspace_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-}
-
-/// `$CARGO_TARGET_DIR`, else the workspace's `target/` (where the JSON and the peers go).
-fn target_dir() -> PathBuf {
-    let workspace = workspace_dir();
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                workspace.join(dir)
-            }
-        }
-        _ => workspace.join("target"),
-    }
-}
 
 /// The installed peers and the scripts that drive them.
 struct Peers {

@@ -28,7 +28,10 @@
 //! `--quick` it makes a short smoke pass, using the peers only when they are already installed,
 //! and writes no JSON.
 
+mod common;
+
 use chrono::Utc;
+use common::{BenchResult, Table, target_dir};
 use m3::sqlite::database::Database;
 use m3::{
     ElicitationRequest, ErrorCode, ManagedInputError, ManagedInputStatus, ManagedInputStore,
@@ -42,8 +45,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
-
-type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Commits per round lifecycle: create, submit, start delivery, mark delivered, resolve.
 const COMMITS_PER_LIFECYCLE: usize = 5;
@@ -188,71 +189,6 @@ fn sync_name(sync: Synchronous) -> &'static str {
         Synchronous::Full => "FULL",
         Synchronous::Normal => "NORMAL",
     }
-}
-
-struct Table {
-    title: String,
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn new(title: &str, header: &[&str]) -> Self {
-        Self {
-            title: title.to_string(),
-            header: header.iter().map(|h| h.to_string()).collect(),
-            rows: Vec::new(),
-        }
-    }
-
-    fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
-    }
-
-    fn print(&self) {
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate() {
-                widths[i] = widths[i].max(cell.chars().count());
-            }
-        }
-        let line = |cells: &[String]| {
-            let padded: Vec<String> = cells
-                .iter()
-                .enumerate()
-                .map(|(i, c)| format!("{c}{}", " ".repeat(widths[i] - c.chars().count())))
-                .collect();
-            println!("  {}", padded.join("  ").trim_end());
-        };
-        println!("\n{}", self.title);
-        line(&self.header);
-        line(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>());
-        for row in &self.rows {
-            line(row);
-        }
-    }
-}
-
-/// `$CARGO_TARGET_DIR`, else the workspace's `target/` (as engine.rs).
-fn target_dir() -> PathBuf {
-    let workspace = workspace_dir();
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                workspace.join(dir)
-            }
-        }
-        _ => workspace.join("target"),
-    }
-}
-
-fn workspace_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
 fn peers_dir() -> PathBuf {
