@@ -2,36 +2,85 @@
 //!
 //! Every validation rule and every state-machine decision of managed elicitation input lives here;
 //! the host only stores rows and tells the time. Built for `wasm32-wasip2` with wit-bindgen.
+//!
+//! Two artifacts come from this crate. With the default `engine` feature it is the `engine` world
+//! (store protocol, runtime, sandbox probes over the host's imports). Without it (`--profile
+//! policy --no-default-features`) it is the small `policy-only` world: validation and the pure
+//! round state machine, importing nothing but `wasi:random`.
 
 #![allow(missing_docs)] // the generated bindings carry the WIT documentation
 
+#[cfg(feature = "engine")]
 wit_bindgen::generate!({
     world: "engine",
     path: "../wit",
     additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
 });
 
+#[cfg(not(feature = "engine"))]
+wit_bindgen::generate!({
+    world: "policy-only",
+    path: "../wit",
+    generate_all,
+    additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
+});
+
+/// Lease tokens in the policy-only component: getrandom's custom backend over the imported
+/// `wasi:random/random` (the component is built for `wasm32-unknown-unknown`, which has no
+/// source of randomness of its own).
+#[cfg(not(feature = "engine"))]
+mod entropy {
+    /// getrandom 0.3's custom backend hook (`--cfg getrandom_backend="custom"`).
+    ///
+    /// # Safety
+    ///
+    /// getrandom calls it with `dest` valid for writes of `len` bytes.
+    #[unsafe(no_mangle)]
+    unsafe extern "Rust" fn __getrandom_v03_custom(
+        dest: *mut u8,
+        len: usize,
+    ) -> Result<(), getrandom::Error> {
+        let bytes = crate::wasi::random::random::get_random_bytes(len as u64);
+        if bytes.len() != len {
+            return Err(getrandom::Error::UNEXPECTED);
+        }
+        // SAFETY: `dest` is valid for `len` bytes (the caller's contract) and `bytes` has `len`.
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), dest, len) };
+        Ok(())
+    }
+}
+
 pub mod canonical;
 pub mod errors;
 pub mod lease;
 pub mod lifecycle;
+#[cfg(feature = "engine")]
 pub mod mcp;
+#[cfg(feature = "engine")]
 pub mod probe;
+#[cfg(feature = "engine")]
 pub mod record;
+#[cfg(feature = "engine")]
 pub mod redaction;
 pub mod responses;
+pub mod round_protocol;
+#[cfg(feature = "engine")]
 pub mod runtime;
 pub mod schema;
+#[cfg(feature = "engine")]
 pub mod store_protocol;
 pub mod strict_json;
 pub mod submission;
 pub mod time;
 
-use exports::m3::managed_input::{managed_input, policy, runtime as runtime_export, sandbox_probe};
+#[cfg(feature = "engine")]
+use exports::m3::managed_input::{managed_input, runtime as runtime_export, sandbox_probe};
+use exports::m3::managed_input::{policy, round_protocol as round_protocol_export};
 use m3::managed_input::types::{
-    ElicitationResponse, Lease, ManagedInputError, ManagedInputRecord, PendingRound,
-    RedactedResponse,
+    ElicitationResponse, ManagedInputError, ManagedInputRecord, PendingRound, Timestamp,
 };
+#[cfg(feature = "engine")]
+use m3::managed_input::types::{Lease, RedactedResponse};
 
 /// The component's export implementations.
 struct Component;
@@ -75,9 +124,21 @@ impl policy::Guest for Component {
     }
 }
 
+impl round_protocol_export::Guest for Component {
+    fn decide(
+        round_id: String,
+        stored: Option<ManagedInputRecord>,
+        operation: round_protocol_export::Operation,
+        now: Timestamp,
+    ) -> Result<round_protocol_export::Decision, ManagedInputError> {
+        round_protocol::decide(&round_id, stored.as_ref(), operation, &now)
+    }
+}
+
+#[cfg(feature = "engine")]
 impl managed_input::Guest for Component {
     fn create_round(
-        round: managed_input::NewRound,
+        round: m3::managed_input::types::NewRound,
     ) -> Result<ManagedInputRecord, ManagedInputError> {
         store_protocol::create_round(round)
     }
@@ -94,7 +155,7 @@ impl managed_input::Guest for Component {
 
     fn claim_round(
         round_id: String,
-        claim: managed_input::OwnerClaim,
+        claim: m3::managed_input::types::OwnerClaim,
     ) -> Result<Lease, ManagedInputError> {
         store_protocol::claim_round(&round_id, claim)
     }
@@ -158,6 +219,7 @@ impl managed_input::Guest for Component {
     }
 }
 
+#[cfg(feature = "engine")]
 impl runtime_export::Guest for Component {
     fn submit(
         spec: runtime_export::ExecutionSpec,
@@ -215,6 +277,7 @@ impl runtime_export::Guest for Component {
     }
 }
 
+#[cfg(feature = "engine")]
 impl sandbox_probe::Guest for Component {
     fn run(which: sandbox_probe::Probe, amount: u64) -> String {
         probe::run(which, amount)

@@ -31,6 +31,7 @@ pub fn at_or_after(a: &Timestamp, b: &Timestamp) -> bool {
 }
 
 /// The current UTC time from the host.
+#[cfg(feature = "engine")]
 pub fn now() -> Timestamp {
     crate::m3::managed_input::clock::now()
 }

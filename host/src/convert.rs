@@ -287,8 +287,8 @@ pub fn responses(
 }
 
 /// Public -> WIT owner claim.
-pub fn owner_claim(c: &OwnerClaim) -> wit_mi::OwnerClaim {
-    wit_mi::OwnerClaim {
+pub fn owner_claim(c: &OwnerClaim) -> wit::OwnerClaim {
+    wit::OwnerClaim {
         owner_id: c.owner_id.clone(),
         lease_ttl_ms: duration_ms(c.lease_ttl),
     }
@@ -300,8 +300,8 @@ pub fn duration_ms(d: std::time::Duration) -> u64 {
 }
 
 /// Public -> WIT new round.
-pub fn new_round(n: &NewRound) -> wit_mi::NewRound {
-    wit_mi::NewRound {
+pub fn new_round(n: &NewRound) -> wit::NewRound {
+    wit::NewRound {
         round_id: n.round_id.clone(),
         execution_id: n.execution_id.clone(),
         logical_operation_id: n.logical_operation_id.clone(),
@@ -315,9 +315,9 @@ pub fn new_round(n: &NewRound) -> wit_mi::NewRound {
             .collect(),
         request_state: n.request_state.clone(),
         deadline: match n.deadline {
-            Deadline::Default => wit_mi::DeadlineChoice::DefaultDeadline,
-            Deadline::None => wit_mi::DeadlineChoice::NoDeadline,
-            Deadline::At(t) => wit_mi::DeadlineChoice::At(timestamp(&t)),
+            Deadline::Default => wit::DeadlineChoice::DefaultDeadline,
+            Deadline::None => wit::DeadlineChoice::NoDeadline,
+            Deadline::At(t) => wit::DeadlineChoice::At(timestamp(&t)),
         },
         round_index: n.round_index,
         round_limit: n.round_limit,

@@ -414,7 +414,7 @@ pub fn finish_abandoned(
 
 /// Checks an execution id given by a caller.
 pub fn check_execution_id(execution_id: &str) -> Outcome<()> {
-    if execution_id.is_empty() || execution_id.len() > crate::store_protocol::MAX_ID_BYTES {
+    if execution_id.is_empty() || execution_id.len() > crate::round_protocol::MAX_ID_BYTES {
         return Err(validation(
             ErrorCode::InvalidId,
             "an execution id must be non-empty and at most 512 bytes",

@@ -12,13 +12,13 @@ use super::execution::{self, Claim, ExecutionLease};
 use super::plan::Plan;
 use super::scripted::{Action, Finished, Input, Mode, ScriptedSession, SessionConfig, Step};
 use crate::errors::{Outcome, validation};
-use crate::exports::m3::managed_input::managed_input::{DeadlineChoice, NewRound, OwnerClaim};
 use crate::exports::m3::managed_input::runtime::{
     CodexSettings, EraChoice as WitEra, ExecutionFailure, ExecutionOutcome, ExecutionSpec,
     ExecutionState, FailureKind, HumanInputMode, OutcomeKind, ToolResult,
 };
 use crate::m3::managed_input::events::{self, Event};
 use crate::m3::managed_input::process::{self, SpawnSpec};
+use crate::m3::managed_input::types::{DeadlineChoice, NewRound, OwnerClaim};
 use crate::m3::managed_input::types::{
     ErrorCode, FailureCode, HarnessMetadata, Lease, OperationKind, Status, Timestamp,
 };
