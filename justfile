@@ -20,10 +20,11 @@ example:
 soak factor="10":
     M3_SOAK={{factor}} cargo test --workspace --release -- --test-threads 2
 
-# Benchmarks: print tables, write target/bench/{engine,executions,cli}.json
+# Benchmarks: print tables, write target/bench/{engine,executions,component-size,cli}.json
 bench:
     cargo bench -p m3 --bench engine
     cargo bench -p m3 --bench executions
+    cargo bench -p m3 --bench component_size
     cargo bench -p m3-cli --bench startup
 
 # Side by side with the peers a user would pick instead (installs them first); see BENCHMARKS.md

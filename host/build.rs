@@ -1,6 +1,7 @@
 //! Builds the guest component (`m3-guest`) for `wasm32-wasip2` and hands its path to the crate
 //! as `M3_GUEST_WASM_PATH` (and its SHA-256 as `M3_GUEST_WASM_SHA256`). See `m3-build-support` for how; `M3_GUEST_WASM=path` skips the build
-//! and embeds a prebuilt component.
+//! and embeds a prebuilt component. It also builds the policy-only component (`M3_POLICY_WASM_PATH`;
+//! `M3_POLICY_WASM=path` skips that build).
 
 use std::path::Path;
 
@@ -19,4 +20,22 @@ fn main() {
     let bytes = std::fs::read(&wasm).expect("reading the built component");
     let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
     println!("cargo:rustc-env=M3_GUEST_WASM_SHA256={digest}");
+
+    // The same crate without its `engine` feature: the small policy-only component for other hosts.
+    let policy = m3_build_support::build_component_with(
+        root,
+        &m3_build_support::ComponentBuild {
+            package: "m3-guest",
+            lib_name: "m3_guest",
+            artifact: "m3_policy",
+            // No WASI but the `wasi:random` the world imports (lease tokens, through getrandom's
+            // custom backend).
+            target: m3_build_support::UNKNOWN,
+            profile: "policy",
+            default_features: false,
+            cfgs: &["getrandom_backend=\"custom\""],
+            sources: &["guest/src", "guest/Cargo.toml", "wit"],
+        },
+    );
+    println!("cargo:rustc-env=M3_POLICY_WASM_PATH={}", policy.display());
 }

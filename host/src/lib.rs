@@ -52,6 +52,8 @@ pub mod component_cache;
 pub mod convert;
 pub mod cpu_time;
 pub mod engine;
+#[doc = include_str!("../../EMBEDDING.md")]
+pub mod embedding {}
 pub mod error;
 pub mod execution_store;
 pub mod fault;
@@ -70,6 +72,7 @@ pub mod submission;
 pub mod worker;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use engine::POLICY_COMPONENT;
 pub use error::{
     EngineError, EngineErrorKind, ErrorCode, ErrorDetail, ManagedInputConflict, ManagedInputError,
     ManagedInputRecoveryError, ManagedInputStateError, ManagedInputValidationError, OpenError,
