@@ -5,6 +5,7 @@ mod codex_transcripts;
 mod component_cache;
 mod concurrency;
 mod crash;
+mod embedding;
 mod execution_store;
 mod executions;
 mod executions_peers;

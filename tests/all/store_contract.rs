@@ -1376,3 +1376,43 @@ fn regression_an_execution_s_pending_rounds_are_found_through_its_own_index() {
         "{plan:?}"
     );
 }
+
+#[test]
+fn an_unreadable_record_is_a_storage_error_and_is_left_as_it_is() {
+    let db = TempDb::new();
+    let store = db.store();
+    let lease = fresh_address_round(&store, "r1");
+    fresh_address_round(&store, "r2");
+    let damage = |sql: &str| {
+        let conn = rusqlite::Connection::open(&db.path).unwrap();
+        conn.execute(sql, []).unwrap();
+    };
+    // A document that does not decode, and one that disagrees with its row.
+    damage(
+        "UPDATE managed_input_rounds SET document = '{\"not\":\"a record\"}' WHERE round_id = 'r1'",
+    );
+    damage("UPDATE managed_input_rounds SET status = 'resolved' WHERE round_id = 'r2'");
+    let errors = [
+        store.get_round("r1").err(),
+        store.submit_responses("r1", &address("a", "b"), "k").err(),
+        store.renew("r1", &lease, Duration::from_secs(1)).err(),
+        store.fail_recovery("r1", None, "").err(),
+        store.get_round("r2").err(),
+        store.claim_round("r2", &OwnerClaim::new("w")).err(),
+    ];
+    for err in errors {
+        let err = err.expect("an error");
+        assert!(matches!(err, ManagedInputError::Storage(_)), "{err}");
+        assert_eq!(code_of(&err), ErrorCode::CorruptRecord);
+    }
+    let conn = rusqlite::Connection::open(&db.path).unwrap();
+    let (document, version): (String, i64) = conn
+        .query_row(
+            "SELECT document, version FROM managed_input_rounds WHERE round_id = 'r1'",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(document, "{\"not\":\"a record\"}");
+    assert_eq!(version, 1, "a corrupt record is never rewritten");
+}

@@ -6,6 +6,9 @@
 //! - `python_mcp()` and `booking_server()`: the Python SDK (`mcp`), pinned by
 //!   `tests/peers/requirements.txt`, installed with pip into the venv `tests/.peers/venv/`;
 //!   `tests/peers/booking_server.py` runs on it.
+//! - `jco()` (with `npm_dir()` and `node()`): `@bytecodealliance/jco` and its WASI shim, with the
+//!   other npm peers; the venv also holds `wasmtime` (wasmtime-py). Both are for the embedding
+//!   tests (`tests/all/embedding.rs`).
 //!
 //! `tests/.peers/` is ignored by git. Each install runs under an exclusive file lock
 //! (`tests/.peers/<peer>.lock`), so parallel tests and parallel test processes install once; it
@@ -76,6 +79,29 @@ fn npm_peers() -> Result<PathBuf> {
     once(&INSTALL, install_npm_peers)
 }
 
+/// The npm peers' install directory (its `node_modules` holds every pinned npm package), installed
+/// on first use.
+pub fn npm_dir() -> Result<PathBuf> {
+    npm_peers()
+}
+
+/// The pinned jco's command-line entry point (`node <it> transpile ...`), installed on first use
+/// with the other npm peers.
+pub fn jco() -> Result<PathBuf> {
+    let script = npm_peers()?.join("node_modules/@bytecodealliance/jco/dist/jco.js");
+    ensure!(
+        script.is_file(),
+        "{} is missing: `npm ci` did not install the pinned jco",
+        script.display()
+    );
+    Ok(script)
+}
+
+/// `node` from PATH, as an absolute path.
+pub fn node() -> Result<PathBuf> {
+    which("node")
+}
+
 /// The pinned Codex CLI version.
 pub const CODEX_VERSION: &str = "0.171.0";
 
@@ -110,7 +136,7 @@ pub fn server_everything() -> Result<PeerCommand> {
     })
 }
 
-/// The venv's Python with the pinned `mcp` installed, installed on first use.
+/// The venv's Python with the pinned packages (`mcp`, `wasmtime`) installed, on first use.
 pub fn python_mcp() -> Result<PathBuf> {
     static INSTALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let venv = once(&INSTALL, install_python_peers)?;
