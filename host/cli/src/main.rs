@@ -4,6 +4,7 @@
 //! Errors: a non-zero exit and a first stderr line that starts with the typed error's name
 //! (`ManagedInputValidationError: ...`, `ModelValidationError: ...`, `OperationTimeout: ...`).
 
+mod component;
 mod demo;
 mod doctor;
 mod form;
@@ -115,6 +116,14 @@ enum Command {
         /// The bare schema (`-`: stdin).
         file: PathBuf,
     },
+    /// Write a component this build embeds to FILE, for another component host (EMBEDDING.md).
+    Component {
+        /// Which one.
+        #[arg(long, value_enum, default_value = "policy-only")]
+        world: component::World,
+        /// Where to write it.
+        file: PathBuf,
+    },
     /// Database integrity, schema version, component cache and harness binaries.
     Doctor,
     /// Fail with `recovery_unavailable` the unresolved rounds whose worker is gone.
@@ -162,6 +171,7 @@ fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Cancel { execution_id } => inspect::cancel(cli, execution_id),
         Command::Validate { round, responses } => policy_check::validate(cli, round, responses),
         Command::CheckSchema { file } => policy_check::check_schema(cli, file),
+        Command::Component { world, file } => component::write(cli, *world, file),
         Command::Doctor => doctor::doctor(cli),
         Command::Recover => inspect::recover(cli),
         Command::ShippingServer { args } => {

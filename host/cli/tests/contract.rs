@@ -1904,3 +1904,29 @@ fn every_error_starts_with_a_typed_error_name() {
         untyped.join("\n")
     );
 }
+
+/// `m3 component FILE` writes the policy-only component byte for byte (and `--world engine` the
+/// engine), touching no database; an unwritable path is an error.
+#[test]
+fn component_writes_the_embedded_components() {
+    let sandbox = Sandbox::new();
+    let policy = sandbox.dir.path().join("m3_policy.wasm");
+    let out = sandbox.m3(&["--json", "component", policy.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let report: Value = serde_json::from_str(&out.stdout).expect("one JSON document");
+    assert_eq!(report["world"], "policy-only");
+    assert_eq!(report["bytes"], m3::POLICY_COMPONENT.len());
+    assert_eq!(std::fs::read(&policy).unwrap(), m3::POLICY_COMPONENT);
+
+    let engine = sandbox.dir.path().join("engine.wasm");
+    let out = sandbox.m3(&["component", "--world", "engine", engine.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("wrote the engine component"));
+    assert_eq!(std::fs::read(&engine).unwrap(), m3::engine::GUEST_WASM);
+    assert!(!sandbox.db.exists(), "component created a database");
+
+    let missing = sandbox.dir.path().join("no/such/dir/x.wasm");
+    let out = sandbox.m3(&["component", missing.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("writing"));
+}
