@@ -52,6 +52,7 @@ mod entropy {
 
 pub mod canonical;
 pub mod errors;
+pub mod execution_rules;
 pub mod lease;
 pub mod lifecycle;
 #[cfg(feature = "engine")]
@@ -73,9 +74,11 @@ pub mod strict_json;
 pub mod submission;
 pub mod time;
 
+use exports::m3::managed_input::{
+    execution_rules as execution_rules_export, policy, round_protocol as round_protocol_export,
+};
 #[cfg(feature = "engine")]
 use exports::m3::managed_input::{managed_input, runtime as runtime_export, sandbox_probe};
-use exports::m3::managed_input::{policy, round_protocol as round_protocol_export};
 use m3::managed_input::types::{
     ElicitationResponse, ManagedInputError, ManagedInputRecord, PendingRound, Timestamp,
 };
@@ -132,6 +135,29 @@ impl round_protocol_export::Guest for Component {
         now: Timestamp,
     ) -> Result<round_protocol_export::Decision, ManagedInputError> {
         round_protocol::decide(&round_id, stored.as_ref(), operation, &now)
+    }
+}
+
+impl execution_rules_export::Guest for Component {
+    fn claim(
+        execution_id: String,
+        status: Option<m3::managed_input::types::ExecutionStatus>,
+    ) -> Result<execution_rules_export::ClaimOutcome, ManagedInputError> {
+        execution_rules::claim(&execution_id, status)
+    }
+
+    fn pending_round_of(
+        execution_id: String,
+        rounds: Vec<ManagedInputRecord>,
+    ) -> Result<Option<PendingRound>, ManagedInputError> {
+        execution_rules::pending_round_of(&execution_id, &rounds)
+    }
+
+    fn check_round_of(
+        execution_id: String,
+        round: ManagedInputRecord,
+    ) -> Result<(), ManagedInputError> {
+        execution_rules::check_round_of(&execution_id, &round)
     }
 }
 

@@ -454,7 +454,8 @@ fn component_file(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The policy-only component's whole interface: it exports `policy` and `round-protocol` and
+/// The policy-only component's whole interface: it exports `policy`, `round-protocol` and
+/// `execution-rules` and
 /// imports `wasi:random/random` plus the function-less `types` instance (which a host satisfies
 /// by doing nothing), so any component host can run it without the m3 imports.
 #[test]
@@ -476,7 +477,8 @@ fn the_policy_component_imports_only_wasi_random() -> Result<()> {
         exports
             == BTreeSet::from([
                 "m3:managed-input/policy@0.1.0".to_string(),
-                "m3:managed-input/round-protocol@0.1.0".to_string()
+                "m3:managed-input/round-protocol@0.1.0".to_string(),
+                "m3:managed-input/execution-rules@0.1.0".to_string()
             ]),
         "the policy-only component exports {exports:?}"
     );

@@ -2,7 +2,8 @@
 //! lease, and the final outcome. Every change is one write transaction with compare-and-set on
 //! the row version.
 
-use crate::errors::{Outcome, state, validation};
+use crate::errors::Outcome;
+use crate::exports::m3::managed_input::execution_rules::ClaimOutcome;
 use crate::exports::m3::managed_input::managed_input::ListFilter;
 use crate::exports::m3::managed_input::runtime::{
     ExecutionLifecycle, ExecutionOutcome, ExecutionSpec, ExecutionState, OutcomeKind, ToolResult,
@@ -12,7 +13,7 @@ use crate::m3::managed_input::types::{
     Cursor, ErrorCode, ExecutionStatus, PendingRound, Status, Timestamp,
 };
 use crate::store_protocol::{begin, store_error};
-use crate::{lease, time};
+use crate::{execution_rules, lease, time};
 use serde::{Deserialize, Serialize};
 
 /// What the component keeps in an execution row's document.
@@ -54,15 +55,7 @@ pub fn load(tx: &Transaction, execution_id: &str) -> Outcome<Option<LoadedExecut
 }
 
 fn load_existing(tx: &Transaction, execution_id: &str) -> Outcome<LoadedExecution> {
-    load(tx, execution_id)?.ok_or_else(|| {
-        state(
-            ErrorCode::ExecutionNotFound,
-            format!(
-                "execution {} does not exist",
-                crate::errors::bounded(execution_id)
-            ),
-        )
-    })
+    load(tx, execution_id)?.ok_or_else(|| execution_rules::not_found(execution_id))
 }
 
 /// Writes `loaded` back with compare-and-set, `now` as its update time; returns the new row.
@@ -195,34 +188,22 @@ pub fn list(
 
 /// `pending-round`: the single pending round of the execution, or none.
 pub fn pending_round(execution_id: &str) -> Outcome<Option<PendingRound>> {
-    let mut pending = crate::store_protocol::list_rounds(ListFilter {
+    // Two are enough to tell one from several.
+    let pending = crate::store_protocol::list_rounds(ListFilter {
         execution_id: Some(execution_id.to_string()),
         status: Some(Status::Pending),
         limit: Some(2),
         after: None,
     })?;
-    if pending.len() > 1 {
-        return Err(state(
-            ErrorCode::AmbiguousPendingRound,
-            format!("execution {execution_id} has more than one pending round"),
-        ));
-    }
-    Ok(pending.pop().map(|r| r.pending))
+    execution_rules::pending_round_of(execution_id, &pending)
 }
 
 /// `respond`: answers a round of this execution.
 pub fn respond(execution_id: &str, round_id: &str, responses: &str, key: &str) -> Outcome<()> {
     if !round_id.is_empty()
         && let Some(record) = crate::store_protocol::get_round(round_id)?
-        && record.pending.execution_id != execution_id
     {
-        return Err(state(
-            ErrorCode::RoundNotFound,
-            format!(
-                "round {} does not belong to execution {execution_id}",
-                crate::errors::bounded(round_id)
-            ),
-        ));
+        execution_rules::check_round_of(execution_id, &record)?;
     }
     crate::store_protocol::submit_responses(round_id, responses, key).map(|_| ())
 }
@@ -281,22 +262,15 @@ pub enum Claim {
 pub fn claim(execution_id: &str, owner_id: &str) -> Outcome<Claim> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let mut loaded = load_existing(&tx, execution_id)?;
-    match loaded.row.status {
-        ExecutionStatus::Finished => {
-            return Ok(Claim::Finished(state_of(
-                &loaded.row,
-                &loaded.document,
-                false,
-            )));
-        }
-        ExecutionStatus::Running => {
-            return Err(state(
-                ErrorCode::ExecutionNotRunnable,
-                format!("execution {execution_id} is already running"),
-            ));
-        }
-        ExecutionStatus::Queued => {}
+    let loaded = load(&tx, execution_id)?;
+    let outcome = execution_rules::claim(execution_id, loaded.as_ref().map(|l| l.row.status))?;
+    let mut loaded = loaded.ok_or_else(|| execution_rules::not_found(execution_id))?;
+    if outcome == ClaimOutcome::Finished {
+        return Ok(Claim::Finished(state_of(
+            &loaded.row,
+            &loaded.document,
+            false,
+        )));
     }
     let ttl = loaded.document.spec.lease_ttl_ms;
     lease::check_ttl(ttl)?;
@@ -412,13 +386,4 @@ pub fn finish_abandoned(
     save(tx, loaded, now).map(|_| ())
 }
 
-/// Checks an execution id given by a caller.
-pub fn check_execution_id(execution_id: &str) -> Outcome<()> {
-    if execution_id.is_empty() || execution_id.len() > crate::round_protocol::MAX_ID_BYTES {
-        return Err(validation(
-            ErrorCode::InvalidId,
-            "an execution id must be non-empty and at most 512 bytes",
-        ));
-    }
-    Ok(())
-}
+pub use crate::execution_rules::check_execution_id;

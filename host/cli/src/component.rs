@@ -10,7 +10,8 @@ use std::process::ExitCode;
 /// Which component to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum World {
-    /// `policy` and `round-protocol` only, importing nothing but `wasi:random` (for other hosts).
+    /// `policy`, `round-protocol` and `execution-rules`, importing nothing but `wasi:random` (for
+    /// other hosts).
     PolicyOnly,
     /// The whole engine; its host must provide the m3 imports (`clock`, `store`, `process`,
     /// `events`).
