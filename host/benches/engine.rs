@@ -24,7 +24,9 @@
 mod common;
 
 use chrono::Utc;
-use common::{BenchResult, Table, target_dir};
+use common::fixture::{every_kind_answer, every_kind_schema};
+use common::stats::{Stats, fmt_rate, fmt_time, secs, sync_name};
+use common::{BenchResult, RunArgs, Table, target_dir};
 use m3::bindings::m3::managed_input::store::{RoundRow, StoreError, TransactionMode};
 use m3::component_cache::{self, CacheOutcome};
 use m3::engine::{ComponentRuntime, GUEST_WASM, GUEST_WASM_SHA256, engine_config};
@@ -80,19 +82,9 @@ struct Plan {
 
 impl Plan {
     fn from_args() -> Self {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let quick = args.iter().any(|a| a == "--quick")
-            || std::env::var_os("M3_BENCH_QUICK").is_some_and(|v| !v.is_empty() && v != "0");
-        let full = args.iter().any(|a| a == "--bench") && !quick;
-        let only = args.iter().find_map(|a| {
-            let section = a.strip_prefix("--only=")?;
-            let known = SECTIONS.iter().find(|s| **s == section);
-            if known.is_none() {
-                eprintln!("unknown section `{section}`; expected one of {SECTIONS:?}");
-                std::process::exit(2);
-            }
-            known.copied()
-        });
+        let run = RunArgs::from_env();
+        let full = run.full;
+        let only = run.only(&SECTIONS, "section");
         if full {
             Self {
                 full,
@@ -157,91 +149,12 @@ impl Plan {
 // ---------------------------------------------------------------------------------------------
 // Statistics and formatting
 
-/// Order statistics of a sample (any unit).
-#[derive(Debug, Clone, Copy)]
-struct Stats {
-    n: usize,
-    median: f64,
-    min: f64,
-    max: f64,
-    p10: f64,
-    p90: f64,
-}
-
-impl Stats {
-    fn of(samples: &[f64]) -> Self {
-        assert!(!samples.is_empty(), "no samples");
-        let mut sorted = samples.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let pick = |q: f64| {
-            // Linear interpolation between closest ranks.
-            let rank = q * (sorted.len() - 1) as f64;
-            let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-            sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
-        };
-        Self {
-            n: sorted.len(),
-            median: pick(0.5),
-            min: sorted[0],
-            max: sorted[sorted.len() - 1],
-            p10: pick(0.1),
-            p90: pick(0.9),
-        }
-    }
-
-    fn to_json(self, unit: &str) -> Value {
-        json!({
-            "unit": unit,
-            "n": self.n,
-            "median": self.median,
-            "min": self.min,
-            "max": self.max,
-            "p10": self.p10,
-            "p90": self.p90,
-        })
-    }
-}
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
-
-/// A duration in seconds, readable.
-fn fmt_time(s: f64) -> String {
-    if s < 0.0 {
-        format!("-{}", fmt_time(-s))
-    } else if s >= 1.0 {
-        format!("{s:.2} s")
-    } else if s >= 1e-3 {
-        format!("{:.2} ms", s * 1e3)
-    } else if s >= 1e-6 {
-        format!("{:.2} µs", s * 1e6)
-    } else {
-        format!("{:.0} ns", s * 1e9)
-    }
-}
-
-fn fmt_rate(r: f64) -> String {
-    if r >= 10_000.0 {
-        format!("{:.1}k/s", r / 1e3)
-    } else {
-        format!("{r:.0}/s")
-    }
-}
-
 fn time_range(s: &Stats) -> String {
     format!("{} .. {}", fmt_time(s.min), fmt_time(s.max))
 }
 
 fn rate_range(s: &Stats) -> String {
     format!("{} .. {}", fmt_rate(s.min), fmt_rate(s.max))
-}
-
-fn sync_name(sync: Synchronous) -> &'static str {
-    match sync {
-        Synchronous::Full => "FULL",
-        Synchronous::Normal => "NORMAL",
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -260,35 +173,6 @@ fn address_schema() -> Value {
 
 fn address_answer() -> Value {
     json!({"street": "1 Main Street", "city": "Springfield"})
-}
-
-fn every_kind_schema() -> Value {
-    json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "minLength": 2, "maxLength": 10},
-            "email": {"type": "string", "format": "email"},
-            "site": {"type": "string", "format": "uri"},
-            "day": {"type": "string", "format": "date"},
-            "at": {"type": "string", "format": "date-time"},
-            "age": {"type": "integer", "minimum": 0, "maximum": 150},
-            "score": {"type": "number", "minimum": 0.5, "maximum": 9.5},
-            "agree": {"type": "boolean"},
-            "color": {"type": "string", "enum": ["red", "green"], "enumNames": ["Red", "Green"]},
-            "size": {"type": "string", "oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}]},
-            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 2}
-        },
-        "required": ["name", "age"]
-    })
-}
-
-fn every_kind_answer() -> Value {
-    json!({
-        "name": "Asha", "email": "asha@example.com", "site": "https://example.com/x",
-        "day": "2026-11-30", "at": "2026-11-30T12:00:00Z", "age": 30, "score": 2.5,
-        "agree": true, "color": "red", "size": "s", "tags": ["a", "b"]
-    })
 }
 
 /// One form of the validation benchmark.
@@ -743,23 +627,22 @@ fn lifecycle_bench(
     Ok(all
         .into_iter()
         .map(|c| {
-            let lifecycles_per_s = Stats::of(&c.lc_rates);
-            let replay_per_s = Stats::of(&c.replay_rates);
-            let raw_commits_per_s = Stats::of(&c.raw_rates);
+            let lifecycles_per_s = Stats::of_nonempty(&c.lc_rates);
+            let replay_per_s = Stats::of_nonempty(&c.replay_rates);
+            let raw_commits_per_s = Stats::of_nonempty(&c.raw_rates);
             let per_commit = |rate: f64| 1.0 / (rate * COMMITS_PER_LIFECYCLE as f64);
             LifecycleResult {
                 synchronous: c.sync,
                 lifecycles_per_batch: c.count,
                 document_bytes: c.replay.rows.iter().map(|r| r.document.len()).collect(),
-                ratio: lifecycles_per_s.median * COMMITS_PER_LIFECYCLE as f64
-                    / raw_commits_per_s.median,
-                replay_ratio: replay_per_s.median * COMMITS_PER_LIFECYCLE as f64
-                    / raw_commits_per_s.median,
-                pair_ratios: Stats::of(&c.pair_ratios),
-                steps: c.steps.iter().map(|s| Stats::of(s)).collect(),
-                op_time: per_commit(lifecycles_per_s.median),
-                replay_op_time: per_commit(replay_per_s.median),
-                raw_commit_time: 1.0 / raw_commits_per_s.median,
+                ratio: lifecycles_per_s.p50 * COMMITS_PER_LIFECYCLE as f64 / raw_commits_per_s.p50,
+                replay_ratio: replay_per_s.p50 * COMMITS_PER_LIFECYCLE as f64
+                    / raw_commits_per_s.p50,
+                pair_ratios: Stats::of_nonempty(&c.pair_ratios),
+                steps: c.steps.iter().map(|s| Stats::of_nonempty(s)).collect(),
+                op_time: per_commit(lifecycles_per_s.p50),
+                replay_op_time: per_commit(replay_per_s.p50),
+                raw_commit_time: 1.0 / raw_commits_per_s.p50,
                 lifecycles_per_s,
                 replay_per_s,
                 raw_commits_per_s,
@@ -820,10 +703,10 @@ struct Breakdown {
 impl Breakdown {
     fn to_json(&self) -> Value {
         json!({
-            "convert_round_to_wit_seconds": self.to_wit.to_json("s"),
-            "component_call_seconds": self.call.to_json("s"),
-            "convert_responses_back_seconds": self.from_wit.to_json("s"),
-            "empty_component_call_seconds": self.empty_call.to_json("s"),
+            "convert_round_to_wit_seconds": self.to_wit.spread_json("s"),
+            "component_call_seconds": self.call.spread_json("s"),
+            "convert_responses_back_seconds": self.from_wit.spread_json("s"),
+            "empty_component_call_seconds": self.empty_call.spread_json("s"),
         })
     }
 }
@@ -866,10 +749,10 @@ fn validation_breakdown(
         }
     }
     Ok(Breakdown {
-        to_wit: Stats::of(&to_wit),
-        call: Stats::of(&call),
-        from_wit: Stats::of(&from_wit),
-        empty_call: Stats::of(&empty_call),
+        to_wit: Stats::of_nonempty(&to_wit),
+        call: Stats::of_nonempty(&call),
+        from_wit: Stats::of_nonempty(&from_wit),
+        empty_call: Stats::of_nonempty(&empty_call),
     })
 }
 
@@ -941,11 +824,11 @@ fn validation_bench(
                 run_component(&mut component)?;
             }
         }
-        let (component, native) = (Stats::of(&component), Stats::of(&native));
+        let (component, native) = (Stats::of_nonempty(&component), Stats::of_nonempty(&native));
         results.push(ValidationResult {
             form: form.name,
             answer_bytes: text.len(),
-            ratio: component.median / native.median,
+            ratio: component.p50 / native.p50,
             component,
             native,
             breakdown: validation_breakdown(plan, runtime, &form)?,
@@ -1068,15 +951,15 @@ fn cold_start_bench(plan: &Plan, scratch: &Path) -> BenchResult<ColdStartResult>
 
     Ok(ColdStartResult {
         wasm_bytes: GUEST_WASM.len(),
-        compile: Stats::of(&compile),
+        compile: Stats::of_nonempty(&compile),
         cache_store,
-        cache_hit: Stats::of(&cache_hit),
-        artifact_name: Stats::of(&artifact_name),
-        deserialize_file: Stats::of(&deserialize_file),
-        store_new: Stats::of(&store_new),
-        instantiate: Stats::of(&instantiate),
-        first_validation: Stats::of(&first_validation),
-        warm_validation: Stats::of(&warm_validation),
+        cache_hit: Stats::of_nonempty(&cache_hit),
+        artifact_name: Stats::of_nonempty(&artifact_name),
+        deserialize_file: Stats::of_nonempty(&deserialize_file),
+        store_new: Stats::of_nonempty(&store_new),
+        instantiate: Stats::of_nonempty(&instantiate),
+        first_validation: Stats::of_nonempty(&first_validation),
+        warm_validation: Stats::of_nonempty(&warm_validation),
     })
 }
 
@@ -1100,12 +983,12 @@ fn print_lifecycles(results: &[LifecycleResult]) {
             sync_name(r.synchronous).into(),
             format!(
                 "{} ({})",
-                fmt_rate(r.lifecycles_per_s.median),
+                fmt_rate(r.lifecycles_per_s.p50),
                 rate_range(&r.lifecycles_per_s)
             ),
             format!(
                 "{} ({})",
-                fmt_rate(r.raw_commits_per_s.median),
+                fmt_rate(r.raw_commits_per_s.p50),
                 rate_range(&r.raw_commits_per_s)
             ),
             format!("{:.3}", r.ratio),
@@ -1121,7 +1004,7 @@ fn print_lifecycles(results: &[LifecycleResult]) {
     let mut steps = Table::new("   Mean time per step (median over repetitions)", &header);
     for r in results {
         let mut row = vec![sync_name(r.synchronous).to_string()];
-        row.extend(r.steps.iter().map(|s| fmt_time(s.median)));
+        row.extend(r.steps.iter().map(|s| fmt_time(s.p50)));
         row.push(fmt_time(r.raw_commit_time));
         steps.row(row);
     }
@@ -1146,7 +1029,7 @@ fn print_lifecycles(results: &[LifecycleResult]) {
             sync_name(r.synchronous).into(),
             format!(
                 "{} ({})",
-                fmt_rate(r.replay_per_s.median),
+                fmt_rate(r.replay_per_s.p50),
                 rate_range(&r.replay_per_s)
             ),
             format!("{:.3}", r.replay_ratio),
@@ -1183,13 +1066,13 @@ fn print_validation(results: &[ValidationResult]) {
             r.answer_bytes.to_string(),
             format!(
                 "{} ({} .. {})",
-                fmt_time(r.component.median),
+                fmt_time(r.component.p50),
                 fmt_time(r.component.p10),
                 fmt_time(r.component.p90)
             ),
             format!(
                 "{} ({} .. {})",
-                fmt_time(r.native.median),
+                fmt_time(r.native.p50),
                 fmt_time(r.native.p10),
                 fmt_time(r.native.p90)
             ),
@@ -1214,11 +1097,11 @@ fn print_validation(results: &[ValidationResult]) {
         let b = &r.breakdown;
         parts.row(vec![
             r.form.into(),
-            fmt_time(b.to_wit.median),
-            fmt_time(b.call.median),
-            fmt_time(b.from_wit.median),
-            fmt_time(b.empty_call.median),
-            fmt_time(r.native.median),
+            fmt_time(b.to_wit.p50),
+            fmt_time(b.call.p50),
+            fmt_time(b.from_wit.p50),
+            fmt_time(b.empty_call.p50),
+            fmt_time(r.native.p50),
         ]);
     }
     parts.print();
@@ -1235,7 +1118,7 @@ fn print_cold_start(c: &ColdStartResult) {
     let mut row = |name: &str, s: &Stats| {
         table.row(vec![
             name.into(),
-            fmt_time(s.median),
+            fmt_time(s.p50),
             time_range(s),
             s.n.to_string(),
         ]);
@@ -1288,11 +1171,11 @@ fn to_json(
             "commits_per_lifecycle": COMMITS_PER_LIFECYCLE,
             "lifecycles_per_batch": r.lifecycles_per_batch,
             "raw_commits_per_batch": r.lifecycles_per_batch * COMMITS_PER_LIFECYCLE,
-            "lifecycles_per_second": r.lifecycles_per_s.to_json("1/s"),
-            "raw_commits_per_second": r.raw_commits_per_s.to_json("1/s"),
+            "lifecycles_per_second": r.lifecycles_per_s.spread_json("1/s"),
+            "raw_commits_per_second": r.raw_commits_per_s.spread_json("1/s"),
             "ratio": r.ratio,
-            "pair_ratios": r.pair_ratios.to_json("ratio"),
-            "replayed_sql_lifecycles_per_second": r.replay_per_s.to_json("1/s"),
+            "pair_ratios": r.pair_ratios.spread_json("ratio"),
+            "replayed_sql_lifecycles_per_second": r.replay_per_s.spread_json("1/s"),
             "replayed_sql_ratio": r.replay_ratio,
             "document_bytes_per_step": r.document_bytes,
             "store_operation_seconds": r.op_time,
@@ -1300,29 +1183,29 @@ fn to_json(
             "raw_commit_seconds": r.raw_commit_time,
             "goal": {"min_ratio": 0.7, "met": r.ratio >= 0.7},
             "step_seconds": STEPS.iter().zip(&r.steps)
-                .map(|(name, s)| ((*name).to_string(), s.to_json("s")))
+                .map(|(name, s)| ((*name).to_string(), s.spread_json("s")))
                 .collect::<serde_json::Map<_, _>>(),
         })).collect::<Vec<_>>(),
         "validation": validation.iter().map(|r| json!({
             "form": r.form,
             "answer_bytes": r.answer_bytes,
-            "component_seconds": r.component.to_json("s"),
-            "native_seconds": r.native.to_json("s"),
+            "component_seconds": r.component.spread_json("s"),
+            "native_seconds": r.native.spread_json("s"),
             "ratio": r.ratio,
             "goal": {"max_ratio": 2.0, "met": r.ratio <= 2.0},
             "breakdown": r.breakdown.to_json(),
         })).collect::<Vec<_>>(),
         "cold_start": {
             "wasm_bytes": cold.wasm_bytes,
-            "compile_seconds": cold.compile.to_json("s"),
+            "compile_seconds": cold.compile.spread_json("s"),
             "cache_store_seconds": cold.cache_store,
-            "cache_hit_seconds": cold.cache_hit.to_json("s"),
-            "artifact_name_seconds": cold.artifact_name.to_json("s"),
-            "deserialize_file_seconds": cold.deserialize_file.to_json("s"),
-            "store_new_seconds": cold.store_new.to_json("s"),
-            "instantiate_seconds": cold.instantiate.to_json("s"),
-            "first_validation_seconds": cold.first_validation.to_json("s"),
-            "warm_validation_seconds": cold.warm_validation.to_json("s"),
+            "cache_hit_seconds": cold.cache_hit.spread_json("s"),
+            "artifact_name_seconds": cold.artifact_name.spread_json("s"),
+            "deserialize_file_seconds": cold.deserialize_file.spread_json("s"),
+            "store_new_seconds": cold.store_new.spread_json("s"),
+            "instantiate_seconds": cold.instantiate.spread_json("s"),
+            "first_validation_seconds": cold.first_validation.spread_json("s"),
+            "warm_validation_seconds": cold.warm_validation.spread_json("s"),
         },
     })
 }

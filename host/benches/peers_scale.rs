@@ -70,7 +70,8 @@
 mod common;
 
 use chrono::Utc;
-use common::{BenchResult, Table, shipping_server_binary, target_dir};
+use common::stats::{Stats, stats_json};
+use common::{BenchResult, RunArgs, Table, shipping_server_binary, target_dir};
 use m3::worker::Executions;
 use m3::{
     AgentSpec, AsyncExecutionHandle, AsyncMcpTestKit, ElicitationResponse, ExecutionHandle,
@@ -148,19 +149,9 @@ struct Plan {
 
 impl Plan {
     fn from_args() -> Self {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let quick = args.iter().any(|a| a == "--quick")
-            || std::env::var_os("M3_BENCH_QUICK").is_some_and(|v| !v.is_empty() && v != "0");
-        let full = args.iter().any(|a| a == "--bench") && !quick;
-        let only = args.iter().find_map(|a| {
-            let part = a.strip_prefix("--only=")?;
-            let known = PARTS.iter().find(|p| **p == part);
-            if known.is_none() {
-                eprintln!("unknown part `{part}`; expected one of {PARTS:?}");
-                std::process::exit(2);
-            }
-            known.copied()
-        });
+        let run = RunArgs::from_env();
+        let (args, full) = (&run.args, run.full);
+        let only = run.only(&PARTS, "part");
         let counts = |flag: &str| {
             args.iter().find_map(|a| a.strip_prefix(flag)).map(|list| {
                 list.split(',')
@@ -228,60 +219,6 @@ impl Plan {
 
 // ---------------------------------------------------------------------------------------------
 // Statistics and formatting
-
-/// Order statistics of a sample (any unit).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct Stats {
-    n: usize,
-    p50: f64,
-    p90: f64,
-    p99: f64,
-    min: f64,
-    max: f64,
-    mean: f64,
-}
-
-impl Stats {
-    fn of(samples: &[f64]) -> Option<Self> {
-        if samples.is_empty() {
-            return None;
-        }
-        let mut sorted = samples.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let pick = |q: f64| {
-            // Linear interpolation between closest ranks.
-            let rank = q * (sorted.len() - 1) as f64;
-            let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-            sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
-        };
-        Some(Self {
-            n: sorted.len(),
-            p50: pick(0.5),
-            p90: pick(0.9),
-            p99: pick(0.99),
-            min: sorted[0],
-            max: sorted[sorted.len() - 1],
-            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
-        })
-    }
-
-    fn to_json(self, unit: &str) -> Value {
-        json!({
-            "unit": unit,
-            "n": self.n,
-            "p50": self.p50,
-            "p90": self.p90,
-            "p99": self.p99,
-            "min": self.min,
-            "max": self.max,
-            "mean": self.mean,
-        })
-    }
-}
-
-fn stats_json(stats: Option<Stats>, unit: &str) -> Value {
-    stats.map_or(Value::Null, |s| s.to_json(unit))
-}
 
 /// `p50 / p99` of a sample in milliseconds, printed with a precision that suits it.
 fn pair_ms(s: &Option<Stats>) -> String {

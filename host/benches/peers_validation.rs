@@ -31,7 +31,9 @@
 mod common;
 
 use chrono::Utc;
-use common::{BenchResult, Table, target_dir};
+use common::fixture::{every_kind_answer, every_kind_schema};
+use common::stats::{Stats, fmt_rate, fmt_time, secs, sync_name};
+use common::{BenchResult, RunArgs, Table, target_dir};
 use m3::sqlite::database::Database;
 use m3::{
     ElicitationRequest, ErrorCode, ManagedInputError, ManagedInputStatus, ManagedInputStore,
@@ -78,10 +80,7 @@ struct Plan {
 
 impl Plan {
     fn from_args() -> Self {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let quick = args.iter().any(|a| a == "--quick")
-            || std::env::var_os("M3_BENCH_QUICK").is_some_and(|v| !v.is_empty() && v != "0");
-        if args.iter().any(|a| a == "--bench") && !quick {
+        if RunArgs::from_env().full {
             Self {
                 full: true,
                 batch: 512,
@@ -122,75 +121,6 @@ impl Plan {
 // ---------------------------------------------------------------------------------------------
 // Statistics and formatting (as in engine.rs)
 
-#[derive(Debug, Clone, Copy)]
-struct Stats {
-    n: usize,
-    median: f64,
-    min: f64,
-    max: f64,
-    p10: f64,
-    p90: f64,
-}
-
-impl Stats {
-    fn of(samples: &[f64]) -> Self {
-        assert!(!samples.is_empty(), "no samples");
-        let mut sorted = samples.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let pick = |q: f64| {
-            let rank = q * (sorted.len() - 1) as f64;
-            let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-            sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
-        };
-        Self {
-            n: sorted.len(),
-            median: pick(0.5),
-            min: sorted[0],
-            max: sorted[sorted.len() - 1],
-            p10: pick(0.1),
-            p90: pick(0.9),
-        }
-    }
-
-    fn to_json(self, unit: &str) -> Value {
-        json!({
-            "unit": unit, "n": self.n, "median": self.median, "min": self.min,
-            "max": self.max, "p10": self.p10, "p90": self.p90,
-        })
-    }
-}
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
-
-fn fmt_time(s: f64) -> String {
-    if s >= 1.0 {
-        format!("{s:.2} s")
-    } else if s >= 1e-3 {
-        format!("{:.2} ms", s * 1e3)
-    } else if s >= 1e-6 {
-        format!("{:.2} µs", s * 1e6)
-    } else {
-        format!("{:.0} ns", s * 1e9)
-    }
-}
-
-fn fmt_rate(r: f64) -> String {
-    if r >= 10_000.0 {
-        format!("{:.1}k/s", r / 1e3)
-    } else {
-        format!("{r:.0}/s")
-    }
-}
-
-fn sync_name(sync: Synchronous) -> &'static str {
-    match sync {
-        Synchronous::Full => "FULL",
-        Synchronous::Normal => "NORMAL",
-    }
-}
-
 fn peers_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("benches")
@@ -199,37 +129,6 @@ fn peers_dir() -> PathBuf {
 
 // ---------------------------------------------------------------------------------------------
 // 3. Validation: the fixture
-
-/// The every-kind form of `tests/support` (`every_kind_schema`).
-fn every_kind_schema() -> Value {
-    json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "minLength": 2, "maxLength": 10},
-            "email": {"type": "string", "format": "email"},
-            "site": {"type": "string", "format": "uri"},
-            "day": {"type": "string", "format": "date"},
-            "at": {"type": "string", "format": "date-time"},
-            "age": {"type": "integer", "minimum": 0, "maximum": 150},
-            "score": {"type": "number", "minimum": 0.5, "maximum": 9.5},
-            "agree": {"type": "boolean"},
-            "color": {"type": "string", "enum": ["red", "green"], "enumNames": ["Red", "Green"]},
-            "size": {"type": "string", "oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}]},
-            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 2}
-        },
-        "required": ["name", "age"]
-    })
-}
-
-/// `tests/support`'s `every_kind_answer`.
-fn every_kind_answer() -> Value {
-    json!({
-        "name": "Asha", "email": "asha@example.com", "site": "https://example.com/x",
-        "day": "2026-11-30", "at": "2026-11-30T12:00:00Z", "age": 30, "score": 2.5,
-        "agree": true, "color": "red", "size": "s", "tags": ["a", "b"]
-    })
-}
 
 /// `every_kind_answer` with `changes` applied (`null` removes a field).
 fn answer_with(changes: Value) -> Value {
@@ -640,7 +539,10 @@ impl ValidationResult {
     fn ratio(&self, slow: &str, fast: &str) -> Option<(f64, Stats)> {
         let (s, f) = (&self.find(slow)?.samples[0], &self.find(fast)?.samples[0]);
         let pairs: Vec<f64> = s.iter().zip(f).map(|(a, b)| a / b).collect();
-        Some((Stats::of(s).median / Stats::of(f).median, Stats::of(&pairs)))
+        Some((
+            Stats::of_nonempty(s).p50 / Stats::of_nonempty(f).p50,
+            Stats::of_nonempty(&pairs),
+        ))
     }
 }
 
@@ -965,12 +867,15 @@ fn storage_bench(
                 .zip(&m.raw_rates)
                 .map(|(lc, raw)| lc / (raw / per_lifecycle))
                 .collect();
-            let (lc, raw) = (Stats::of(&m.lc_rates), Stats::of(&m.raw_rates));
+            let (lc, raw) = (
+                Stats::of_nonempty(&m.lc_rates),
+                Stats::of_nonempty(&m.raw_rates),
+            );
             StorageResult {
                 synchronous: m.sync,
                 lifecycles_per_batch: m.count,
-                fraction: lc.median / (raw.median / per_lifecycle),
-                pair_fractions: Stats::of(&pairs),
+                fraction: lc.p50 / (raw.p50 / per_lifecycle),
+                pair_fractions: Stats::of_nonempty(&pairs),
                 raw_commits_per_s: raw,
                 lifecycles_per_s: lc,
             }
@@ -998,17 +903,19 @@ fn print_validation(v: &ValidationResult) {
             "vs component",
         ],
     );
-    let component = v.find("component").map(|c| Stats::of(&c.samples[0]).median);
+    let component = v
+        .find("component")
+        .map(|c| Stats::of_nonempty(&c.samples[0]).p50);
     for c in &v.contenders {
-        let [all, valid, invalid] = c.samples.each_ref().map(|s| Stats::of(s));
+        let [all, valid, invalid] = c.samples.each_ref().map(|s| Stats::of_nonempty(s));
         table.row(vec![
             c.name.into(),
             format!("{} / {}", c.runtime, c.validator),
-            fmt_time(all.median),
+            fmt_time(all.p50),
             format!("{} .. {}", fmt_time(all.p10), fmt_time(all.p90)),
-            fmt_time(valid.median),
-            fmt_time(invalid.median),
-            component.map_or("-".into(), |comp| format!("{:.2}x", all.median / comp)),
+            fmt_time(valid.p50),
+            fmt_time(invalid.p50),
+            component.map_or("-".into(), |comp| format!("{:.2}x", all.p50 / comp)),
         ]);
     }
     table.print();
@@ -1065,14 +972,14 @@ fn print_storage(results: &[StorageResult]) {
             sync_name(r.synchronous).into(),
             format!(
                 "{} ({} .. {})",
-                fmt_rate(r.raw_commits_per_s.median),
+                fmt_rate(r.raw_commits_per_s.p50),
                 fmt_rate(r.raw_commits_per_s.min),
                 fmt_rate(r.raw_commits_per_s.max)
             ),
-            fmt_rate(r.raw_commits_per_s.median / COMMITS_PER_LIFECYCLE as f64),
+            fmt_rate(r.raw_commits_per_s.p50 / COMMITS_PER_LIFECYCLE as f64),
             format!(
                 "{} ({} .. {})",
-                fmt_rate(r.lifecycles_per_s.median),
+                fmt_rate(r.lifecycles_per_s.p50),
                 fmt_rate(r.lifecycles_per_s.min),
                 fmt_rate(r.lifecycles_per_s.max)
             ),
@@ -1094,7 +1001,7 @@ fn to_json(
 ) -> Value {
     let ratio = |slow: &str, fast: &str, goal: Value| {
         v.ratio(slow, fast).map(|(r, pairs)| {
-            json!({"median_ratio": r, "per_repetition": pairs.to_json("ratio"), "goal": goal})
+            json!({"median_ratio": r, "per_repetition": pairs.spread_json("ratio"), "goal": goal})
         })
     };
     let component_native = ratio(
@@ -1134,7 +1041,7 @@ fn to_json(
                 "runtime": c.runtime,
                 "validator": c.validator,
                 "seconds_per_validation": SUBSETS.iter().zip(&c.samples)
-                    .map(|(s, x)| (s.name().to_string(), Stats::of(x).to_json("s")))
+                    .map(|(s, x)| (s.name().to_string(), Stats::of_nonempty(x).spread_json("s")))
                     .collect::<serde_json::Map<_, _>>(),
             })).collect::<Vec<_>>(),
             "component_vs_native": component_native,
@@ -1148,11 +1055,11 @@ fn to_json(
                 "synchronous": sync_name(r.synchronous),
                 "lifecycles_per_batch": r.lifecycles_per_batch,
                 "raw_commits_per_batch": r.lifecycles_per_batch * COMMITS_PER_LIFECYCLE,
-                "raw_commits_per_second": r.raw_commits_per_s.to_json("1/s"),
-                "limit_lifecycles_per_second": r.raw_commits_per_s.median / COMMITS_PER_LIFECYCLE as f64,
-                "lifecycles_per_second": r.lifecycles_per_s.to_json("1/s"),
+                "raw_commits_per_second": r.raw_commits_per_s.spread_json("1/s"),
+                "limit_lifecycles_per_second": r.raw_commits_per_s.p50 / COMMITS_PER_LIFECYCLE as f64,
+                "lifecycles_per_second": r.lifecycles_per_s.spread_json("1/s"),
                 "fraction": r.fraction,
-                "per_pair_fraction": r.pair_fractions.to_json("ratio"),
+                "per_pair_fraction": r.pair_fractions.spread_json("ratio"),
                 "goal": {"min": GOAL_MIN_STORAGE_FRACTION, "met": r.fraction >= GOAL_MIN_STORAGE_FRACTION},
             })).collect::<Vec<_>>(),
         },

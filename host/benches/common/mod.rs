@@ -1,8 +1,12 @@
-//! What the benchmarks share: the result type, the printed table, where the JSON goes, and the
-//! bundled shipping server's binary (found in the target directory, built if missing). Each
+//! What the benchmarks share: the result type, how a run was started, the printed table, where
+//! the JSON goes, the bundled shipping server's binary (found in the target directory, built if
+//! missing), order statistics and formatting (`stats`) and the every-kind form (`fixture`). Each
 //! benchmark uses part of it.
 
 #![allow(dead_code)]
+
+pub mod fixture;
+pub mod stats;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -11,6 +15,40 @@ use std::time::SystemTime;
 
 /// What a benchmark step returns.
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// How a benchmark binary was started: a full run (`--bench`, and neither `--quick` nor a
+/// non-empty `M3_BENCH_QUICK` other than `0`) or a smoke pass (as `cargo test --benches` runs it).
+pub struct RunArgs {
+    /// The arguments after the program name.
+    pub args: Vec<String>,
+    /// A full run.
+    pub full: bool,
+}
+
+impl RunArgs {
+    /// This process's arguments.
+    pub fn from_env() -> Self {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let quick = args.iter().any(|a| a == "--quick")
+            || std::env::var_os("M3_BENCH_QUICK").is_some_and(|v| !v.is_empty() && v != "0");
+        let full = args.iter().any(|a| a == "--bench") && !quick;
+        Self { args, full }
+    }
+
+    /// The `--only=NAME` argument, which must be one of `names` (`what` names them in the
+    /// message; an unknown one exits with status 2).
+    pub fn only(&self, names: &[&'static str], what: &str) -> Option<&'static str> {
+        self.args.iter().find_map(|a| {
+            let name = a.strip_prefix("--only=")?;
+            let known = names.iter().find(|n| **n == name);
+            if known.is_none() {
+                eprintln!("unknown {what} `{name}`; expected one of {names:?}");
+                std::process::exit(2);
+            }
+            known.copied()
+        })
+    }
+}
 
 /// A printed table: header and rows of cells, columns padded to fit.
 pub struct Table {
