@@ -61,7 +61,12 @@ impl Policy {
         &self,
         schema: &serde_json::Value,
     ) -> Result<(), ManagedInputError> {
-        let text = schema.to_string();
+        self.check_requested_schema_json(schema.to_string())
+    }
+
+    /// [`Policy::check_requested_schema`] for the schema's JSON text as given: the component
+    /// parses it strictly (`malformed_json` for invalid JSON or duplicate keys).
+    pub fn check_requested_schema_json(&self, text: String) -> Result<(), ManagedInputError> {
         self.pool
             .call(|b, s| {
                 b.m3_managed_input_policy()

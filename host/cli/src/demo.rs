@@ -6,7 +6,7 @@ use crate::{Cli, EraArg, json, print_json};
 use anyhow::{Context, Result, anyhow};
 use m3::{
     AgentSpec, ElicitationResponse, ExecutionStatus, ExecutionStore, HumanInput, McpEra,
-    McpTestKit, OutcomeKind, Script, SqliteExecutionStore, StdioServer, Submission,
+    McpTestKit, Script, SqliteExecutionStore, StdioServer, Submission,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -158,9 +158,5 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
     }
     drop(kit);
     store.close();
-    Ok(if result.outcome.kind == OutcomeKind::Succeeded {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(crate::run::exit_code(&result))
 }

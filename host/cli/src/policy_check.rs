@@ -35,12 +35,7 @@ pub fn validate(cli: &Cli, round: &Path, responses: &Path) -> Result<ExitCode> {
 /// `m3 check-schema FILE`.
 pub fn check_schema(cli: &Cli, file: &Path) -> Result<ExitCode> {
     let text = read_input(file).map_err(crate::invalid_input)?;
-    let schema: serde_json::Value = serde_json::from_str(&text).map_err(|_| {
-        anyhow::anyhow!(
-            "ManagedInputValidationError: the schema is not valid JSON (malformed_json)"
-        )
-    })?;
-    Policy::new()?.check_requested_schema(&schema)?;
+    Policy::new()?.check_requested_schema_json(text)?;
     if cli.json {
         print_json(&serde_json::json!({"valid": true}), false);
     } else {

@@ -228,11 +228,16 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
     report(&result, &output);
     drop(kit);
     store.close();
-    Ok(if result.outcome.kind == OutcomeKind::Succeeded {
+    Ok(exit_code(&result))
+}
+
+/// Success when the execution succeeded, failure otherwise.
+pub fn exit_code(result: &ExecutionResult) -> ExitCode {
+    if result.outcome.kind == OutcomeKind::Succeeded {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    })
+    }
 }
 
 /// Waits for the execution to end, handling each pending round as it appears.
