@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use crate::rpc::{self, INVALID_PARAMS, RpcError, field};
+use crate::label_and_quote::{self, Operation};
+use crate::rpc::{self, INTERNAL_ERROR, INVALID_PARAMS, RpcError, field};
 use crate::shipping::{self, Answer, BOOK_SHIPMENT, Knobs, Next, REPORT_ENV};
 
 /// The protocol versions this era speaks, oldest first.
@@ -25,10 +26,12 @@ pub struct Legacy {
     pending: HashMap<u64, PendingCall>,
 }
 
-/// A `book_shipment` call waiting for an elicitation answer.
+/// A `book_shipment` call (or the prompt or resource) waiting for an elicitation answer.
 struct PendingCall {
-    /// The client's id of the `tools/call`.
+    /// The client's id of the `tools/call`, `prompts/get` or `resources/read`.
     call_id: Value,
+    /// The prompt or resource asked for (`None`: `book_shipment`).
+    operation: Option<Operation>,
     /// The current round (1-based).
     round: u32,
     /// The answers of this round so far, in asking order.
@@ -53,6 +56,10 @@ impl Legacy {
             "ping" => vec![rpc::result(id, json!({}))],
             "tools/list" => vec![rpc::result(id, self.knobs.tools_list())],
             "tools/call" => self.tools_call(id, params),
+            "prompts/list" => vec![rpc::result(id, label_and_quote::prompts_list())],
+            "resources/list" => vec![rpc::result(id, label_and_quote::resources_list())],
+            "prompts/get" => self.operation(id, Operation::prompt(params)),
+            "resources/read" => self.operation(id, Operation::resource(params)),
             _ => vec![rpc::error(id, &RpcError::method_not_found(method))],
         }
     }
@@ -87,6 +94,12 @@ impl Legacy {
                     .unwrap_or("error")
             )),
         };
+        if let Some(operation) = &call.operation {
+            return vec![match answer {
+                Ok(answer) => rpc::result(call.call_id, operation.result(&answer)),
+                Err(why) => rpc::error(call.call_id, &RpcError::new(INTERNAL_ERROR, why)),
+            }];
+        }
         let answer = match answer {
             Ok(answer) => answer,
             Err(why) => {
@@ -122,7 +135,7 @@ impl Legacy {
             .unwrap_or(PREFERRED_VERSION);
         json!({
             "protocolVersion": version,
-            "capabilities": {"tools": {}},
+            "capabilities": {"tools": {}, "prompts": {}, "resources": {}},
             "serverInfo": crate::server_info()
         })
     }
@@ -144,6 +157,26 @@ impl Legacy {
         }
         let call = PendingCall {
             call_id: id,
+            operation: None,
+            round: 1,
+            answers: Vec::new(),
+        };
+        vec![self.ask(call)]
+    }
+
+    /// `prompts/get` or `resources/read`: asks for the address, answers when it comes.
+    fn operation(&mut self, id: Value, operation: Result<Operation, RpcError>) -> Vec<Value> {
+        let operation = match operation {
+            Ok(operation) => operation,
+            Err(error) => return vec![rpc::error(id, &error)],
+        };
+        if !self.client_elicits {
+            let error = RpcError::new(INVALID_PARAMS, "elicitation not supported by the client");
+            return vec![rpc::error(id, &error)];
+        }
+        let call = PendingCall {
+            call_id: id,
+            operation: Some(operation),
             round: 1,
             answers: Vec::new(),
         };
@@ -152,7 +185,10 @@ impl Legacy {
 
     /// Sends the next question of `call`'s round and parks the call under its request id.
     fn ask(&mut self, call: PendingCall) -> Value {
-        let key = self.knobs.keys_for_round(call.round)[call.answers.len()];
+        let key = match call.operation {
+            Some(_) => shipping::SHIPPING_ADDRESS,
+            None => self.knobs.keys_for_round(call.round)[call.answers.len()],
+        };
         let mut params = self.knobs.elicitation_params(key);
         params["_meta"] = json!({ "m3/request_key": key });
         let id = self.next_id;

@@ -2,11 +2,13 @@
 //!
 //! An MCP server over stdio (one JSON-RPC 2.0 message per line; logs on stderr; it exits when
 //! stdin closes) named `shipping`, with one tool, `book_shipment`, that asks the client for a
-//! delivery address under the request key `shipping_address` before it books. It speaks the
+//! delivery address under the request key `shipping_address` before it books; the prompt
+//! `shipping_label` and the resource `shipping://quote` ask for it too. It speaks the
 //! legacy era (2025-06-18 / 2025-11-25: server-initiated `elicitation/create`, the key hinted in
 //! `_meta["m3/request_key"]`) or the modern one (2026-07-28: `input_required` results with a
 //! sealed `requestState`), chosen by `--era`. The other flags are knobs for the kit's tests.
 
+mod label_and_quote;
 mod legacy;
 mod modern;
 mod rpc;

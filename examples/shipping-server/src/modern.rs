@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value, json};
 
+use crate::label_and_quote::{self, Operation};
 use crate::rpc::{INVALID_PARAMS, MISSING_CAPABILITY, RpcError, UNSUPPORTED_VERSION, field};
 use crate::seal::{OpenError, Sealer};
 use crate::shipping::{self, Answer, BOOK_SHIPMENT, Knobs, Next, REPORT_ENV};
@@ -37,7 +38,14 @@ impl Modern {
     pub fn on_request(&self, method: &str, params: &Value) -> Result<Value, RpcError> {
         if !matches!(
             method,
-            "server/discover" | "ping" | "tools/list" | "tools/call"
+            "server/discover"
+                | "ping"
+                | "tools/list"
+                | "tools/call"
+                | "prompts/list"
+                | "prompts/get"
+                | "resources/list"
+                | "resources/read"
         ) {
             // Unknown whatever the version (this includes the legacy `initialize`).
             return Err(RpcError::method_not_found(method));
@@ -52,7 +60,7 @@ impl Modern {
             }
             return Ok(json!({
                 "supportedVersions": [VERSION],
-                "capabilities": {"tools": {}},
+                "capabilities": {"tools": {}, "prompts": {}, "resources": {}},
                 "serverInfo": crate::server_info()
             }));
         }
@@ -61,6 +69,18 @@ impl Modern {
             "ping" => Ok(json!({})),
             "tools/list" => Ok(self.knobs.tools_list()),
             "tools/call" => self.tools_call(params, field(meta, META_CAPABILITIES)),
+            "prompts/list" => Ok(label_and_quote::prompts_list()),
+            "resources/list" => Ok(label_and_quote::resources_list()),
+            "prompts/get" => self.operation(
+                Operation::prompt(params)?,
+                params,
+                field(meta, META_CAPABILITIES),
+            ),
+            "resources/read" => self.operation(
+                Operation::resource(params)?,
+                params,
+                field(meta, META_CAPABILITIES),
+            ),
             _ => Err(RpcError::method_not_found(method)),
         }
     }
@@ -96,14 +116,7 @@ impl Modern {
         if state.is_null() && responses.is_null() {
             return Ok(self.input_required(name, &arguments, 1, now));
         }
-        let round = state
-            .as_str()
-            .ok_or(OpenError::Invalid)
-            .and_then(|state| self.sealer.open(state, name, &arguments, now))
-            .map_err(|why| {
-                eprintln!("shipping-server: requestState rejected ({why:?})");
-                RpcError::new(INVALID_PARAMS, BAD_STATE)
-            })?;
+        let round = self.open_state(state, name, &arguments, now)?;
         let Value::Object(responses) = responses else {
             return Err(RpcError::new(
                 INVALID_PARAMS,
@@ -128,6 +141,70 @@ impl Modern {
             Next::Finish(result) => Ok(complete(result)),
             Next::Fail(error) => Err(error),
         }
+    }
+
+    /// Opens a retry's `requestState` for `name` with `arguments`: the round it was sealed for,
+    /// or -32602 "Invalid or expired requestState".
+    fn open_state(
+        &self,
+        state: &Value,
+        name: &str,
+        arguments: &Value,
+        now: SystemTime,
+    ) -> Result<u32, RpcError> {
+        state
+            .as_str()
+            .ok_or(OpenError::Invalid)
+            .and_then(|state| self.sealer.open(state, name, arguments, now))
+            .map_err(|why| {
+                eprintln!("shipping-server: requestState rejected ({why:?})");
+                RpcError::new(INVALID_PARAMS, BAD_STATE)
+            })
+    }
+
+    /// `prompts/get` or `resources/read`: one `input_required` round for the address, then the
+    /// result.
+    fn operation(
+        &self,
+        operation: Operation,
+        params: &Value,
+        capabilities: &Value,
+    ) -> Result<Value, RpcError> {
+        if !shipping::supports_form(capabilities) {
+            return Err(RpcError::new(
+                MISSING_CAPABILITY,
+                "this operation needs the elicitation (form) client capability",
+            )
+            .with_data(json!({"requiredCapabilities": {"elicitation": {"form": {}}}})));
+        }
+        let arguments = match &operation {
+            Operation::Label { item } => json!({"item": item}),
+            Operation::Quote => json!({"uri": label_and_quote::QUOTE_URI}),
+        };
+        let name = operation.seal_name();
+        let now = SystemTime::now();
+        let state = field(params, "requestState");
+        let responses = field(params, "inputResponses");
+        if state.is_null() && responses.is_null() {
+            let key = shipping::SHIPPING_ADDRESS;
+            return Ok(json!({
+                "resultType": "input_required",
+                "inputRequests": {key: {
+                    "method": "elicitation/create",
+                    "params": self.knobs.elicitation_params(key)
+                }},
+                "requestState": self.sealer.seal(name, &arguments, 1, now)
+            }));
+        }
+        self.open_state(state, name, &arguments, now)?;
+        let response = field(responses, shipping::SHIPPING_ADDRESS);
+        let answer = Answer::parse(response).map_err(|why| {
+            RpcError::new(
+                INVALID_PARAMS,
+                format!("Invalid input response for shipping_address: {why}"),
+            )
+        })?;
+        Ok(complete(operation.result(&answer)))
     }
 
     /// The `input_required` result asking `round`'s questions.

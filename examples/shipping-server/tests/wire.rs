@@ -303,7 +303,10 @@ fn legacy_initialize_negotiates_a_version_and_lists_the_tool() {
     let init = peer.initialize("2025-06-18", json!({}));
     let init = result(&init);
     assert_eq!(init["protocolVersion"], "2025-06-18");
-    assert_eq!(init["capabilities"], json!({"tools": {}}));
+    assert_eq!(
+        init["capabilities"],
+        json!({"tools": {}, "prompts": {}, "resources": {}})
+    );
     assert_eq!(init["serverInfo"]["name"], "shipping");
     // The notification got no reply: the next message answers tools/list.
     let list = peer.request("tools/list", json!({}));
@@ -410,7 +413,7 @@ fn legacy_rejects_discover_and_unknown_methods_with_method_not_found() {
         -32601
     );
     assert_eq!(
-        error_code(&peer.request("resources/list", json!({}))),
+        error_code(&peer.request("completion/complete", json!({}))),
         -32601
     );
     let unknown_tool = peer.request("tools/call", json!({"name": "report_env"}));
@@ -521,7 +524,10 @@ fn modern_discover_then_input_required_then_booked_on_retry() {
     let discover = peer.modern("server/discover", json!({}));
     let discover = result(&discover);
     assert_eq!(discover["supportedVersions"], json!([MODERN]));
-    assert_eq!(discover["capabilities"], json!({"tools": {}}));
+    assert_eq!(
+        discover["capabilities"],
+        json!({"tools": {}, "prompts": {}, "resources": {}})
+    );
     assert_eq!(discover["serverInfo"]["name"], "shipping");
     let list = peer.modern("tools/list", json!({}));
     assert_eq!(result(&list)["tools"][0]["name"], "book_shipment");
@@ -862,4 +868,81 @@ fn the_server_exits_when_stdin_closes() {
     // Before any request at all.
     let mut fresh = Peer::start(&[]);
     assert!(fresh.close().success());
+}
+
+/// The prompt `shipping_label` and the resource `shipping://quote` ask for the address while the
+/// request is in flight (legacy) and answer with it; unknown names are errors.
+#[test]
+fn legacy_the_prompt_and_the_resource_elicit_the_address() {
+    let mut peer = Peer::start(&["--era", "legacy"]);
+    result(&peer.initialize("2025-11-25", json!({"elicitation": {"form": {}}})));
+    let prompts = peer.request("prompts/list", json!({}));
+    assert_eq!(result(&prompts)["prompts"][0]["name"], "shipping_label");
+    let resources = peer.request("resources/list", json!({}));
+    assert_eq!(
+        result(&resources)["resources"][0]["uri"],
+        "shipping://quote"
+    );
+    let get = peer.send_request(
+        "prompts/get",
+        json!({"name": "shipping_label", "arguments": {"item": "lamp"}}),
+    );
+    let ask = peer.recv();
+    let ask_id = assert_legacy_ask(&ask, "shipping_address");
+    peer.reply(&ask_id, accept("1 Main", "Pune"));
+    let label = peer.recv();
+    assert_eq!(label["id"], get);
+    assert_eq!(
+        result(&label)["messages"][0]["content"]["text"],
+        "Shipping label: lamp to 1 Main, Pune"
+    );
+    let read = peer.send_request("resources/read", json!({"uri": "shipping://quote"}));
+    let ask = peer.recv();
+    let ask_id = assert_legacy_ask(&ask, "shipping_address");
+    peer.reply(&ask_id, json!({"action": "decline"}));
+    let quote = peer.recv();
+    assert_eq!(quote["id"], read);
+    assert_eq!(
+        result(&quote)["contents"][0]["text"],
+        "No quote: no address was given"
+    );
+    assert_eq!(
+        error_code(&peer.request("prompts/get", json!({"name": "other"}))),
+        -32602
+    );
+    assert_eq!(
+        error_code(&peer.request("resources/read", json!({"uri": "shipping://other"}))),
+        -32002
+    );
+}
+
+/// Modern: the prompt and the resource answer `input_required` and complete on the retry.
+#[test]
+fn modern_the_prompt_and_the_resource_elicit_the_address() {
+    let mut peer = Peer::start(&["--era", "modern"]);
+    let first = peer.modern("resources/read", json!({"uri": "shipping://quote"}));
+    let first = result(&first).clone();
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    assert!(first["inputRequests"]["shipping_address"].is_object());
+    let retry = peer.modern(
+        "resources/read",
+        json!({
+            "uri": "shipping://quote",
+            "inputResponses": {"shipping_address": accept("1 Main", "Pune")},
+            "requestState": first["requestState"]
+        }),
+    );
+    let done = result(&retry);
+    assert_eq!(done["resultType"], "complete");
+    assert_eq!(done["contents"][0]["text"], "Delivery to Pune: 12.50 EUR");
+    // The state is bound to the operation: the quote's state does not open the label.
+    let misused = peer.modern(
+        "prompts/get",
+        json!({
+            "name": "shipping_label",
+            "inputResponses": {"shipping_address": accept("1 Main", "Pune")},
+            "requestState": first["requestState"]
+        }),
+    );
+    assert_eq!(error_code(&misused), -32602);
 }
