@@ -17,8 +17,10 @@ use wasmtime::{Store, UpdateDeadline};
 pub struct GuestLimits {
     /// Most bytes of linear memory (default 64 MiB).
     pub max_memory: usize,
-    /// Most CPU time the component may use between two host calls (default 100 ms; measured
-    /// in the thread's CPU time, so a descheduled thread never counts).
+    /// Most CPU time the component may use between two host calls (default 500 ms; measured
+    /// in the thread's CPU time, so a descheduled thread never counts). The largest input the
+    /// edge limits let through (a 1 MiB answer of ~96,000 fields) takes about 100 ms on a slow
+    /// 2-core machine: the default leaves a margin of five for slower ones.
     pub cpu_budget: Duration,
 }
 
@@ -26,7 +28,7 @@ impl Default for GuestLimits {
     fn default() -> Self {
         Self {
             max_memory: 64 << 20,
-            cpu_budget: Duration::from_millis(100),
+            cpu_budget: Duration::from_millis(500),
         }
     }
 }
