@@ -23,7 +23,9 @@ fn normal_dependencies(package: &str) -> Result<Vec<String>> {
     let output = Command::new(cargo())
         .current_dir(workspace_root())
         .args(["tree", "-e", "normal", "-p", package])
-        .args(["--prefix", "none", "--target", "all", "--offline"])
+        // `--locked`, not `--offline`: every target's packages must be known, and a fresh cargo
+        // cache holds only the host's (cargo fetches the rest from the registry).
+        .args(["--prefix", "none", "--target", "all", "--locked"])
         .output()
         .context("running cargo tree")?;
     ensure!(
