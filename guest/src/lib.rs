@@ -249,9 +249,15 @@ impl managed_input::Guest for Component {
 impl runtime_export::Guest for Component {
     fn submit(
         spec: runtime_export::ExecutionSpec,
+        owner_id: String,
     ) -> Result<runtime_export::ExecutionState, runtime_export::SubmitError> {
         runtime::worker::check_spec(&spec).map_err(runtime_export::SubmitError::Invalid)?;
-        runtime::execution::insert(spec).map_err(runtime_export::SubmitError::Failed)
+        if owner_id.is_empty() {
+            return Err(runtime_export::SubmitError::Invalid(
+                "the submitter's owner id must not be empty".into(),
+            ));
+        }
+        runtime::execution::insert(spec, &owner_id).map_err(runtime_export::SubmitError::Failed)
     }
 
     fn snapshot(execution_id: String) -> Result<runtime_export::ExecutionState, ManagedInputError> {

@@ -10,7 +10,7 @@ use crate::exports::m3::managed_input::round_protocol::{
 use crate::m3::managed_input::store::{RoundFilter, StoreError, Transaction, TransactionMode};
 use crate::m3::managed_input::types::{
     ErrorCode, FailureCode, Lease, ManagedInputError, ManagedInputRecord, NewRound, OwnerClaim,
-    RedactedResponse,
+    RedactedResponse, Timestamp,
 };
 use crate::round_protocol::{self, check_id, check_round_id};
 use crate::{record, redaction, time};
@@ -32,11 +32,27 @@ fn apply(round_id: &str, operation: Operation) -> Outcome<ManagedInputRecord> {
     round_protocol::check_arguments(round_id, &operation)?;
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
+    let (next, written) = apply_in(&tx, round_id, operation, &now)?;
+    if written {
+        tx.commit().map_err(store_error)?;
+    }
+    Ok(next)
+}
+
+/// Reads the round inside `tx`, decides `operation` (whose arguments were checked) at `now`,
+/// and writes what the decision says with compare-and-set; the caller commits. Returns the
+/// round as decided and whether anything was written.
+pub(crate) fn apply_in(
+    tx: &Transaction,
+    round_id: &str,
+    operation: Operation,
+    now: &Timestamp,
+) -> Outcome<(ManagedInputRecord, bool)> {
     let row = tx.get(round_id).map_err(store_error)?;
     let stored = row.as_ref().map(record::from_row).transpose()?;
-    let decision = round_protocol::decide_checked(round_id, stored.as_ref(), operation, &now)?;
+    let decision = round_protocol::decide_checked(round_id, stored.as_ref(), operation, now)?;
     match (decision.write, row) {
-        (Write::Unchanged, _) => return Ok(decision.next),
+        (Write::Unchanged, _) => return Ok((decision.next, false)),
         (Write::Insert, _) => {
             if !tx
                 .insert(&record::to_row(&decision.next, 1)?)
@@ -67,8 +83,7 @@ fn apply(round_id: &str, operation: Operation) -> Outcome<ManagedInputRecord> {
             ));
         }
     }
-    tx.commit().map_err(store_error)?;
-    Ok(decision.next)
+    Ok((decision.next, true))
 }
 
 /// The lease a `claim` or `renew` decision granted.

@@ -62,7 +62,8 @@ pub fn operation_kind(kind: OperationKind) -> wit::OperationKind {
     }
 }
 
-fn operation_kind_back(kind: wit::OperationKind) -> OperationKind {
+/// WIT -> public operation kind.
+pub fn operation_kind_back(kind: wit::OperationKind) -> OperationKind {
     match kind {
         wit::OperationKind::Tool => OperationKind::Tool,
         wit::OperationKind::Prompt => OperationKind::Prompt,
@@ -103,6 +104,7 @@ pub fn failure_code(code: FailureCode) -> wit::FailureCode {
         FailureCode::InvalidRequestState => wit::FailureCode::InvalidRequestState,
         FailureCode::ElicitationUnhandled => wit::FailureCode::ElicitationUnhandled,
         FailureCode::RecoveryUnavailable => wit::FailureCode::RecoveryUnavailable,
+        FailureCode::RequestWithdrawn => wit::FailureCode::RequestWithdrawn,
     }
 }
 
@@ -116,6 +118,7 @@ pub fn failure_code_back(code: wit::FailureCode) -> FailureCode {
         wit::FailureCode::InvalidRequestState => FailureCode::InvalidRequestState,
         wit::FailureCode::ElicitationUnhandled => FailureCode::ElicitationUnhandled,
         wit::FailureCode::RecoveryUnavailable => FailureCode::RecoveryUnavailable,
+        wit::FailureCode::RequestWithdrawn => FailureCode::RequestWithdrawn,
     }
 }
 

@@ -87,7 +87,7 @@ pub use kit::{
     ExecutionError, ExecutionFailure, ExecutionHandle, ExecutionOutcome, ExecutionResult,
     ExecutionState, ExecutionStatus, FailureKind, Harness, KitOptions, McpEra, McpTestKit,
     ModelProvider, OperationTimeout, OutcomeKind, PermissionPolicy, PlanEntry, PlanMatch, Script,
-    ScriptStep, StdioServer, ToolResult,
+    ScriptStep, StdioServer, TimeoutCause, ToolResult,
 };
 pub use policy::{Policy, PreparedRound};
 pub use record::{

@@ -74,6 +74,9 @@ pub enum FailureCode {
     ElicitationUnhandled,
     /// The owning worker disappeared; the round can never be answered or resumed.
     RecoveryUnavailable,
+    /// The server stopped waiting (it cancelled the request, or completed or failed the operation
+    /// while the round was open); an answer committed before that is kept but never delivered.
+    RequestWithdrawn,
 }
 
 /// A failure: code and a message free of answers and secrets.

@@ -226,9 +226,134 @@ fn a_silent_model_hits_the_turn_deadline() -> Result<()> {
     let model = FakeModel::start(db.dir.path(), "silent")?;
     let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(3))?;
     let handle = agent.submit(submission(HumanInput::Managed))?;
-    let result = handle.result(Some(Duration::from_secs(90)))?;
-    assert!(result.timed_out(), "{}", result.outcome);
+    match handle.result(Some(Duration::from_secs(90))) {
+        Err(ExecutionError::OperationTimeout(timeout)) => {
+            let result = timeout.result.expect("the result travels with the timeout");
+            assert!(result.timed_out(), "{}", result.outcome);
+            assert!(
+                result
+                    .outcome
+                    .failure
+                    .unwrap()
+                    .message
+                    .contains("turn's deadline"),
+                "it says which deadline"
+            );
+        }
+        other => panic!("expected OperationTimeout, got {other:?}"),
+    }
     assert!(handle.pending_elicitation()?.is_none());
+    Ok(())
+}
+
+/// The turn deadline never counts the time a round waits for a person: a round answered long
+/// after the whole turn's deadline is still delivered, and the turn completes.
+#[test]
+fn the_turn_deadline_stands_still_while_a_round_waits() -> Result<()> {
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), "tool")?;
+    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(8))?;
+    // The server runs in the directory the binding names (Codex is told `cwd`): its transcript,
+    // a relative path, lands there.
+    let server = StdioServer::new("shipping", SHIPPING_SERVER)
+        .args(["--era", "legacy", "--transcript", "received.jsonl"])
+        .cwd(db.dir.path().display().to_string());
+    let handle = agent.submit(
+        Submission::new(
+            "Ask for the delivery address, then book the shipment.",
+            server,
+        )
+        .tools(["shipping:book_shipment"])
+        .human_input(HumanInput::Managed),
+    )?;
+    let pending = wait_pending(&handle)?;
+    ensure!(
+        db.dir.path().join("received.jsonl").is_file(),
+        "the server did not run in the binding's working directory"
+    );
+    std::thread::sleep(Duration::from_secs(10));
+    handle.respond_elicitation(&pending.round_id, address(), "after-the-deadline")?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    assert!(result.succeeded(), "{}", result.outcome);
+    let record = db.store().get_round(&pending.round_id)?.unwrap();
+    assert_eq!(record.status, ManagedInputStatus::Resolved);
+    assert_eq!(record.delivery_attempts, 1);
+    Ok(())
+}
+
+/// A server that stops waiting (the TypeScript SDK 1.x's request timeout) behind Codex: the
+/// round is withdrawn as soon as Codex reports it, never left answerable, and the turn ends
+/// with the server's own result.
+#[test]
+fn a_server_that_stops_waiting_withdraws_its_round_through_codex() -> Result<()> {
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), "tool")?;
+    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
+    let command = peers::withdrawing_server(1_500)?;
+    let server = StdioServer::new("ts", command.program.display().to_string()).args(
+        command
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    let handle = agent.submit(
+        Submission::new("Ask for the address.", server)
+            .tools(["ts:ask_with_timeout"])
+            .human_input(HumanInput::Managed),
+    )?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    assert!(result.succeeded(), "{}", result.outcome);
+    let rounds = db.store().list_rounds(&RoundFilter {
+        execution_id: Some(handle.execution_id().to_string()),
+        ..RoundFilter::default()
+    })?;
+    assert_eq!(rounds.len(), 1, "{rounds:?}");
+    assert_eq!(rounds[0].status, ManagedInputStatus::Failed);
+    assert_eq!(
+        rounds[0].failure.as_ref().map(|f| f.code),
+        Some(FailureCode::RequestWithdrawn)
+    );
+    assert!(handle.pending_elicitation()?.is_none());
+    Ok(())
+}
+
+/// The specification's Codex example as written: `env={}` and the program `codex`, found on
+/// the host's `PATH` because the given environment has none (run in a second process whose
+/// `PATH` holds the pinned Codex).
+#[test]
+fn the_spec_example_with_an_empty_env_finds_codex() -> Result<()> {
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), "tool")?;
+    let codex = codex_binary()?;
+    let path = format!(
+        "{}:/usr/local/bin:/usr/bin:/bin",
+        codex.parent().context("codex's directory")?.display()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_m3-test-second-process"))
+        .args([
+            "codex-spec",
+            db.path.to_str().context("UTF-8 path")?,
+            &format!("http://127.0.0.1:{}/v1", model.port),
+            SHIPPING_SERVER,
+        ])
+        .env_clear()
+        .env("PATH", path)
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = stdout.lines();
+    ensure!(
+        lines.next().is_some_and(|l| l.starts_with("answered ")),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines.next(),
+        Some("result succeeded Booked shipment to 1 Main Street, Pune")
+    );
     Ok(())
 }
 

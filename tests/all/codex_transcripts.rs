@@ -67,7 +67,8 @@ fn replay(db: &TempDb, script: Vec<Value>) -> Result<(McpTestKit, ExecutionHandl
     let handle = agent.submit(
         Submission::new(
             "Book a shipment.",
-            StdioServer::new("shipping", "/unused/by/the/fake"),
+            // The fake app-server never starts it; it must still exist (checked at submission).
+            StdioServer::new("shipping", env!("CARGO_BIN_EXE_m3-test-shipping-server")),
         )
         .tools(["shipping:book_shipment"])
         .human_input(HumanInput::Managed),
@@ -95,7 +96,7 @@ fn wait_pending(handle: &ExecutionHandle) -> Result<PendingElicitationRound> {
 
 /// An error notification with `willRetry` is not an end; an unknown server request gets a
 /// JSON-RPC error and the turn goes on; a request Codex withdraws itself
-/// (`serverRequest/resolved` before any answer) fails its round with `cancelled`.
+/// (`serverRequest/resolved` before any answer) fails its round with `request_withdrawn`.
 #[test]
 fn retries_unknown_requests_and_a_withdrawn_request() -> Result<()> {
     let db = TempDb::new();
@@ -127,7 +128,7 @@ fn retries_unknown_requests_and_a_withdrawn_request() -> Result<()> {
     assert_eq!(record.status, ManagedInputStatus::Failed);
     assert_eq!(
         record.failure.context("failure")?.code,
-        FailureCode::Cancelled
+        FailureCode::RequestWithdrawn
     );
     let sent = received(db.dir.path())?;
     let unknown = sent

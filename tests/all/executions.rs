@@ -391,7 +391,10 @@ fn a_round_deadline_fails_the_round_and_times_the_operation_out() {
     );
     let pending = wait_pending(&handle);
     assert!(pending.deadline.is_some());
-    let result = finished(&handle);
+    let result = match handle.result(Some(Duration::from_secs(60))) {
+        Err(ExecutionError::OperationTimeout(timeout)) => *timeout.result.expect("the result"),
+        other => panic!("expected OperationTimeout, got {other:?}"),
+    };
     assert!(result.timed_out(), "{}", result.outcome);
     assert_eq!(failure(&result).code, Some(FailureCode::DeadlineExceeded));
     assert_eq!(

@@ -76,7 +76,11 @@ impl Run {
         let db = TempDb::new();
         let store = Arc::new(SqliteExecutionStore::open(&db.path)?);
         let kit = McpTestKit::new(store.clone(), kit_env())?;
-        let tools: Vec<String> = script.steps.iter().map(|s| s.tool.clone()).collect();
+        let tools: Vec<String> = script
+            .steps
+            .iter()
+            .map(|s| s.target().to_string())
+            .collect();
         let agent = kit
             .agents([AgentSpec::scripted(script)])?
             .pop()

@@ -6,6 +6,7 @@ mod component_cache;
 mod concurrency;
 mod crash;
 mod embedding;
+mod execution_edges;
 mod execution_store;
 mod executions;
 mod executions_peers;

@@ -149,7 +149,7 @@ async fn the_scratch_directory_is_private_the_working_directory_and_removed_afte
     assert_eq!(next_line(&mut events, &mut pending).await, "x = 1");
     // The capability cannot reach outside the scratch directory.
     assert!(scratch.dir().write("../escape", b"no").is_err());
-    for escape in ["../", "/tmp", "work/../.."] {
+    for escape in ["../", "work/../.."] {
         let mut outside = spec("/bin/true", &[], &[]);
         outside.cwd = Some(escape.into());
         assert!(
@@ -160,6 +160,16 @@ async fn the_scratch_directory_is_private_the_working_directory_and_removed_afte
             "{escape}"
         );
     }
+    // An absolute directory (resolved at submission) is used as it is.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut absolute = spec("/bin/sh", &["-c", "pwd"], &[]);
+    absolute.cwd = Some(elsewhere.path().to_path_buf());
+    let (_child, mut events) = ChildProcess::spawn(&absolute, &scratch).unwrap();
+    let mut pending = Vec::new();
+    assert_eq!(
+        next_line(&mut events, &mut pending).await,
+        elsewhere.path().display().to_string()
+    );
     drop(scratch);
     assert!(!path.exists());
 }

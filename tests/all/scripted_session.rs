@@ -61,10 +61,10 @@ async fn run(
         cwd: None,
     };
     let (mut child, mut events) = ChildProcess::spawn(&spec, &scratch).unwrap();
-    let steps = vec![Step {
-        tool: "book_shipment".into(),
-        arguments: json!({"item": "book", "weight_kg": 2}),
-    }];
+    let steps = vec![Step::tool(
+        "book_shipment",
+        json!({"item": "book", "weight_kg": 2}),
+    )];
     let mut session = ScriptedSession::new(SessionConfig {
         era,
         steps,

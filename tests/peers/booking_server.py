@@ -6,15 +6,21 @@ picks the transport from the negotiated protocol version: on 2026-07-28 the call
 sends `elicitation/create` while the call is in flight. The tool's result echoes the outcome, so
 the tests can check what the server received.
 
+The tool `book_table_quickly` (legacy era: `ctx.elicit` works on legacy only) wraps `ctx.elicit` in
+`asyncio.wait_for` with a one-second timeout, as a server that will not wait for a person does: it
+completes the call while the elicitation is still open.
+
 Run: `python booking_server.py` (stdio; logs on stderr).
 """
 
+import asyncio
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
 from mcp.server.mcpserver import (
     AcceptedElicitation,
+    Context,
     Elicit,
     ElicitationResult,
     MCPServer,
@@ -50,6 +56,21 @@ def book_table(
             f"booked {restaurant} for {b.name}: guests={b.guests} seating={b.seating} "
             f"deposit={b.deposit} high_chair={b.high_chair}"
         )
+    return f"not booked: {booking.action}"
+
+
+@server.tool()
+async def book_table_quickly(restaurant: str, ctx: Context) -> str:
+    """Asks for the booking details but gives up after one second."""
+    try:
+        booking = await asyncio.wait_for(
+            ctx.elicit(f"Book a table at {restaurant}: who, how many, where?", Booking),
+            timeout=1.0,
+        )
+    except asyncio.TimeoutError:
+        return f"not booked: no answer within a second for {restaurant}"
+    if isinstance(booking, AcceptedElicitation):
+        return f"booked {restaurant} for {booking.data.name}"
     return f"not booked: {booking.action}"
 
 

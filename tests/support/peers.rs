@@ -6,6 +6,8 @@
 //! - `python_mcp()` and `booking_server()`: the Python SDK (`mcp`), pinned by
 //!   `tests/peers/requirements.txt`, installed with pip into the venv `tests/.peers/venv/`;
 //!   `tests/peers/booking_server.py` runs on it.
+//! - `withdrawing_server()`: `tests/peers/withdrawing_server.mjs` on the TypeScript SDK 1.x
+//!   (`@modelcontextprotocol/sdk`, pinned with the other npm peers).
 //! - `jco()` (with `npm_dir()` and `node()`): `@bytecodealliance/jco` and its WASI shim, with the
 //!   other npm peers; the venv also holds `wasmtime` (wasmtime-py). Both are for the embedding
 //!   tests (`tests/all/embedding.rs`).
@@ -150,6 +152,40 @@ pub fn booking_server() -> Result<PeerCommand> {
     Ok(PeerCommand {
         program: python_mcp()?,
         args: vec![script.into_os_string()],
+    })
+}
+
+/// The pinned TypeScript SDK 1.x version (must match `tests/peers/package.json`).
+pub const TYPESCRIPT_SDK_VERSION: &str = "1.32.2";
+
+/// `tests/peers/withdrawing_server.mjs` on Node: a server on the pinned TypeScript SDK 1.x
+/// (installed on first use with the other npm peers) whose tools stop waiting for their
+/// elicitations; `timeout_ms` is the SDK's request timeout for `ask_with_timeout`.
+pub fn withdrawing_server(timeout_ms: u64) -> Result<PeerCommand> {
+    let modules = npm_peers()?.join("node_modules");
+    let manifest = modules.join("@modelcontextprotocol/sdk/package.json");
+    let text = fs::read_to_string(&manifest).with_context(|| {
+        format!(
+            "{} is missing: `npm ci` did not install the pinned TypeScript SDK",
+            manifest.display()
+        )
+    })?;
+    let version: serde_json::Value = serde_json::from_str(&text)?;
+    ensure!(
+        version["version"] == TYPESCRIPT_SDK_VERSION,
+        "npm installed @modelcontextprotocol/sdk {}, the pin is {TYPESCRIPT_SDK_VERSION}",
+        version["version"]
+    );
+    let script = pin_dir().join("withdrawing_server.mjs");
+    ensure!(script.is_file(), "{} is missing", script.display());
+    Ok(PeerCommand {
+        program: which("node")?,
+        args: vec![
+            script.into_os_string(),
+            modules.into_os_string(),
+            "--timeout-ms".into(),
+            timeout_ms.to_string().into(),
+        ],
     })
 }
 

@@ -10,10 +10,13 @@
 //! to allow-listed tools are approved, anything else is declined (the default permission
 //! policy), as is every other request Codex sends, so a turn never waits on the kit. Every
 //! request the kit sends has a timeout (Codex never answers an unknown method), and the turn has
-//! a deadline, after which it is interrupted (Codex retries forever when no model answers).
+//! a deadline, after which it is interrupted (Codex retries forever when no model answers); the
+//! turn's clock stands still while a round waits for a human. Whatever ends a round's wait ends
+//! the round in the same step: Codex clearing the request (`serverRequest/resolved`), the tool
+//! call completing or the turn ending while it is open withdraw it (`request-withdrawn`).
 
 use super::scripted::{Action, Finished, Input, Mode, Operation};
-use crate::m3::managed_input::types::FailureCode;
+use crate::m3::managed_input::types::{FailureCode, OperationKind};
 use crate::mcp::message::{self, Incoming, RpcError};
 use crate::mcp::request;
 use serde_json::{Value, json};
@@ -32,6 +35,8 @@ pub struct CodexConfig {
     pub args: Vec<String>,
     /// Names of the environment variables Codex passes on to it (values stay with the host).
     pub env_names: Vec<String>,
+    /// Its working directory (an absolute path; `None`: Codex's default).
+    pub server_cwd: Option<String>,
     /// The allow-listed tool names (without the server prefix).
     pub tools: Vec<String>,
     /// The prompt.
@@ -117,6 +122,13 @@ fn field<'a>(v: &'a Value, name: &str) -> &'a Value {
 
 fn text(v: &Value, name: &str) -> Option<String> {
     v.get(name).and_then(Value::as_str).map(str::to_string)
+}
+
+impl OpenRound {
+    /// Waiting for its answer.
+    fn waiting(&self) -> bool {
+        !self.delivered && !self.unhandled
+    }
 }
 
 impl CodexSession {
@@ -241,15 +253,21 @@ impl CodexSession {
                     out,
                 );
             }
-            State::InTurn => self.interrupt(
-                Finished::Failed {
-                    code: Some(FailureCode::DeadlineExceeded),
-                    message: "the turn's deadline passed".into(),
-                },
-                FailureCode::DeadlineExceeded,
-                "the turn's deadline passed",
-                out,
-            ),
+            State::InTurn => {
+                let message = format!(
+                    "the turn's deadline ({} s, not counting time spent waiting for answers) \
+                     passed: the kit interrupted the turn",
+                    self.config.turn_deadline_ms / 1000
+                );
+                self.interrupt(
+                    Finished::TimedOut {
+                        message: message.clone(),
+                    },
+                    FailureCode::Cancelled,
+                    &message,
+                    out,
+                )
+            }
             State::Interrupting { then } => {
                 let then = then.clone();
                 self.finish(then, out);
@@ -332,13 +350,16 @@ impl CodexSession {
                     "initialized",
                     json!({}),
                 )));
-                let server = json!({
+                let mut server = json!({
                     "command": self.config.command,
                     "args": self.config.args,
                     "env_vars": self.config.env_names,
                     "enabled_tools": self.config.tools,
                     "startup_timeout_sec": 20,
                 });
+                if let Some(cwd) = &self.config.server_cwd {
+                    server["cwd"] = json!(cwd);
+                }
                 let params = json!({
                     "cwd": self.config.cwd,
                     "approvalPolicy": "on-request",
@@ -382,7 +403,12 @@ impl CodexSession {
             "item/completed" => {
                 let item = field(params, "item");
                 if item["type"] == "mcpToolCall" {
-                    // The call's result resolves its delivered round.
+                    // The call's result resolves its delivered round; a round still waiting for
+                    // its answer was withdrawn (the server stopped waiting).
+                    self.withdraw_waiting(
+                        "the tool call completed without waiting for the answer",
+                        out,
+                    );
                     self.resolve_delivered(out);
                     let result = match field(item, "result") {
                         Value::Null => json!({"isError": true, "content": [{"type": "text",
@@ -391,7 +417,8 @@ impl CodexSession {
                     };
                     out.push(Action::ToolResult {
                         step: self.calls,
-                        tool: text(item, "tool").unwrap_or_default(),
+                        kind: OperationKind::Tool,
+                        name: text(item, "tool").unwrap_or_default(),
                         result,
                     });
                     self.calls += 1;
@@ -402,21 +429,33 @@ impl CodexSession {
                     self.final_message = Some(message);
                 }
             }
-            "serverRequest/resolved" => {
-                // Codex cleared a request itself (e.g. the call was cancelled) before the answer.
-                if let Some(round) = &self.open
-                    && !round.delivered
-                    && field(params, "requestId") == &round.request_id
-                {
-                    self.open = None;
-                    out.push(Action::FailRound {
-                        code: FailureCode::Cancelled,
-                        message: "codex withdrew the request".into(),
-                    });
-                }
+            // Codex cleared a request itself before the answer (the MCP server stopped
+            // waiting, or the call was cancelled).
+            "serverRequest/resolved"
+                if self
+                    .open
+                    .as_ref()
+                    .is_some_and(|r| field(params, "requestId") == &r.request_id) =>
+            {
+                self.withdraw_waiting(
+                    "codex withdrew the request (the MCP server stopped waiting, or the call was \
+                     cancelled)",
+                    out,
+                );
             }
             "turn/completed" => self.turn_completed(field(params, "turn"), out),
             _ => {}
+        }
+    }
+
+    /// Fails the open round with `request-withdrawn` if it still waits for its answer.
+    fn withdraw_waiting(&mut self, message: &str, out: &mut Vec<Action>) {
+        if self.open.as_ref().is_some_and(OpenRound::waiting) {
+            self.open = None;
+            out.push(Action::FailRound {
+                code: FailureCode::RequestWithdrawn,
+                message: message.into(),
+            });
         }
     }
 
@@ -432,6 +471,7 @@ impl CodexSession {
     }
 
     fn turn_completed(&mut self, turn: &Value, out: &mut Vec<Action>) {
+        self.withdraw_waiting("the turn ended while the round was open", out);
         self.resolve_delivered(out);
         let status = turn.get("status").and_then(Value::as_str).unwrap_or("");
         let state = std::mem::replace(&mut self.state, State::InTurn);
@@ -489,8 +529,6 @@ impl CodexSession {
             )));
             return;
         }
-        // The next round of the same call resolves the delivered one.
-        self.resolve_delivered(out);
         let call = self.call.get_or_insert_with(|| ToolCall {
             id: String::new(),
             tool: text(params, "serverName").unwrap_or_default(),
@@ -499,6 +537,19 @@ impl CodexSession {
         });
         let index = call.rounds;
         if index >= self.config.round_limit {
+            // As in every harness: the delivered round that the server answered with one more
+            // request fails with the limit's code.
+            if let Some(round) = self.open.take()
+                && !round.unhandled
+            {
+                out.push(Action::FailRound {
+                    code: FailureCode::RoundLimitExceeded,
+                    message: format!(
+                        "the server asked for more than {} rounds",
+                        self.config.round_limit
+                    ),
+                });
+            }
             out.push(Action::Send(message::result(
                 &id,
                 json!({"action": "cancel", "content": null, "_meta": null}),
@@ -516,9 +567,12 @@ impl CodexSession {
         call.rounds += 1;
         let operation = Operation {
             step: self.calls,
-            tool: call.tool.clone(),
+            kind: OperationKind::Tool,
+            name: call.tool.clone(),
             arguments: call.arguments.clone(),
         };
+        // The next round of the same call resolves the delivered one.
+        self.resolve_delivered(out);
         let (key, request) = match crate::mcp::legacy::elicitation(params) {
             Ok(parsed) => parsed,
             Err(e) => {
@@ -615,6 +669,7 @@ mod tests {
             command: "/bin/shipping".into(),
             args: vec![],
             env_names: vec![],
+            server_cwd: None,
             tools: vec!["book_shipment".into()],
             prompt: "Book it".into(),
             cwd: "/tmp/x".into(),
@@ -653,6 +708,12 @@ mod tests {
             out[1]["params"]["config"]["mcp_servers"]["shipping"]["enabled_tools"],
             json!(["book_shipment"])
         );
+        assert!(
+            out[1]["params"]["config"]["mcp_servers"]["shipping"]
+                .get("cwd")
+                .is_none(),
+            "no working directory given: Codex's default"
+        );
         let a = s.handle(line(json!({"id": 2, "result": {"thread": {"id": "t1"}}})));
         assert_eq!(sent(&a)[0]["method"], "turn/start");
         assert_eq!(sent(&a)[0]["params"]["threadId"], "t1");
@@ -667,6 +728,20 @@ mod tests {
             "serverName": "shipping", "mode": "form", "message": "Where?",
             "requestedSchema": {"type": "object", "properties": {"city": {"type": "string"}}},
             "_meta": {"m3/request_key": "shipping_address"}}})
+    }
+
+    #[test]
+    fn the_server_s_working_directory_is_passed_to_codex() {
+        let mut s = CodexSession::new(CodexConfig {
+            server_cwd: Some("/srv/shipping".into()),
+            ..session(Mode::Managed).config
+        });
+        s.handle(Input::Start);
+        let a = s.handle(line(json!({"id": 1, "result": {}})));
+        assert_eq!(
+            sent(&a)[1]["params"]["config"]["mcp_servers"]["shipping"]["cwd"],
+            "/srv/shipping"
+        );
     }
 
     #[test]
@@ -696,7 +771,7 @@ mod tests {
         else {
             panic!("{a:?}");
         };
-        assert_eq!(operation.tool, "book_shipment");
+        assert_eq!(operation.name, "book_shipment");
         assert_eq!(requests[0].0, "shipping_address");
         assert_eq!(*round_index, 0);
         let answer = vec![(
@@ -765,11 +840,92 @@ mod tests {
         let a = s.handle(Input::ProbeTimedOut);
         assert!(matches!(
             a.last(),
-            Some(Action::Finish(Finished::Failed {
-                code: Some(FailureCode::DeadlineExceeded),
-                ..
-            }))
+            Some(Action::Finish(Finished::TimedOut { .. }))
         ));
+    }
+
+    fn accept_city() -> Vec<(String, crate::m3::managed_input::types::ElicitationResponse)> {
+        vec![(
+            "shipping_address".to_string(),
+            crate::m3::managed_input::types::ElicitationResponse {
+                action: crate::m3::managed_input::types::ElicitationAction::Accept,
+                content: Some(r#"{"city":"Pune"}"#.into()),
+            },
+        )]
+    }
+
+    fn codes(a: &[Action]) -> Vec<FailureCode> {
+        a.iter()
+            .filter_map(|x| match x {
+                Action::FailRound { code, .. } => Some(*code),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_turn_deadline_fails_a_delivered_round_with_a_code_the_store_accepts() {
+        let mut s = in_turn(Mode::Managed);
+        s.handle(line(elicitation(4)));
+        s.handle(Input::Answer(accept_city()));
+        let a = s.handle(Input::ProbeTimedOut);
+        assert_eq!(codes(&a), vec![FailureCode::Cancelled]);
+        assert_eq!(sent(&a)[0]["method"], "turn/interrupt");
+        let a = s.handle(line(json!({"method": "turn/completed", "params": {"turn": {"id": "u1", "status": "interrupted"}}})));
+        assert!(matches!(
+            a.last(),
+            Some(Action::Finish(Finished::TimedOut { .. }))
+        ));
+    }
+
+    #[test]
+    fn whatever_ends_a_rounds_wait_withdraws_it() {
+        // Codex clears the request (its MCP server stopped waiting).
+        let mut s = in_turn(Mode::Managed);
+        s.handle(line(elicitation(4)));
+        let a = s.handle(line(json!({"method": "serverRequest/resolved", "params": {"threadId": "t1", "requestId": 4}})));
+        assert_eq!(codes(&a), vec![FailureCode::RequestWithdrawn]);
+        assert!(
+            s.handle(Input::Answer(accept_city())).is_empty(),
+            "never delivered"
+        );
+        // The tool call completes while the round is open.
+        let mut s = in_turn(Mode::Managed);
+        s.handle(line(elicitation(4)));
+        let a = s.handle(line(json!({"method": "item/completed", "params": {"item": {
+            "type": "mcpToolCall", "id": "c1", "tool": "book_shipment", "result": {"content": []}}}})));
+        assert_eq!(codes(&a), vec![FailureCode::RequestWithdrawn]);
+        assert!(!a.contains(&Action::ResolveRound));
+        // The turn ends while the round is open.
+        let mut s = in_turn(Mode::Managed);
+        s.handle(line(elicitation(4)));
+        let a = s.handle(line(json!({"method": "turn/completed", "params": {"turn": {"id": "u1", "status": "failed", "error": {"message": "boom"}}}})));
+        assert_eq!(codes(&a), vec![FailureCode::RequestWithdrawn]);
+        assert!(matches!(
+            a.last(),
+            Some(Action::Finish(Finished::Failed { .. }))
+        ));
+    }
+
+    #[test]
+    fn the_round_limit_fails_the_delivered_round_as_in_every_harness() {
+        let mut s = CodexSession::new(CodexConfig {
+            round_limit: 1,
+            ..session(Mode::Managed).config
+        });
+        let mut s2 = in_turn(Mode::Managed);
+        std::mem::swap(&mut s.state, &mut s2.state);
+        s.call = s2.call.take();
+        s.thread_id = s2.thread_id.take();
+        s.turn_id = s2.turn_id.take();
+        s.next_id = s2.next_id;
+        s.handle(line(elicitation(4)));
+        s.handle(Input::Answer(accept_city()));
+        let a = s.handle(line(elicitation(5)));
+        assert_eq!(codes(&a), vec![FailureCode::RoundLimitExceeded]);
+        assert!(!a.contains(&Action::ResolveRound));
+        assert_eq!(sent(&a)[0]["result"]["action"], "cancel");
+        assert_eq!(sent(&a)[1]["method"], "turn/interrupt");
     }
 
     #[test]

@@ -128,10 +128,14 @@ fn new_execution_id() -> Outcome<String> {
     Ok(format!("exec-{}", hex::encode(bytes)))
 }
 
-/// Stores a checked submission as a queued execution.
-pub fn insert(spec: ExecutionSpec) -> Outcome<ExecutionState> {
+/// Stores a checked submission as a queued execution held by its submitter `owner_id` for one
+/// lease: a submitter that dies before its worker claims the execution leaves a lease that
+/// expires, and recovery finishes the execution failed.
+pub fn insert(spec: ExecutionSpec, owner_id: &str) -> Outcome<ExecutionState> {
+    lease::check_ttl(spec.lease_ttl_ms)?;
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
+    let lease_expires_at = time::add_millis(&now, spec.lease_ttl_ms);
     let document = ExecutionDocument {
         spec,
         cancel_requested: false,
@@ -142,8 +146,8 @@ pub fn insert(spec: ExecutionSpec) -> Outcome<ExecutionState> {
         execution_id: new_execution_id()?,
         status: ExecutionStatus::Queued,
         version: 1,
-        owner_id: None,
-        lease_expires_at: None,
+        owner_id: Some(owner_id.to_string()),
+        lease_expires_at: Some(lease_expires_at),
         created_at: now,
         updated_at: now,
         document: serde_json::to_string(&document).map_err(|_| corrupt("new"))?,
@@ -355,10 +359,14 @@ pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Outcome<
 }
 
 /// Finishes the running execution with `outcome` (its tool results are filled in from the
-/// row); returns the final state.
+/// row); returns the final state. In the same transaction every round of the execution that
+/// this worker still owns and that is not terminal is failed, so no round outlives the worker
+/// that could deliver its answer (the session machines end their rounds themselves; this is the
+/// net under paths that stop early, such as a failed store write).
 pub fn finish(held: &ExecutionLease, mut outcome: ExecutionOutcome) -> Outcome<ExecutionState> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
+    fail_open_rounds(&tx, held, &outcome, &now)?;
     let mut loaded = load_owned(&tx, held)?;
     outcome.tool_results = std::mem::take(&mut loaded.document.tool_results);
     loaded.document.tool_results = outcome.tool_results.clone();
@@ -369,6 +377,83 @@ pub fn finish(held: &ExecutionLease, mut outcome: ExecutionOutcome) -> Outcome<E
     let row = save(&tx, loaded, now)?;
     tx.commit().map_err(store_error)?;
     Ok(state_of(&row, &document, false))
+}
+
+/// The statuses of a round that has not ended.
+pub const OPEN_STATUSES: [Status; 4] = [
+    Status::Pending,
+    Status::ResponseValidated,
+    Status::DeliveryStarted,
+    Status::Delivered,
+];
+
+/// Fails, inside `tx`, every open round of the execution owned by `held`'s worker: with the
+/// outcome's own code where the store accepts it, else with `recovery-unavailable` (the worker
+/// presents its current lease: it cannot deliver).
+fn fail_open_rounds(
+    tx: &Transaction,
+    held: &ExecutionLease,
+    outcome: &ExecutionOutcome,
+    now: &Timestamp,
+) -> Outcome<()> {
+    use crate::exports::m3::managed_input::round_protocol::{
+        FailureReport, Operation, RecoveryReport,
+    };
+    use crate::m3::managed_input::types::FailureCode;
+    let (code, why) = match (&outcome.kind, &outcome.failure) {
+        (OutcomeKind::Cancelled, _) => (FailureCode::Cancelled, "the execution was cancelled"),
+        (OutcomeKind::Failed, Some(failure)) => (
+            match failure.code {
+                Some(code) if code != FailureCode::RecoveryUnavailable => code,
+                _ => FailureCode::ServerError,
+            },
+            failure.message.as_str(),
+        ),
+        _ => (
+            FailureCode::RequestWithdrawn,
+            "the operation ended without the answer",
+        ),
+    };
+    for status in OPEN_STATUSES {
+        let rows = tx
+            .list(&RoundFilter {
+                execution_id: Some(held.execution_id.clone()),
+                status: Some(status),
+                limit: None,
+                after: None,
+            })
+            .map_err(store_error)?;
+        for row in rows {
+            let record = crate::record::from_row(&row)?;
+            let Some(lease) = record.lease.filter(|l| l.owner_id == held.owner_id) else {
+                continue;
+            };
+            let round_id = &record.pending.round_id;
+            let message = format!("the execution ended while this round was open: {why}");
+            let failed = crate::store_protocol::apply_in(
+                tx,
+                round_id,
+                Operation::Fail(FailureReport {
+                    lease: lease.clone(),
+                    code,
+                    message: message.clone(),
+                }),
+                now,
+            );
+            if failed.is_err() {
+                crate::store_protocol::apply_in(
+                    tx,
+                    round_id,
+                    Operation::FailRecovery(RecoveryReport {
+                        lease: Some(lease),
+                        message,
+                    }),
+                    now,
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Finishes `loaded` (whose worker is gone) failed, inside `tx`.

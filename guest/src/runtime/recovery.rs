@@ -2,7 +2,9 @@
 //! worker), so a round whose worker's lease expired can never be delivered. Recovery fails such
 //! rounds with `recovery-unavailable` and finishes their executions failed. A round or execution
 //! whose worker still renews its lease is never touched, and an unowned round (made directly
-//! through the store API, waiting to be claimed) has no worker to lose.
+//! through the store API, waiting to be claimed) has no worker to lose. A queued execution is
+//! held by its submitter for one lease; if no worker claimed it by then, its submitter died with
+//! the environment its server needed (never stored), so it is finished failed as well.
 
 use super::execution;
 use crate::errors::Outcome;
@@ -11,7 +13,7 @@ use crate::exports::m3::managed_input::runtime::{
     ExecutionFailure, ExecutionOutcome, FailureKind, OutcomeKind, RecoveryReport,
 };
 use crate::m3::managed_input::store::TransactionMode;
-use crate::m3::managed_input::types::{Cursor, ExecutionStatus, FailureCode, Status};
+use crate::m3::managed_input::types::{Cursor, ExecutionStatus, FailureCode};
 use crate::store_protocol::{self, begin, store_error};
 use crate::time;
 
@@ -31,12 +33,7 @@ pub fn recover() -> Outcome<RecoveryReport> {
         rounds_failed: 0,
         executions_failed: 0,
     };
-    for status in [
-        Status::Pending,
-        Status::ResponseValidated,
-        Status::DeliveryStarted,
-        Status::Delivered,
-    ] {
+    for status in execution::OPEN_STATUSES {
         // Page by page: every page is a host call, so no single stretch of work outgrows the
         // CPU budget, and memory holds one page.
         let mut after = None;
@@ -71,39 +68,43 @@ pub fn recover() -> Outcome<RecoveryReport> {
     }
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let mut running = Vec::new();
-    let mut after: Option<Cursor> = None;
-    loop {
-        let page = tx
-            .list_executions(Some(ExecutionStatus::Running), Some(PAGE), after.as_ref())
-            .map_err(store_error)?;
-        let full = page.len() == PAGE as usize;
-        after = page.last().map(|r| Cursor {
-            created_at: r.created_at,
-            id: r.execution_id.clone(),
-        });
-        // Only the expired ones are kept (their rows are small).
-        running.extend(
-            page.into_iter()
-                .filter(|r| expired(r.lease_expires_at.as_ref())),
-        );
-        if !full {
-            break;
+    let mut abandoned = Vec::new();
+    for status in [ExecutionStatus::Running, ExecutionStatus::Queued] {
+        let mut after: Option<Cursor> = None;
+        loop {
+            let page = tx
+                .list_executions(Some(status), Some(PAGE), after.as_ref())
+                .map_err(store_error)?;
+            let full = page.len() == PAGE as usize;
+            after = page.last().map(|r| Cursor {
+                created_at: r.created_at,
+                id: r.execution_id.clone(),
+            });
+            // Only the expired ones are kept (their rows are small).
+            abandoned.extend(
+                page.into_iter()
+                    .filter(|r| expired(r.lease_expires_at.as_ref())),
+            );
+            if !full {
+                break;
+            }
         }
     }
-    for row in running {
-        if !expired(row.lease_expires_at.as_ref()) {
-            continue;
-        }
+    for row in abandoned {
         let Some(loaded) = execution::load(&tx, &row.execution_id)? else {
             continue;
+        };
+        let message = if loaded.row.status == ExecutionStatus::Queued {
+            "the process that submitted the execution is gone and no worker started it"
+        } else {
+            "the execution's worker is gone"
         };
         let outcome = ExecutionOutcome {
             kind: OutcomeKind::Failed,
             failure: Some(ExecutionFailure {
                 kind: FailureKind::RoundFailed,
                 code: Some(FailureCode::RecoveryUnavailable),
-                message: "the execution's worker is gone".into(),
+                message: message.into(),
             }),
             tool_results: Vec::new(),
             final_message: None,

@@ -4,22 +4,66 @@
 //! script's tools in order. An elicitation (legacy `elicitation/create`, or a 2026-07-28
 //! `input_required` result) opens a round; the round's committed answer is delivered once (the
 //! driver commits `delivery-started` before writing the line and `delivered` after); the server's
-//! reply to it resolves the round: the tool's result, or the next round of the same operation.
-//! Any other end fails the round with a code.
+//! reply to it resolves the round: the operation's result, or the next round of the same
+//! operation. Any other end fails the round with a code, in the same step that ends the wait: a
+//! server that cancels its request or answers the call while the round is open withdraws it
+//! (`request-withdrawn`), a server that exits fails it (`server-error`). Steps call tools, get
+//! prompts or read resources; each is one logical operation with its own rounds.
 
-use crate::m3::managed_input::types::{ElicitationRequest, ElicitationResponse, FailureCode};
+use crate::m3::managed_input::types::{
+    ElicitationRequest, ElicitationResponse, FailureCode, OperationKind,
+};
 use crate::mcp::era::{self, Era, EraChoice, ProbeOutcome};
 use crate::mcp::message::{self, Incoming, RpcError};
 use crate::mcp::{legacy, mrtr, request};
 use serde_json::{Value, json};
 
-/// One tool call of the script, on this server.
+/// One operation of the script, on this server: a tool call, a prompt or a resource read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
-    /// The tool's name on the server.
-    pub tool: String,
-    /// Its arguments (a JSON object).
+    /// What the step does.
+    pub kind: OperationKind,
+    /// The tool name, prompt name or resource URI on the server.
+    pub name: String,
+    /// Its arguments (a JSON object; unused for a resource).
     pub arguments: Value,
+}
+
+impl Step {
+    /// A tool call.
+    pub fn tool(name: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            kind: OperationKind::Tool,
+            name: name.into(),
+            arguments,
+        }
+    }
+
+    /// The MCP method of the step.
+    pub fn method(&self) -> &'static str {
+        match self.kind {
+            OperationKind::Tool => "tools/call",
+            OperationKind::Prompt => "prompts/get",
+            OperationKind::Resource => "resources/read",
+        }
+    }
+
+    /// The method's params (before the era's `_meta`).
+    fn params(&self) -> Value {
+        match self.kind {
+            OperationKind::Resource => json!({"uri": self.name}),
+            _ => json!({"name": self.name, "arguments": self.arguments}),
+        }
+    }
+}
+
+/// The word for an operation kind in messages.
+pub fn kind_name(kind: OperationKind) -> &'static str {
+    match kind {
+        OperationKind::Tool => "tool",
+        OperationKind::Prompt => "prompt",
+        OperationKind::Resource => "resource",
+    }
 }
 
 /// What the kit does when the server asks for input.
@@ -69,11 +113,13 @@ pub enum Input {
 /// The operation a round belongs to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Operation {
-    /// Index of the step in the script.
+    /// Index of the step in the script (or of the call, for harnesses with a model).
     pub step: usize,
-    /// The tool name.
-    pub tool: String,
-    /// The tool's arguments.
+    /// Tool, prompt or resource.
+    pub kind: OperationKind,
+    /// The tool name, prompt name or resource URI.
+    pub name: String,
+    /// The operation's arguments.
     pub arguments: Value,
 }
 
@@ -91,6 +137,12 @@ pub enum Finished {
     },
     /// The execution was cancelled.
     Cancelled,
+    /// A deadline of the kit's own passed (the specification's `OperationTimeout`) while no
+    /// round's deadline was involved, e.g. a Codex turn's.
+    TimedOut {
+        /// What happened.
+        message: String,
+    },
 }
 
 /// Something the driver must do, in order.
@@ -123,17 +175,20 @@ pub enum Action {
         /// Details (no answers).
         message: String,
     },
-    /// A step's tool result.
+    /// A step's result (a tool call's, a prompt's or a resource's).
     ToolResult {
         /// The step.
         step: usize,
-        /// The tool.
-        tool: String,
+        /// Tool, prompt or resource.
+        kind: OperationKind,
+        /// The tool name, prompt name or resource URI.
+        name: String,
         /// The result object.
         result: Value,
     },
     /// Arm the session's timer for this many milliseconds (feed [`Input::ProbeTimedOut`] when
-    /// it fires first; arming again replaces it).
+    /// it fires first; arming again replaces it). The timer stands still while a round waits
+    /// for its answer: a wait for a human never counts against the kit's own timeouts.
     ArmTimer(u64),
     /// The agent's final message (harnesses with a model).
     FinalMessage(String),
@@ -161,6 +216,21 @@ struct OpenRound {
     delivered: bool,
     /// Mode `fail`: already answered `cancel` and failed; the call's reply only ends the step.
     unhandled: bool,
+    /// The server withdrew the request before the answer was delivered: the round is already
+    /// failed (`request-withdrawn`) and its answer is never delivered.
+    withdrawn: bool,
+}
+
+impl OpenRound {
+    /// Waiting for its answer: not delivered and not already ended by the session.
+    fn waiting(&self) -> bool {
+        !self.delivered && !self.withdrawn && !self.unhandled
+    }
+
+    /// Already failed by the session (mode `fail`, or withdrawn).
+    fn ended(&self) -> bool {
+        self.unhandled || self.withdrawn
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -245,7 +315,7 @@ impl ScriptedSession {
             }
             Input::Answer(responses) => self.answer(responses, &mut out),
             Input::Unhandled => {
-                if self.open_round().is_some_and(|r| !r.delivered) {
+                if self.open_round().is_some_and(OpenRound::waiting) {
                     self.fail_unhandled(&mut out);
                 }
             }
@@ -261,10 +331,12 @@ impl ScriptedSession {
             ),
             Input::ServerExited => {
                 if self.state != State::Done {
-                    if self.open_round().is_some() {
+                    if self.open_round().is_some_and(|r| !r.ended()) {
                         out.push(Action::FailRound {
                             code: FailureCode::ServerError,
-                            message: "the server exited".into(),
+                            message: "the server exited (or closed its output) while the round \
+                                      was open"
+                                .into(),
                         });
                     }
                     self.finish(
@@ -338,14 +410,11 @@ impl ScriptedSession {
         };
         let index = self.next_step;
         self.next_step += 1;
-        let params = era::decorate(
-            self.era,
-            json!({"name": step.tool, "arguments": step.arguments}),
-        );
+        let params = era::decorate(self.era, step.params());
         let id = self.id();
         out.push(Action::Send(message::request(
             id,
-            "tools/call",
+            step.method(),
             params.clone(),
         )));
         self.state = State::Calling {
@@ -362,7 +431,8 @@ impl ScriptedSession {
         let s = &self.config.steps[step];
         Operation {
             step,
-            tool: s.tool.clone(),
+            kind: s.kind,
+            name: s.name.clone(),
             arguments: s.arguments.clone(),
         }
     }
@@ -372,12 +442,46 @@ impl ScriptedSession {
             return; // not a message: servers may print junk; the kit ignores it
         };
         match incoming {
-            Incoming::Notification { .. } => {}
+            Incoming::Notification { method, params } => self.notification(&method, &params, out),
             Incoming::Request { id, method, params } => {
                 self.server_request(id, &method, &params, out)
             }
             Incoming::Response { id, outcome } => self.response(&id, outcome, out),
         }
+    }
+
+    /// `notifications/cancelled` for the open round's `elicitation/create`: the server stopped
+    /// waiting (e.g. its SDK's elicitation timeout), so the round is withdrawn now; the call
+    /// itself goes on and its reply ends the step.
+    fn notification(&mut self, method: &str, params: &Value, out: &mut Vec<Action>) {
+        if method != "notifications/cancelled" {
+            return;
+        }
+        let State::Calling {
+            open: Some(round), ..
+        } = &mut self.state
+        else {
+            return;
+        };
+        let RoundOrigin::Elicitation {
+            server_request_id, ..
+        } = &round.origin
+        else {
+            return;
+        };
+        if !round.waiting() || params.get("requestId") != Some(server_request_id) {
+            return;
+        }
+        round.withdrawn = true;
+        let reason = params
+            .get("reason")
+            .and_then(Value::as_str)
+            .map(|r| format!(" (its reason: {})", crate::errors::bounded(r)))
+            .unwrap_or_default();
+        out.push(Action::FailRound {
+            code: FailureCode::RequestWithdrawn,
+            message: format!("the server cancelled its elicitation request{reason}"),
+        });
     }
 
     fn server_request(&mut self, id: Value, method: &str, params: &Value, out: &mut Vec<Action>) {
@@ -406,8 +510,9 @@ impl ScriptedSession {
         };
         let (step, round_index) = (*step, *round_index);
         let next_index = match open {
-            Some(round) if round.delivered => {
-                // The server asked again after the answer: the delivered round is resolved.
+            Some(round) if round.delivered || round.withdrawn => {
+                // The server asked again after the answer (the delivered round is resolved), or
+                // after withdrawing its request: the next round of the same operation.
                 round_index + 1
             }
             Some(_) => {
@@ -421,16 +526,18 @@ impl ScriptedSession {
             None => round_index,
         };
         if let Some(round) = open
-            && round.delivered
+            && (round.delivered || round.withdrawn)
         {
             if !mrtr::within_limit(next_index, self.config.round_limit) {
-                out.push(Action::FailRound {
-                    code: FailureCode::RoundLimitExceeded,
-                    message: format!(
-                        "the server asked for more than {} rounds",
-                        self.config.round_limit
-                    ),
-                });
+                if !round.ended() {
+                    out.push(Action::FailRound {
+                        code: FailureCode::RoundLimitExceeded,
+                        message: format!(
+                            "the server asked for more than {} rounds",
+                            self.config.round_limit
+                        ),
+                    });
+                }
                 out.push(Action::Send(message::result(
                     &server_request_id,
                     request::cancel_answer(),
@@ -445,7 +552,7 @@ impl ScriptedSession {
                 );
                 return;
             }
-            if !round.unhandled {
+            if !round.ended() {
                 out.push(Action::ResolveRound);
             }
         }
@@ -482,6 +589,7 @@ impl ScriptedSession {
                 origin,
                 delivered: false,
                 unhandled: false,
+                withdrawn: false,
             }),
         );
         if self.config.mode == Mode::Fail {
@@ -608,7 +716,43 @@ impl ScriptedSession {
         out: &mut Vec<Action>,
     ) {
         let delivered = open.as_ref().is_some_and(|r| r.delivered && !r.unhandled);
-        let tool = self.config.steps[step].tool.clone();
+        let (kind, name) = {
+            let s = &self.config.steps[step];
+            (s.kind, s.name.clone())
+        };
+        let what = format!("{} `{name}`", kind_name(kind));
+        if let Some(round) = open.as_ref().filter(|r| r.waiting()) {
+            // The server answered the call while its request was still open: it stopped
+            // waiting for the answer, which is now never delivered. Its request still waits
+            // on the server's side: the kit answers it `cancel`, so nothing there hangs.
+            if let RoundOrigin::Elicitation {
+                server_request_id, ..
+            } = &round.origin
+            {
+                out.push(Action::Send(message::result(
+                    server_request_id,
+                    request::cancel_answer(),
+                )));
+            }
+            let message = match &outcome {
+                Ok(_) => format!("the server completed {what} without waiting for the answer"),
+                Err(e) => format!(
+                    "the server failed {what} with error {} while the round was open",
+                    e.code
+                ),
+            };
+            out.push(Action::FailRound {
+                code: FailureCode::RequestWithdrawn,
+                message,
+            });
+            self.set_open(
+                round_index,
+                open.clone().map(|mut r| {
+                    r.withdrawn = true;
+                    r
+                }),
+            );
+        }
         let result = match outcome {
             Err(e) => {
                 if open.is_none()
@@ -625,7 +769,7 @@ impl ScriptedSession {
                     return self.finish(
                         Finished::Failed {
                             code: Some(code),
-                            message: format!("tool `{tool}` failed with error {}", e.code),
+                            message: format!("{what} failed with error {}", e.code),
                         },
                         out,
                     );
@@ -634,7 +778,7 @@ impl ScriptedSession {
                 return self.finish(
                     Finished::Failed {
                         code,
-                        message: format!("tool `{tool}` failed with error {}", e.code),
+                        message: format!("{what} failed with error {}", e.code),
                     },
                     out,
                 );
@@ -666,7 +810,12 @@ impl ScriptedSession {
                 if delivered {
                     out.push(Action::ResolveRound);
                 }
-                out.push(Action::ToolResult { step, tool, result });
+                out.push(Action::ToolResult {
+                    step,
+                    kind,
+                    name,
+                    result,
+                });
                 if failed {
                     self.finish_unhandled(out);
                 } else {
@@ -749,6 +898,7 @@ impl ScriptedSession {
         let new_id = self.next_id;
         let State::Calling {
             id,
+            step,
             params,
             open: Some(round),
             ..
@@ -756,9 +906,10 @@ impl ScriptedSession {
         else {
             return;
         };
-        if round.delivered {
-            return; // at most once
+        if !round.waiting() {
+            return; // at most once, and never after the server withdrew the request
         }
+        let method = self.config.steps[*step].method();
         let line = match &round.origin {
             RoundOrigin::Elicitation {
                 server_request_id,
@@ -772,7 +923,7 @@ impl ScriptedSession {
             RoundOrigin::UrlRequired => {
                 // Consent recorded: retry the same call with a new id.
                 *id = new_id;
-                message::request(new_id, "tools/call", params.clone())
+                message::request(new_id, method, params.clone())
             }
             RoundOrigin::InputRequired { request_state } => {
                 let answers = responses
@@ -781,7 +932,7 @@ impl ScriptedSession {
                     .collect();
                 let retry = mrtr::retry_params(params, answers, request_state.as_deref());
                 *id = new_id;
-                message::request(new_id, "tools/call", retry)
+                message::request(new_id, method, retry)
             }
         };
         round.delivered = true;
@@ -811,7 +962,7 @@ impl ScriptedSession {
         if let State::Calling {
             open: Some(round), ..
         } = &self.state
-            && !round.unhandled
+            && !round.ended()
         {
             if let RoundOrigin::Elicitation {
                 server_request_id, ..
@@ -866,10 +1017,7 @@ mod tests {
     fn session(era: EraChoice, mode: Mode) -> ScriptedSession {
         ScriptedSession::new(SessionConfig {
             era,
-            steps: vec![Step {
-                tool: "book_shipment".into(),
-                arguments: json!({"item": "book"}),
-            }],
+            steps: vec![Step::tool("book_shipment", json!({"item": "book"}))],
             round_limit: 3,
             mode,
         })
@@ -945,7 +1093,7 @@ mod tests {
             (
                 requests[0].0.as_str(),
                 *round_index,
-                operation.tool.as_str()
+                operation.name.as_str()
             ),
             ("shipping_address", 0, "book_shipment")
         );
@@ -1243,5 +1391,188 @@ mod tests {
             Action::Finish(Finished::Failed { .. })
         ));
         assert!(s.handle(Input::ServerExited).is_empty());
+    }
+
+    fn fail_codes(actions: &[Action]) -> Vec<FailureCode> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::FailRound { code, .. } => Some(*code),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_cancelled_request_withdraws_its_round_and_its_answer_is_never_delivered() {
+        let mut s = session(EraChoice::Auto, Mode::Managed);
+        let call = start_legacy(&mut s);
+        s.handle(line(elicitation_create(0)));
+        // A notification for another request changes nothing.
+        let other = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 99}});
+        assert!(s.handle(line(other)).is_empty());
+        let cancelled = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 0, "reason": "McpError: MCP error -32001: Request timed out"}});
+        let actions = s.handle(line(cancelled));
+        assert_eq!(fail_codes(&actions), vec![FailureCode::RequestWithdrawn]);
+        let Action::FailRound { message, .. } = &actions[0] else {
+            panic!("{actions:?}")
+        };
+        assert!(message.contains("Request timed out"), "{message}");
+        assert!(
+            s.handle(Input::Answer(accept())).is_empty(),
+            "a withdrawn round's answer is never delivered"
+        );
+        // The call goes on and completes with the server's own result.
+        let result = json!({"content": [{"type": "text", "text": "no answer"}]});
+        let actions = s.handle(line(
+            json!({"jsonrpc": "2.0", "id": call, "result": result}),
+        ));
+        assert!(!actions.contains(&Action::ResolveRound));
+        assert!(fail_codes(&actions).is_empty(), "failed once only");
+        assert!(matches!(&actions[0], Action::ToolResult { .. }));
+        assert_eq!(actions.last(), Some(&Action::Finish(Finished::Succeeded)));
+    }
+
+    #[test]
+    fn a_call_answered_while_its_round_is_open_withdraws_the_round() {
+        // Completed without waiting.
+        let mut s = session(EraChoice::Auto, Mode::Managed);
+        let call = start_legacy(&mut s);
+        s.handle(line(elicitation_create(4)));
+        let actions = s.handle(line(
+            json!({"jsonrpc": "2.0", "id": call, "result": {"content": []}}),
+        ));
+        assert_eq!(
+            sent(&actions)[0],
+            json!({"jsonrpc": "2.0", "id": 4, "result": {"action": "cancel"}}),
+            "the server's request still waiting is answered cancel"
+        );
+        assert_eq!(fail_codes(&actions), vec![FailureCode::RequestWithdrawn]);
+        assert_eq!(actions.last(), Some(&Action::Finish(Finished::Succeeded)));
+        // Failed by the server while open.
+        let mut s = session(EraChoice::Auto, Mode::Managed);
+        let call = start_legacy(&mut s);
+        s.handle(line(elicitation_create(4)));
+        let error = json!({"jsonrpc": "2.0", "id": call, "error": {"code": -32001, "message": "timed out"}});
+        let actions = s.handle(line(error));
+        assert_eq!(fail_codes(&actions), vec![FailureCode::RequestWithdrawn]);
+        assert!(matches!(
+            actions.last(),
+            Some(Action::Finish(Finished::Failed { code: None, .. }))
+        ));
+    }
+
+    #[test]
+    fn a_server_that_asks_again_after_withdrawing_opens_the_next_round_up_to_the_limit() {
+        let mut s = session(EraChoice::Legacy, Mode::Managed);
+        s.handle(Input::Start);
+        s.handle(line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})));
+        for round in 0..3u64 {
+            let actions = s.handle(line(elicitation_create(round)));
+            assert!(
+                actions.iter().any(|a| matches!(a,
+                    Action::OpenRound { round_index, .. } if u64::from(*round_index) == round)),
+                "{actions:?}"
+            );
+            assert!(!actions.contains(&Action::ResolveRound));
+            let cancelled = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": round}});
+            assert_eq!(
+                fail_codes(&s.handle(line(cancelled))),
+                vec![FailureCode::RequestWithdrawn]
+            );
+        }
+        let actions = s.handle(line(elicitation_create(3)));
+        assert!(
+            fail_codes(&actions).is_empty(),
+            "the withdrawn round ended already"
+        );
+        assert!(matches!(
+            actions.last(),
+            Some(Action::Finish(Finished::Failed {
+                code: Some(FailureCode::RoundLimitExceeded),
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn prompts_and_resources_are_operations_with_their_own_rounds_in_both_eras() {
+        for era in [EraChoice::Legacy, EraChoice::Modern] {
+            let mut s = ScriptedSession::new(SessionConfig {
+                era,
+                steps: vec![
+                    Step {
+                        kind: OperationKind::Prompt,
+                        name: "shipping_label".into(),
+                        arguments: json!({"item": "book"}),
+                    },
+                    Step {
+                        kind: OperationKind::Resource,
+                        name: "shipping://quote".into(),
+                        arguments: json!({}),
+                    },
+                ],
+                round_limit: 3,
+                mode: Mode::Managed,
+            });
+            let mut actions = s.handle(Input::Start);
+            if era == EraChoice::Legacy {
+                actions = s.handle(line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})));
+            }
+            for (method, kind, params) in [
+                (
+                    "prompts/get",
+                    OperationKind::Prompt,
+                    json!({"name": "shipping_label", "arguments": {"item": "book"}}),
+                ),
+                (
+                    "resources/read",
+                    OperationKind::Resource,
+                    json!({"uri": "shipping://quote"}),
+                ),
+            ] {
+                let request = sent(&actions)
+                    .into_iter()
+                    .find(|m| {
+                        m.get("method").is_some() && m["method"] != "notifications/initialized"
+                    })
+                    .unwrap();
+                assert_eq!(request["method"], method);
+                for (k, v) in params.as_object().unwrap() {
+                    assert_eq!(&request["params"][k], v);
+                }
+                let id = request["id"].clone();
+                let opened = if era == EraChoice::Legacy {
+                    s.handle(line(elicitation_create(7)))
+                } else {
+                    s.handle(line(json!({"jsonrpc": "2.0", "id": id, "result": {"resultType": "input_required",
+                        "inputRequests": {"shipping_address": {"method": "elicitation/create", "params": {
+                            "message": "Where?", "requestedSchema": {"type": "object"}}}}, "requestState": "s"}})))
+                };
+                let Action::OpenRound { operation, .. } = &opened[0] else {
+                    panic!("{opened:?}")
+                };
+                assert_eq!(operation.kind, kind);
+                let delivered = s.handle(Input::Answer(accept()));
+                let reply_to = if era == EraChoice::Legacy {
+                    id
+                } else {
+                    let Action::Deliver(retry) = &delivered[0] else {
+                        panic!()
+                    };
+                    assert_eq!(retry["method"], method, "the retry repeats the method");
+                    retry["id"].clone()
+                };
+                actions = s.handle(line(
+                    json!({"jsonrpc": "2.0", "id": reply_to, "result": {"messages": []}}),
+                ));
+                assert_eq!(actions[0], Action::ResolveRound);
+                assert!(matches!(&actions[1], Action::ToolResult { kind: k, .. } if *k == kind));
+            }
+            assert_eq!(actions.last(), Some(&Action::Finish(Finished::Succeeded)));
+        }
     }
 }

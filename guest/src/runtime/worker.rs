@@ -5,7 +5,10 @@
 //! the store: rounds are created owned by this worker, their leases (and the execution's) are
 //! renewed, an answer is delivered at most once (`delivery-started` committed before the line is
 //! written, `delivered` after), deadlines and cancel requests end the open round, and the final
-//! outcome is committed with the execution. The host is only asked to do I/O.
+//! outcome is committed with the execution. A store write the worker cannot make is never
+//! dropped: it ends the execution, failed, saying which write failed. While a round waits for
+//! its answer the session's timer stands still (a human's time never counts against the kit's
+//! own timeouts). The host is only asked to do I/O.
 
 use super::codex::{CodexConfig, CodexSession};
 use super::execution::{self, Claim, ExecutionLease};
@@ -20,7 +23,7 @@ use crate::m3::managed_input::events::{self, Event};
 use crate::m3::managed_input::process::{self, SpawnSpec};
 use crate::m3::managed_input::types::{DeadlineChoice, NewRound, OwnerClaim};
 use crate::m3::managed_input::types::{
-    ErrorCode, FailureCode, HarnessMetadata, Lease, OperationKind, Status, Timestamp,
+    ErrorCode, FailureCode, HarnessMetadata, Lease, Status, Timestamp,
 };
 use crate::mcp::era::EraChoice;
 use crate::mcp::framing::LineBuffer;
@@ -35,8 +38,11 @@ pub const EXIT_GRACE_MS: u64 = 1_000;
 /// The longest single wait (the worker re-checks its state at least this often).
 pub const MAX_WAIT_MS: u64 = 60_000;
 
-/// A script step as written: `{"tool": "server:tool", "arguments": {..}}`.
+/// The script's steps as written: `{"tool": "server:tool", "arguments": {..}}` (the tool in the
+/// allow-list), `{"prompt": "server:name", "arguments": {..}}` (string values) or
+/// `{"resource": "server:uri"}`, each naming the binding's server.
 pub fn parse_script(spec: &ExecutionSpec) -> Result<Vec<Step>, String> {
+    use crate::m3::managed_input::types::OperationKind;
     let value = crate::strict_json::parse(&spec.script)
         .map_err(|_| "the script is not valid JSON".to_string())?;
     let Some(steps) = value.get("steps").and_then(Value::as_array) else {
@@ -52,37 +58,74 @@ pub fn parse_script(spec: &ExecutionSpec) -> Result<Vec<Step>, String> {
         let Some(object) = step.as_object() else {
             return Err(format!("script step {i} must be an object"));
         };
-        if let Some(unknown) = object.keys().find(|k| *k != "tool" && *k != "arguments") {
-            return Err(format!("script step {i}: unknown field `{unknown}`"));
+        if let Some(unknown) = object
+            .keys()
+            .find(|k| !matches!(k.as_str(), "tool" | "prompt" | "resource" | "arguments"))
+        {
+            return Err(format!(
+                "script step {i}: unknown field `{}`",
+                crate::errors::bounded(unknown)
+            ));
         }
-        let Some(tool) = object.get("tool").and_then(Value::as_str) else {
-            return Err(format!("script step {i} needs a `tool` string"));
+        let kinds: Vec<(OperationKind, &str)> = [
+            (OperationKind::Tool, "tool"),
+            (OperationKind::Prompt, "prompt"),
+            (OperationKind::Resource, "resource"),
+        ]
+        .into_iter()
+        .filter(|(_, field)| object.contains_key(*field))
+        .collect();
+        let [(kind, field)] = kinds[..] else {
+            return Err(format!(
+                "script step {i} needs exactly one of `tool`, `prompt` or `resource`"
+            ));
         };
-        let arguments = object
-            .get("arguments")
-            .cloned()
-            .unwrap_or_else(|| Value::Object(Default::default()));
-        if !arguments.is_object() {
-            return Err(format!("script step {i}: `arguments` must be an object"));
+        let Some(target) = object.get(field).and_then(Value::as_str) else {
+            return Err(format!("script step {i}: `{field}` must be a string"));
+        };
+        let arguments = match (kind, object.get("arguments")) {
+            (OperationKind::Resource, Some(_)) => {
+                return Err(format!("script step {i}: a resource takes no `arguments`"));
+            }
+            (_, None) => Value::Object(Default::default()),
+            (_, Some(arguments)) if !arguments.is_object() => {
+                return Err(format!("script step {i}: `arguments` must be an object"));
+            }
+            (_, Some(arguments)) => arguments.clone(),
+        };
+        if kind == OperationKind::Prompt
+            && arguments
+                .as_object()
+                .is_some_and(|a| a.values().any(|v| !v.is_string()))
+        {
+            return Err(format!(
+                "script step {i}: a prompt's arguments must be strings"
+            ));
         }
-        let name = match tool.split_once(':') {
-            Some((server, name)) if server == spec.server.name => name,
+        let name = match target.split_once(':') {
+            Some((server, name)) if server == spec.server.name && !name.is_empty() => name,
             _ => {
                 return Err(format!(
-                    "script step {i}: tool `{}` must be written `{}:tool`",
-                    crate::errors::bounded(tool),
-                    crate::errors::bounded(&spec.server.name)
+                    "script step {i}: {field} `{}` must be written `{}:{}`",
+                    crate::errors::bounded(target),
+                    crate::errors::bounded(&spec.server.name),
+                    if kind == OperationKind::Resource {
+                        "uri"
+                    } else {
+                        "name"
+                    },
                 ));
             }
         };
-        if !allowed.iter().any(|a| a == name) {
+        if kind == OperationKind::Tool && !allowed.iter().any(|a| a == name) {
             return Err(format!(
                 "script step {i}: tool `{}` is not in the submission's allow-list",
-                crate::errors::bounded(tool)
+                crate::errors::bounded(target)
             ));
         }
         out.push(Step {
-            tool: name.to_string(),
+            kind,
+            name: name.to_string(),
             arguments,
         });
     }
@@ -172,6 +215,7 @@ struct Slot {
     round_id: String,
     lease: Lease,
     deadline: Option<Timestamp>,
+    created_at: Timestamp,
     /// The committed answer was fed to the session.
     answered: bool,
 }
@@ -205,6 +249,7 @@ fn outcome_of(finished: Finished) -> ExecutionOutcome {
             final_message: None,
         },
         Finished::Cancelled => execution::cancelled_outcome(Vec::new()),
+        Finished::TimedOut { message } => failed(FailureKind::OperationTimeout, None, message),
         Finished::Failed { code, message } => {
             let kind = match code {
                 Some(FailureCode::DeadlineExceeded) => FailureKind::OperationTimeout,
@@ -290,7 +335,10 @@ struct Worker {
     plan: Option<Plan>,
     slot: Option<Slot>,
     rounds_created: u32,
-    probe_deadline: Option<Timestamp>,
+    /// When the session's timer fires (the era probe, a request's timeout, a turn's deadline).
+    timer: Option<Timestamp>,
+    /// What was left of the timer when a round began to wait for its answer.
+    paused_ms: Option<u64>,
     next_renewal: Timestamp,
     server_gone: bool,
     stdout_closed: bool,
@@ -339,6 +387,7 @@ impl Worker {
                     command: spec.server.command.clone(),
                     args: spec.server.args.clone(),
                     env_names: spec.server.env_names.clone(),
+                    server_cwd: spec.server.cwd.clone(),
                     tools,
                     prompt: spec.prompt.clone(),
                     cwd,
@@ -381,7 +430,8 @@ impl Worker {
             plan,
             slot: None,
             rounds_created: 0,
-            probe_deadline: None,
+            timer: None,
+            paused_ms: None,
             server_gone: false,
             stdout_closed: false,
             cancel_fed: false,
@@ -464,8 +514,8 @@ impl Worker {
     fn wait_ms(&self) -> u64 {
         let now = time::now();
         let mut wait = millis_until(&now, &self.next_renewal);
-        if let Some(probe) = &self.probe_deadline {
-            wait = wait.min(millis_until(&now, probe));
+        if let Some(timer) = &self.timer {
+            wait = wait.min(millis_until(&now, timer));
         }
         if let Some(slot) = &self.slot
             && !slot.answered
@@ -487,12 +537,8 @@ impl Worker {
         let mut more = Vec::new();
         match action {
             Action::Send(message) => more.extend(self.write(&message.to_string())),
-            Action::StartProbeTimer => {
-                self.probe_deadline = Some(time::add_millis(&time::now(), PROBE_TIMEOUT_MS));
-            }
-            Action::ArmTimer(ms) => {
-                self.probe_deadline = Some(time::add_millis(&time::now(), ms));
-            }
+            Action::StartProbeTimer => self.arm(PROBE_TIMEOUT_MS),
+            Action::ArmTimer(ms) => self.arm(ms),
             Action::FinalMessage(message) => self.final_message = Some(message),
             Action::OpenRound {
                 operation,
@@ -502,20 +548,29 @@ impl Worker {
             } => more.extend(self.open_round(operation, round_index, requests, request_state)),
             Action::Deliver(line) => more.extend(self.deliver(&line.to_string())?),
             Action::ResolveRound => {
-                if let Some(slot) = self.slot.take() {
-                    // A failure here leaves the round `delivered`; recovery ends it.
-                    let _ = store_protocol::resolve(&slot.round_id, slot.lease);
+                if let Some(slot) = self.take_slot() {
+                    store_protocol::resolve(&slot.round_id, slot.lease)
+                        .map_err(|e| lost_write("resolve", &slot.round_id, &e))?;
                 }
             }
             Action::FailRound { code, message } => {
-                if let Some(slot) = self.slot.take() {
-                    let _ = store_protocol::fail(&slot.round_id, slot.lease, code, message);
+                if let Some(slot) = self.take_slot() {
+                    let message = if code == FailureCode::RequestWithdrawn {
+                        withdrawn_message(&message, &slot.created_at)
+                    } else {
+                        message
+                    };
+                    store_protocol::fail(&slot.round_id, slot.lease, code, message)
+                        .map_err(|e| lost_write("fail", &slot.round_id, &e))?;
                 }
             }
-            Action::ToolResult { tool, result, .. } => {
+            Action::ToolResult {
+                kind, name, result, ..
+            } => {
                 let result = ToolResult {
-                    tool: format!("{}:{tool}", self.spec.server.name),
+                    tool: format!("{}:{name}", self.spec.server.name),
                     result: result.to_string(),
+                    kind: Some(kind),
                 };
                 execution::record_tool_result(&self.held, result).map_err(|e| {
                     Stop(failed(
@@ -549,8 +604,8 @@ impl Worker {
             execution_id: self.held.execution_id.clone(),
             logical_operation_id: format!("{}-op{}", self.held.execution_id, operation.step),
             server: self.spec.server.name.clone(),
-            operation_kind: OperationKind::Tool,
-            operation_name: operation.tool.clone(),
+            operation_kind: operation.kind,
+            operation_name: operation.name.clone(),
             requests,
             request_state,
             deadline,
@@ -578,17 +633,17 @@ impl Worker {
             round_id: round_id.clone(),
             lease,
             deadline: record.pending.deadline,
+            created_at: record.pending.created_at,
             answered: false,
         });
+        self.pause_timer();
         let plan = self.plan.as_mut()?;
-        let Some(answer) = plan.answer(&self.spec.server.name, &operation.tool, &keys) else {
+        let Some(answer) = plan.answer(&self.spec.server.name, &operation.name, &keys) else {
             return Some(Input::Unhandled);
         };
         match store_protocol::submit_responses(&round_id, &answer, &format!("plan-{round_id}")) {
             Ok(record) => {
-                if let Some(slot) = &mut self.slot {
-                    slot.answered = true;
-                }
+                self.answered();
                 Some(Input::Answer(record.responses.unwrap_or_default()))
             }
             Err(e) => {
@@ -629,7 +684,8 @@ impl Worker {
         if let Some(lost) = self.write(line) {
             return Ok(Some(lost));
         }
-        let _ = store_protocol::mark_delivered(&slot.round_id, slot.lease);
+        store_protocol::mark_delivered(&slot.round_id, slot.lease)
+            .map_err(|e| lost_write("mark-delivered", &slot.round_id, &e))?;
         Ok(None)
     }
 
@@ -638,10 +694,10 @@ impl Worker {
     fn check(&mut self) -> Result<Vec<Input>, Stop> {
         let now = time::now();
         let mut inputs = Vec::new();
-        if let Some(probe) = &self.probe_deadline
-            && time::at_or_after(&now, probe)
+        if let Some(timer) = &self.timer
+            && time::at_or_after(&now, timer)
         {
-            self.probe_deadline = None;
+            self.timer = None;
             inputs.push(Input::ProbeTimedOut);
         }
         if time::at_or_after(&now, &self.next_renewal) {
@@ -653,14 +709,13 @@ impl Worker {
                     format!("the worker lost its execution: {}", error_text(&e)),
                 ))
             })?;
-            if let Some(slot) = &mut self.slot
-                && let Ok(lease) = store_protocol::renew(
+            if let Some(slot) = &mut self.slot {
+                slot.lease = store_protocol::renew(
                     &slot.round_id,
                     slot.lease.clone(),
                     self.spec.lease_ttl_ms,
                 )
-            {
-                slot.lease = lease;
+                .map_err(|e| lost_write("renew", &slot.round_id, &e))?;
             }
         }
         // One read transaction for the cancel flag and the open round. A read that fails is
@@ -683,8 +738,8 @@ impl Worker {
         };
         match record.status {
             Status::ResponseValidated => {
-                slot.answered = true;
                 inputs.push(Input::Answer(record.responses.unwrap_or_default()));
+                self.answered();
             }
             Status::Pending => {
                 if let Some(deadline) = &slot.deadline
@@ -706,6 +761,74 @@ impl Worker {
         }
         Ok(inputs)
     }
+}
+
+impl Worker {
+    /// Arms the session's timer, or (while a round waits for its answer) sets what it will have
+    /// when the wait ends.
+    fn arm(&mut self, ms: u64) {
+        if self.slot.as_ref().is_some_and(|s| !s.answered) {
+            self.timer = None;
+            self.paused_ms = Some(ms);
+        } else {
+            self.timer = Some(time::add_millis(&time::now(), ms));
+        }
+    }
+
+    /// A round began to wait for its answer: the timer stands still.
+    fn pause_timer(&mut self) {
+        if let Some(timer) = self.timer.take() {
+            self.paused_ms = Some(millis_until(&time::now(), &timer));
+        }
+    }
+
+    /// The wait for an answer ended: the timer runs on with what it had left.
+    fn resume_timer(&mut self) {
+        if let Some(ms) = self.paused_ms.take() {
+            self.timer = Some(time::add_millis(&time::now(), ms));
+        }
+    }
+
+    /// The open round's answer is committed.
+    fn answered(&mut self) {
+        if let Some(slot) = &mut self.slot {
+            slot.answered = true;
+        }
+        self.resume_timer();
+    }
+
+    /// The open round ends (resolved or failed).
+    fn take_slot(&mut self) -> Option<Slot> {
+        let slot = self.slot.take();
+        self.resume_timer();
+        slot
+    }
+}
+
+/// A store write the worker could not make: the execution ends, failed, saying which.
+fn lost_write(
+    operation: &str,
+    round_id: &str,
+    e: &crate::m3::managed_input::types::ManagedInputError,
+) -> Stop {
+    Stop(failed(
+        FailureKind::ServerError,
+        None,
+        format!(
+            "the worker could not {operation} round {round_id}: {}",
+            error_text(e)
+        ),
+    ))
+}
+
+/// A withdrawn round's message: what the server did, and after how long.
+fn withdrawn_message(what: &str, created_at: &Timestamp) -> String {
+    let waited = millis_until(created_at, &time::now()) / 1000;
+    format!(
+        "{what}, {waited} s after the round opened: the server stopped waiting, so the answer \
+         can no longer be delivered (many MCP server SDKs give up on an elicitation after 60 s \
+         by default; raise the server's timeout to give people longer)"
+    )
 }
 
 fn error_text(e: &crate::m3::managed_input::types::ManagedInputError) -> String {

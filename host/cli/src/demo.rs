@@ -1,7 +1,7 @@
 //! `m3 demo`: the specification's example end to end on a fresh database, with the bundled
 //! shipping server (this binary, `m3 shipping-server`) and the scripted harness.
 
-use crate::run::{Output, report};
+use crate::run::Output;
 use crate::{Cli, EraArg, json, print_json};
 use anyhow::{Context, Result, anyhow};
 use m3::{
@@ -140,9 +140,9 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
         )?;
     }
     output.progress.set_message("delivering the answer");
-    let result = handle.result(Some(Duration::from_secs(60)))?;
+    let ended = handle.result(Some(Duration::from_secs(60)));
     output.progress.finish_and_clear();
-    report(&result, &output);
+    let code = crate::run::finish(ended, &output);
     let record = m3::ManagedInputStore::get_round(
         store
             .managed_input_store()?
@@ -158,5 +158,5 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
     }
     drop(kit);
     store.close();
-    Ok(crate::run::exit_code(&result))
+    code
 }

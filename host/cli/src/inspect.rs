@@ -66,6 +66,7 @@ fn list_rounds(
 
 /// `m3 rounds`.
 pub fn rounds(cli: &Cli, status: Option<&str>, execution: Option<&str>) -> Result<ExitCode> {
+    crate::recovered_executions(cli)?;
     let records = list_rounds(cli, status, execution)?;
     if cli.json {
         let redacted: Vec<Value> = records
@@ -144,7 +145,7 @@ fn executions_table(states: &[ExecutionState]) -> Table {
 
 /// `m3 executions`.
 pub fn executions(cli: &Cli) -> Result<ExitCode> {
-    let states: Vec<ExecutionState> = crate::executions(cli)?
+    let states: Vec<ExecutionState> = crate::recovered_executions(cli)?
         .list(None, None)?
         .iter()
         .map(state_back)
@@ -164,7 +165,7 @@ pub fn executions(cli: &Cli) -> Result<ExitCode> {
 
 /// `m3 status`.
 pub fn status(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
-    let executions = crate::executions(cli)?;
+    let executions = crate::recovered_executions(cli)?;
     let state = state_back(&executions.snapshot(execution_id)?);
     let records = list_rounds(cli, None, Some(execution_id))?;
     if cli.json {

@@ -264,6 +264,7 @@ pub fn execution(s: &ExecutionState) -> Value {
 pub fn tool_call(t: &m3::ToolResult) -> Value {
     json!({
         "tool": t.tool,
+        "kind": operation_kind(t.kind),
         "output": t.text(),
         "is_error": t.result.get("isError").and_then(Value::as_bool).unwrap_or(false),
         "result": t.result,

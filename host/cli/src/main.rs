@@ -189,6 +189,22 @@ pub fn executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::worker::Execut
     Ok(store.executions()?)
 }
 
+/// The executions on `--db`, after a recovery pass, for the commands that list what waits:
+/// a round whose worker is gone is failed (`recovery_unavailable`) before it could be listed as
+/// answerable. What was recovered is said on stderr.
+pub fn recovered_executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::worker::Executions>> {
+    let executions = executions(cli)?;
+    let report = executions.recover()?;
+    if report.rounds_failed + report.executions_failed > 0 {
+        eprintln!(
+            "recovered: failed {} round(s) and {} execution(s) whose worker is gone \
+             (recovery_unavailable)",
+            report.rounds_failed, report.executions_failed
+        );
+    }
+    Ok(executions)
+}
+
 /// Reads a file, or standard input for `-`; the error says what could not be read (the caller
 /// names the typed error it is).
 pub fn read_input(path: &std::path::Path) -> Result<String, String> {

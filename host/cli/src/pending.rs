@@ -12,7 +12,7 @@ const POLL: Duration = Duration::from_millis(25);
 
 /// The pending rounds (of one execution, if given).
 pub fn list(cli: &Cli, execution: Option<&str>) -> Result<Vec<PendingElicitationRound>> {
-    let executions = crate::executions(cli)?;
+    let executions = crate::recovered_executions(cli)?;
     let filter = RoundFilter {
         execution_id: execution.map(str::to_string),
         status: Some(ManagedInputStatus::Pending),

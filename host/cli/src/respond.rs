@@ -97,8 +97,9 @@ pub fn respond(cli: &Cli, args: &RespondArgs) -> Result<ExitCode> {
         print_json(&json::record(&record, None), false);
     } else {
         println!(
-            "round {} is {} (answers stored; the worker delivers them once)",
-            record.pending.round_id, record.status
+            "round {} is {} (answers stored: its worker delivers them once, or the round fails \
+             saying why; see `m3 show {}`)",
+            record.pending.round_id, record.status, record.pending.round_id
         );
     }
     Ok(ExitCode::SUCCESS)

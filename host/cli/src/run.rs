@@ -3,13 +3,13 @@
 //! printed as JSON lines and answered by another process (`m3 respond`).
 
 use crate::{Cli, json, print_json, read_input};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use m3::{
-    AgentSpec, ExecutionError, ExecutionHandle, ExecutionResult, ExecutionStatus,
-    ManagedInputError, McpTestKit, ModelValidationError, OutcomeKind, Policy, Script,
-    SqliteExecutionStore, StdioServer, Submission,
+    AgentSpec, ExecutionError, ExecutionHandle, ExecutionResult, ExecutionStatus, ExecutionStore,
+    ManagedInputError, ManagedInputStatus, ManagedInputStore, McpTestKit, ModelValidationError,
+    OutcomeKind, Policy, RoundFilter, Script, SqliteExecutionStore, StdioServer, Submission,
 };
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
@@ -49,7 +49,8 @@ pub struct RunArgs {
     /// The server's name (the `server` of `server:tool`).
     #[arg(long, value_name = "NAME")]
     server_name: String,
-    /// The server's program (a path, or a name looked up in the child's `PATH`).
+    /// The server's program: a path (relative to this directory), or a name looked up in the
+    /// child's `PATH`.
     #[arg(long, value_name = "CMD")]
     server_command: String,
     /// One argument of the server (repeatable).
@@ -59,7 +60,8 @@ pub struct RunArgs {
     /// this process's `PATH`, nothing else.
     #[arg(long, value_name = "K=V")]
     server_env: Vec<String>,
-    /// The server's working directory, relative to its private scratch directory.
+    /// The server's working directory (absolute, or relative to this directory; default: a
+    /// private scratch directory).
     #[arg(long, value_name = "DIR")]
     server_cwd: Option<String>,
     /// Force the server's MCP era (default: probe).
@@ -224,11 +226,31 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
     let agent = kit.agents([spec])?.remove(0);
     let output = Output::new(cli, args.no_prompt);
     let handle = agent.submit(submission)?;
-    let result = drive(&handle, &output)?;
-    report(&result, &output);
+    let rounds = store
+        .managed_input_store()?
+        .ok_or_else(|| anyhow!("the execution store resolves no managed-input store"))?;
+    let ended = drive(&handle, rounds.as_ref(), &output)?;
     drop(kit);
     store.close();
-    Ok(exit_code(&result))
+    finish(ended, &output)
+}
+
+/// Reports how an execution ended: its result (also when a deadline timed it out), and then
+/// for a timeout the `OperationTimeout` error (the first stderr line, a non-zero exit).
+pub fn finish(ended: Result<ExecutionResult, ExecutionError>, output: &Output) -> Result<ExitCode> {
+    match ended {
+        Ok(result) => {
+            report(&result, output);
+            Ok(exit_code(&result))
+        }
+        Err(ExecutionError::OperationTimeout(timeout)) if timeout.result.is_some() => {
+            if let Some(result) = &timeout.result {
+                report(result, output);
+            }
+            Err(ExecutionError::OperationTimeout(timeout).into())
+        }
+        Err(e) => Err(anyhow::Error::from(e).context("reading the result")),
+    }
 }
 
 /// Success when the execution succeeded, failure otherwise.
@@ -240,18 +262,41 @@ pub fn exit_code(result: &ExecutionResult) -> ExitCode {
     }
 }
 
-/// Waits for the execution to end, handling each pending round as it appears.
-pub fn drive(handle: &ExecutionHandle, output: &Output) -> Result<ExecutionResult> {
+/// Waits for the execution to end, reporting every round of it once, in the order they were
+/// opened (also one that was answered, or ended, before the command looked): printed as a
+/// `pending` JSON line, or answered in the terminal form while it is still pending. Returns how
+/// the execution ended (`Err(OperationTimeout)` carries the result of a deadline that passed).
+pub fn drive(
+    handle: &ExecutionHandle,
+    rounds: &dyn ManagedInputStore,
+    output: &Output,
+) -> Result<Result<ExecutionResult, ExecutionError>> {
     let mut seen = HashSet::new();
     output
         .progress
         .set_message(format!("execution {} running", handle.execution_id()));
+    let filter = RoundFilter {
+        execution_id: Some(handle.execution_id().to_string()),
+        status: None,
+        limit: None,
+    };
     loop {
-        if let Some(round) = handle.pending_elicitation()?
-            && seen.insert(round.round_id.clone())
-        {
-            if output.interactive {
+        // Read before listing: every round opened before it finished is in the listing.
+        let finished = handle.snapshot()?.lifecycle == ExecutionStatus::Finished;
+        for record in rounds.list_rounds(&filter)? {
+            let round = record.pending;
+            if !seen.insert(round.round_id.clone()) {
+                continue;
+            }
+            if output.interactive && record.status == ManagedInputStatus::Pending {
                 answer_on_terminal(handle, &round, output)?;
+            } else if output.interactive {
+                output.progress.suspend(|| {
+                    eprintln!(
+                        "round {} is already {} (answered or ended elsewhere)",
+                        round.round_id, record.status
+                    )
+                });
             } else {
                 output.progress.suspend(|| {
                     print_json(
@@ -265,15 +310,13 @@ pub fn drive(handle: &ExecutionHandle, output: &Output) -> Result<ExecutionResul
                 ));
             }
         }
-        if handle.snapshot()?.lifecycle == ExecutionStatus::Finished {
+        if finished {
             break;
         }
         std::thread::sleep(POLL);
     }
     output.progress.finish_and_clear();
-    handle
-        .result(Some(Duration::from_secs(30)))
-        .context("reading the result")
+    Ok(handle.result(Some(Duration::from_secs(30))))
 }
 
 fn answer_on_terminal(
@@ -290,6 +333,14 @@ fn answer_on_terminal(
                 output
                     .progress
                     .suspend(|| eprintln!("ManagedInputValidationError: {e}; try again"));
+            }
+            Err(ExecutionError::ManagedInput(
+                e @ (ManagedInputError::State(_) | ManagedInputError::Recovery(_)),
+            )) => {
+                // The round ended while the form was open (the server stopped waiting, a
+                // deadline, a cancel): the answer was not taken; the execution goes on.
+                output.progress.suspend(|| eprintln!("{e}"));
+                return Ok(());
             }
             Err(e) => return Err(e.into()),
         }

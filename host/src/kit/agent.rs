@@ -88,40 +88,149 @@ impl Default for CodexOptions {
     }
 }
 
-/// One tool call of a script.
+/// One step of a script: a tool call, a prompt to get or a resource to read, each one logical
+/// operation whose elicitations become rounds of that kind. JSON: `{"tool": "server:tool",
+/// "arguments": {..}}`, `{"prompt": "server:name", "arguments": {..}}` (string values) or
+/// `{"resource": "server:uri"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "StepJson", into = "StepJson")]
+pub enum ScriptStep {
+    /// `tools/call` of an allow-listed tool.
+    Tool {
+        /// `server:tool`.
+        tool: String,
+        /// The tool's arguments (a JSON object).
+        arguments: serde_json::Value,
+    },
+    /// `prompts/get`.
+    Prompt {
+        /// `server:name`.
+        prompt: String,
+        /// The prompt's arguments (a JSON object of strings).
+        arguments: serde_json::Value,
+    },
+    /// `resources/read`.
+    Resource {
+        /// `server:uri`.
+        resource: String,
+    },
+}
+
+/// The JSON form of a [`ScriptStep`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ScriptStep {
-    /// `server:tool`.
-    pub tool: String,
-    /// The tool's arguments (a JSON object).
-    #[serde(default = "empty_object")]
-    pub arguments: serde_json::Value,
+struct StepJson {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resource: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    arguments: Option<serde_json::Value>,
+}
+
+impl TryFrom<StepJson> for ScriptStep {
+    type Error = String;
+
+    fn try_from(step: StepJson) -> Result<Self, String> {
+        let arguments = || step.arguments.clone().unwrap_or_else(empty_object);
+        match (&step.tool, &step.prompt, &step.resource) {
+            (Some(tool), None, None) => Ok(Self::Tool {
+                tool: tool.clone(),
+                arguments: arguments(),
+            }),
+            (None, Some(prompt), None) => Ok(Self::Prompt {
+                prompt: prompt.clone(),
+                arguments: arguments(),
+            }),
+            (None, None, Some(resource)) if step.arguments.is_none() => Ok(Self::Resource {
+                resource: resource.clone(),
+            }),
+            (None, None, Some(_)) => Err("a `resource` step takes no `arguments`".into()),
+            _ => Err("a script step has exactly one of `tool`, `prompt` or `resource`".into()),
+        }
+    }
+}
+
+impl From<ScriptStep> for StepJson {
+    fn from(step: ScriptStep) -> Self {
+        let none = Self {
+            tool: None,
+            prompt: None,
+            resource: None,
+            arguments: None,
+        };
+        match step {
+            ScriptStep::Tool { tool, arguments } => Self {
+                tool: Some(tool),
+                arguments: Some(arguments),
+                ..none
+            },
+            ScriptStep::Prompt { prompt, arguments } => Self {
+                prompt: Some(prompt),
+                arguments: Some(arguments),
+                ..none
+            },
+            ScriptStep::Resource { resource } => Self {
+                resource: Some(resource),
+                ..none
+            },
+        }
+    }
+}
+
+impl ScriptStep {
+    /// `server:name` of the tool, prompt or resource.
+    pub fn target(&self) -> &str {
+        match self {
+            Self::Tool { tool, .. } => tool,
+            Self::Prompt { prompt, .. } => prompt,
+            Self::Resource { resource } => resource,
+        }
+    }
 }
 
 fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(Default::default())
 }
 
-/// A scripted agent's tool calls, in the JSON form `{"steps": [{"tool", "arguments"}]}`.
+/// A scripted agent's operations, in the JSON form `{"steps": [step, ..]}` (see [`ScriptStep`]).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
-    /// The calls, in order.
+    /// The steps, in order.
     pub steps: Vec<ScriptStep>,
 }
 
 impl Script {
-    /// A script of one call.
+    /// A script of one tool call.
     pub fn call(tool: impl Into<String>, arguments: serde_json::Value) -> Self {
         Self::default().then(tool, arguments)
     }
 
-    /// Appends a call.
+    /// Appends a tool call (`server:tool`).
     pub fn then(mut self, tool: impl Into<String>, arguments: serde_json::Value) -> Self {
-        self.steps.push(ScriptStep {
+        self.steps.push(ScriptStep::Tool {
             tool: tool.into(),
             arguments,
+        });
+        self
+    }
+
+    /// Appends a `prompts/get` of `server:name` (string arguments).
+    pub fn then_prompt(mut self, prompt: impl Into<String>, arguments: serde_json::Value) -> Self {
+        self.steps.push(ScriptStep::Prompt {
+            prompt: prompt.into(),
+            arguments,
+        });
+        self
+    }
+
+    /// Appends a `resources/read` of `server:uri`.
+    pub fn then_resource(mut self, resource: impl Into<String>) -> Self {
+        self.steps.push(ScriptStep::Resource {
+            resource: resource.into(),
         });
         self
     }

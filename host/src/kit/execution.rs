@@ -95,29 +95,42 @@ pub struct ExecutionFailure {
     pub message: String,
 }
 
-/// One tool call's result.
+/// One operation's result: a tool call's, a prompt's or a resource read's.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ToolResult {
-    /// `server:tool`.
+    /// `server:name`: the tool name, prompt name or resource URI after the server's name.
     pub tool: String,
-    /// The MCP `CallToolResult` object.
+    /// Tool, prompt or resource.
+    pub kind: crate::round::OperationKind,
+    /// The MCP result object (`CallToolResult`, `GetPromptResult` or `ReadResourceResult`).
     pub result: serde_json::Value,
 }
 
 impl ToolResult {
-    /// The text of the result's `text` content blocks, joined by newlines.
+    /// The result's text, joined by newlines: a tool's `text` content blocks, a prompt's text
+    /// messages, a resource's text contents.
     pub fn text(&self) -> String {
-        self.result
-            .get("content")
-            .and_then(serde_json::Value::as_array)
-            .map(|blocks| {
-                blocks
-                    .iter()
-                    .filter_map(|b| b.get("text").and_then(serde_json::Value::as_str))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-            .unwrap_or_default()
+        use serde_json::Value;
+        let list = |field: &str| {
+            self.result
+                .get(field)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let texts: Vec<Value> = match self.kind {
+            crate::round::OperationKind::Tool => list("content"),
+            crate::round::OperationKind::Prompt => list("messages")
+                .into_iter()
+                .filter_map(|m| m.get("content").cloned())
+                .collect(),
+            crate::round::OperationKind::Resource => list("contents"),
+        };
+        texts
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 
@@ -181,7 +194,8 @@ impl ExecutionResult {
         self.outcome.kind == OutcomeKind::Succeeded
     }
 
-    /// The round deadline of an operation passed (the specification's `OperationTimeout`).
+    /// A deadline passed (a round's or a Codex turn's): the specification's `OperationTimeout`,
+    /// which [`crate::AsyncExecutionHandle::result`] returns as an error carrying this result.
     pub fn timed_out(&self) -> bool {
         self.outcome
             .failure
@@ -190,14 +204,37 @@ impl ExecutionResult {
     }
 }
 
-/// A wait ran out before the execution finished (the specification's `OperationTimeout`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("OperationTimeout: execution {execution_id} did not finish within {waited:?}")]
+/// The specification's `OperationTimeout`: a wait ran out, or the execution ended because a
+/// deadline passed. The message never carries answers.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("OperationTimeout: execution {execution_id}: {cause}")]
 pub struct OperationTimeout {
-    /// The execution waited on.
+    /// The execution.
     pub execution_id: String,
-    /// How long the caller waited.
-    pub waited: Duration,
+    /// What ran out.
+    pub cause: TimeoutCause,
+    /// The execution's result when it finished because of the deadline (its tool results
+    /// and failure, so nothing is lost); `None` when only the caller's wait ran out.
+    pub result: Option<Box<ExecutionResult>>,
+}
+
+/// What ran out for an [`OperationTimeout`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimeoutCause {
+    /// The caller's wait (`result(timeout)`) ran out; the execution goes on.
+    Wait(Duration),
+    /// A round's deadline (its round failed with `deadline_exceeded`) or a Codex turn's
+    /// deadline passed, and the execution finished failed; the text says which.
+    Deadline(String),
+}
+
+impl std::fmt::Display for TimeoutCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Wait(waited) => write!(f, "did not finish within {waited:?}"),
+            Self::Deadline(message) => write!(f, "{message}"),
+        }
+    }
 }
 
 /// Errors of the execution API.
@@ -215,7 +252,7 @@ pub enum ExecutionError {
     /// The execution store failed or was closed.
     #[error(transparent)]
     Store(#[from] ExecutionStoreError),
-    /// The kit's tokio runtime or a worker task failed.
+    /// The kit's tokio runtime failed (a task panicked or was cancelled).
     #[error("the kit's runtime failed: {0}")]
     Runtime(String),
 }
@@ -270,6 +307,10 @@ fn outcome_back(o: &wit::ExecutionOutcome) -> ExecutionOutcome {
             .iter()
             .map(|t| ToolResult {
                 tool: t.tool.clone(),
+                kind: t.kind.map_or(
+                    crate::round::OperationKind::Tool,
+                    crate::convert::operation_kind_back,
+                ),
                 result: serde_json::from_str(&t.result).unwrap_or(serde_json::Value::Null),
             })
             .collect(),

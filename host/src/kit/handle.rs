@@ -1,8 +1,10 @@
 //! Execution handles: read the pending round, answer it, watch and cancel the execution.
 
 use super::execution::{
-    ExecutionError, ExecutionResult, ExecutionState, ExecutionStatus, OperationTimeout, state_back,
+    ExecutionError, ExecutionResult, ExecutionState, ExecutionStatus, FailureKind,
+    OperationTimeout, TimeoutCause, state_back,
 };
+use crate::error::ManagedInputError;
 use crate::response::ElicitationResponse;
 use crate::round::PendingElicitationRound;
 use crate::worker::Executions;
@@ -11,14 +13,30 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
-/// What the worker task reports when it ends.
-pub(crate) type WorkerEnd = Option<Result<(), String>>;
+/// What the worker task reports when it ends (its error keeps its type).
+pub(crate) type WorkerEnd = Option<Result<(), ManagedInputError>>;
 
 pub(crate) struct Shared {
     pub execution_id: String,
     pub executions: Arc<Executions>,
     pub wake: Arc<Notify>,
     pub worker: watch::Receiver<WorkerEnd>,
+    /// For a handle whose worker runs elsewhere: keeps `worker` open (it never reports).
+    pub _no_worker: Option<watch::Sender<WorkerEnd>>,
+}
+
+impl Shared {
+    /// A handle's state for an execution whose worker is not this kit's.
+    pub(crate) fn attached(execution_id: &str, executions: Arc<Executions>) -> Self {
+        let (sender, worker) = watch::channel(None);
+        Self {
+            execution_id: execution_id.to_string(),
+            executions,
+            wake: Arc::new(Notify::new()),
+            worker,
+            _no_worker: Some(sender),
+        }
+    }
 }
 
 async fn blocking<T: Send + 'static>(
@@ -59,7 +77,8 @@ impl AsyncExecutionHandle {
     }
 
     /// Validates and commits answers to one of this execution's rounds, then wakes its worker,
-    /// which delivers them once. `round_id` and `idempotency_key` must be non-empty.
+    /// which delivers them once, or fails the round saying why (the server stopped waiting, a
+    /// deadline, a cancel). `round_id` and `idempotency_key` must be non-empty.
     pub async fn respond_elicitation(
         &self,
         round_id: &str,
@@ -86,7 +105,11 @@ impl AsyncExecutionHandle {
         blocking(move || snapshot(&shared)).await
     }
 
-    /// Waits for the terminal result; `OperationTimeout` when `timeout` (if any) runs out first.
+    /// Waits for the terminal result, through the store (the worker may run in another
+    /// process). `Err(OperationTimeout)` when `timeout` (if any) runs out first, and when the
+    /// execution ended because a deadline passed (a round's, or a Codex turn's): that error
+    /// carries the execution's result, so nothing of it is lost. A worker that failed reports
+    /// its own typed error.
     pub async fn result(
         &self,
         timeout: Option<Duration>,
@@ -96,37 +119,53 @@ impl AsyncExecutionHandle {
             Some(limit) => tokio::time::timeout(limit, wait).await.map_err(|_| {
                 ExecutionError::OperationTimeout(OperationTimeout {
                     execution_id: self.shared.execution_id.clone(),
-                    waited: limit,
+                    cause: TimeoutCause::Wait(limit),
+                    result: None,
                 })
             })??,
             None => wait.await?,
         };
-        let outcome = state
-            .outcome
-            .ok_or_else(|| ExecutionError::Runtime("a finished execution has no outcome".into()))?;
-        Ok(ExecutionResult {
+        let outcome = state.outcome.ok_or_else(|| {
+            ExecutionError::Runtime(format!(
+                "execution {} is finished without an outcome",
+                state.execution_id
+            ))
+        })?;
+        let result = ExecutionResult {
             execution_id: state.execution_id,
             outcome,
-        })
+        };
+        if let Some(failure) = &result.outcome.failure
+            && failure.kind == FailureKind::OperationTimeout
+        {
+            return Err(ExecutionError::OperationTimeout(OperationTimeout {
+                execution_id: result.execution_id.clone(),
+                cause: TimeoutCause::Deadline(failure.message.clone()),
+                result: Some(Box::new(result)),
+            }));
+        }
+        Ok(result)
     }
 
     async fn finished(&self) -> Result<ExecutionState, ExecutionError> {
         let mut worker = self.shared.worker.clone();
+        // Commits by any process (a worker elsewhere finishing it, recovery) wake the wait.
+        let subscription = self.shared.executions.changes();
+        let mut changes = subscription.receiver.clone();
         loop {
             let state = self.snapshot().await?;
             if state.lifecycle == ExecutionStatus::Finished {
                 return Ok(state);
             }
-            let ended = worker.borrow_and_update().clone();
-            if let Some(Err(message)) = ended {
-                return Err(ExecutionError::Runtime(message));
+            if let Some(Err(e)) = worker.borrow_and_update().clone() {
+                return Err(ExecutionError::ManagedInput(e));
             }
-            if ended.is_some() {
-                // The worker ended without finishing it (lost its lease): recovery finishes it.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
+            // A worker that ended without finishing it lost its lease: recovery finishes it.
+            tokio::select! {
+                _ = worker.changed() => {}
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
-            let _ = tokio::time::timeout(Duration::from_millis(250), worker.changed()).await;
         }
     }
 

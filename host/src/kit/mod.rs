@@ -3,8 +3,14 @@
 //!
 //! A submission is checked and stored by the component; a worker task then drives the execution
 //! inside the component (`runtime.run-execution`) on the kit's tokio runtime. When the kit
-//! first touches its store, it runs recovery: rounds and executions whose worker is gone end
-//! `failed` with `recovery_unavailable`.
+//! first touches its store, it runs recovery, and then again once per lease period for as long
+//! as it lives: rounds and executions whose worker (or submitter) is gone end `failed` with
+//! `recovery_unavailable`, whichever process left them, with no operator.
+//!
+//! A submission's programs and working directories are resolved when it is submitted, as a
+//! subprocess API resolves them (see [`crate::process::resolve`]); a missing one is a
+//! [`ModelValidationError`]. [`AsyncMcpTestKit::execution`] gives a handle on any execution of
+//! the store, submitted by any process.
 
 pub mod agent;
 pub mod execution;
@@ -17,7 +23,7 @@ pub use agent::{
 };
 pub use execution::{
     ExecutionError, ExecutionFailure, ExecutionOutcome, ExecutionResult, ExecutionState,
-    ExecutionStatus, FailureKind, OperationTimeout, OutcomeKind, ToolResult,
+    ExecutionStatus, FailureKind, OperationTimeout, OutcomeKind, TimeoutCause, ToolResult,
 };
 pub use handle::{AsyncExecutionHandle, ExecutionHandle};
 pub use server::{McpEra, StdioServer};
@@ -29,6 +35,7 @@ use crate::submission::{HumanInput, ModelValidationError, Submission};
 use crate::worker::{Executions, SubmitFailure};
 use handle::Shared;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
@@ -58,6 +65,8 @@ struct KitInner {
     owner_id: String,
     executions: OnceLock<Arc<Executions>>,
     submitted: Mutex<Vec<Arc<Shared>>>,
+    /// Dropped with the kit: its periodic recovery task ends.
+    alive: watch::Sender<()>,
 }
 
 /// The async test kit (tokio).
@@ -120,6 +129,7 @@ impl AsyncMcpTestKit {
                 owner_id: owner_id(),
                 executions: OnceLock::new(),
                 submitted: Mutex::new(Vec::new()),
+                alive: watch::channel(()).0,
             }),
         }
     }
@@ -168,14 +178,81 @@ impl AsyncMcpTestKit {
         Ok(agents)
     }
 
-    /// The executions of the kit's store; recovery runs the first time.
+    /// The executions of the kit's store; recovery runs the first time, and from then on once
+    /// per lease period (on the current tokio runtime) while the kit lives.
     fn executions(&self) -> Result<Arc<Executions>, ExecutionError> {
         if let Some(executions) = self.inner.executions.get() {
             return Ok(executions.clone());
         }
         let executions = self.inner.store.executions()?;
         executions.recover()?;
+        self.keep_recovering();
         Ok(self.inner.executions.get_or_init(|| executions).clone())
+    }
+
+    /// Starts the periodic recovery task (once per kit).
+    fn keep_recovering(&self) {
+        if self.inner.executions.get().is_some() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let kit = Arc::downgrade(&self.inner);
+        let mut alive = self.inner.alive.subscribe();
+        let period = self.inner.options.lease_ttl.max(Duration::from_millis(10));
+        runtime.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(period) => {}
+                    _ = alive.changed() => return,
+                }
+                let Some(executions) = kit
+                    .upgrade()
+                    .and_then(|inner| inner.executions.get().cloned())
+                else {
+                    return;
+                };
+                // A pass that fails (the database busy past its timeout) is tried again at the
+                // next period; nothing it would have failed is acknowledged meanwhile, since an
+                // answer to a round whose lease expired is refused.
+                let _ = tokio::task::spawn_blocking(move || executions.recover()).await;
+            }
+        });
+    }
+
+    /// A handle on the execution `execution_id` of this kit's store, submitted by this kit or
+    /// by any other process on the same store, running or finished. Its `result()` waits
+    /// through the store when the worker runs elsewhere. An unknown id is a
+    /// `ManagedInputStateError` (`execution_not_found`).
+    pub async fn execution(
+        &self,
+        execution_id: &str,
+    ) -> Result<AsyncExecutionHandle, ExecutionError> {
+        if let Some(shared) = self
+            .inner
+            .submitted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|s| s.execution_id == execution_id)
+        {
+            return Ok(AsyncExecutionHandle {
+                shared: shared.clone(),
+            });
+        }
+        let kit = self.clone();
+        let id = execution_id.to_string();
+        let executions = tokio::task::spawn_blocking(move || {
+            let executions = kit.executions()?;
+            executions.snapshot(&id)?;
+            Ok::<_, ExecutionError>(executions)
+        })
+        .await
+        .map_err(|e| ExecutionError::Runtime(e.to_string()))??;
+        Ok(AsyncExecutionHandle {
+            shared: Arc::new(Shared::attached(execution_id, executions)),
+        })
     }
 
     /// Runs recovery now: fails with `recovery_unavailable` the rounds and executions whose
@@ -186,6 +263,7 @@ impl AsyncMcpTestKit {
             let executions = kit.inner.store.executions()?;
             let report = executions.recover()?;
             // Start-up recovery is done: later use of the store does not run it again.
+            kit.keep_recovering();
             let _ = kit.inner.executions.set(executions);
             Ok::<_, ExecutionError>(report)
         })
@@ -236,10 +314,12 @@ impl AsyncMcpTestKit {
         let kit = self.clone();
         let agent = agent.clone();
         let model = model.map(str::to_string);
-        let (executions, execution_id) =
-            tokio::task::spawn_blocking(move || kit.store_submission(&agent, model, &submission))
-                .await
-                .map_err(|e| ExecutionError::Runtime(e.to_string()))??;
+        let child_env = env.clone();
+        let (executions, execution_id) = tokio::task::spawn_blocking(move || {
+            kit.store_submission(&agent, model, &submission, &child_env)
+        })
+        .await
+        .map_err(|e| ExecutionError::Runtime(e.to_string()))??;
         let wake = Arc::new(Notify::new());
         let (report, worker) = watch::channel(None);
         let shared = Arc::new(Shared {
@@ -247,14 +327,14 @@ impl AsyncMcpTestKit {
             executions: executions.clone(),
             wake: wake.clone(),
             worker,
+            _no_worker: None,
         });
         let owner = self.inner.owner_id.clone();
         tokio::spawn(async move {
             let ended = executions
                 .run(&execution_id, &owner, env, wake)
                 .await
-                .map(|_| ())
-                .map_err(|e| e.to_string());
+                .map(|_| ());
             let _ = report.send(Some(ended));
         });
         self.inner
@@ -270,6 +350,7 @@ impl AsyncMcpTestKit {
         agent: &AgentSpec,
         model: Option<String>,
         submission: &Submission,
+        env: &BTreeMap<String, String>,
     ) -> Result<(Arc<Executions>, String), ExecutionError> {
         let policy = Policy::new()?;
         let resolves = self.inner.store.managed_input_store()?.is_some();
@@ -279,6 +360,7 @@ impl AsyncMcpTestKit {
             resolves,
         )??;
         policy.check_tool_allow_list(&submission.server.name, &submission.tools)??;
+        let resolved = resolve_programs(agent, submission, env, None)?;
         let executions = self.executions()?;
         let plan = match &agent.elicitation_plan {
             Some(plan) => Some(
@@ -293,7 +375,7 @@ impl AsyncMcpTestKit {
         })?;
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let codex = (agent.harness == Harness::Codex).then(|| wit::CodexSettings {
-            binary: agent.codex.binary.clone(),
+            binary: resolved.codex.clone().unwrap_or_default(),
             model_provider: agent
                 .codex
                 .model_provider
@@ -315,9 +397,9 @@ impl AsyncMcpTestKit {
             script,
             server: wit::ServerBinding {
                 name: submission.server.name.clone(),
-                command: submission.server.command.clone(),
+                command: resolved.server_command,
                 args: submission.server.args.clone(),
-                cwd: submission.server.cwd.clone(),
+                cwd: resolved.server_cwd,
                 era: match submission.server.era {
                     McpEra::Auto => wit::EraChoice::Auto,
                     McpEra::Legacy => wit::EraChoice::Legacy,
@@ -336,14 +418,62 @@ impl AsyncMcpTestKit {
             lease_renew_ms: millis(self.inner.options.lease_renew),
             round_deadline_ms: submission.round_deadline.map(millis),
         };
-        let state = executions.submit(&spec).map_err(|e| match e {
-            SubmitFailure::Invalid(message) => {
-                ExecutionError::ModelValidation(ModelValidationError { message })
-            }
-            SubmitFailure::Failed(e) => ExecutionError::ManagedInput(e),
-        })?;
+        let state = executions
+            .submit(&spec, &self.inner.owner_id)
+            .map_err(|e| match e {
+                SubmitFailure::Invalid(message) => {
+                    ExecutionError::ModelValidation(ModelValidationError { message })
+                }
+                SubmitFailure::Failed(e) => ExecutionError::ManagedInput(e),
+            })?;
         Ok((executions, state.execution_id))
     }
+}
+
+/// A submission's programs and working directory, resolved.
+struct ResolvedPrograms {
+    server_command: String,
+    server_cwd: Option<String>,
+    codex: Option<String>,
+}
+
+/// Resolves the server's program and working directory (and the `codex` program) for a child
+/// whose environment is `env`, relative paths against `base` (the caller's working directory
+/// when `None`); anything missing is a [`ModelValidationError`].
+fn resolve_programs(
+    agent: &AgentSpec,
+    submission: &Submission,
+    env: &BTreeMap<String, String>,
+    base: Option<&Path>,
+) -> Result<ResolvedPrograms, ModelValidationError> {
+    use crate::process::resolve;
+    let refused = |e: resolve::ResolveError| ModelValidationError {
+        message: e.to_string(),
+    };
+    let text = |p: std::path::PathBuf| p.display().to_string();
+    let server_command = resolve::program(
+        &format!("the server `{}`'s program", submission.server.name),
+        &submission.server.command,
+        env,
+        base,
+    )
+    .map_err(refused)?;
+    let server_cwd = match &submission.server.cwd {
+        Some(dir) => Some(text(resolve::directory(dir, base).map_err(refused)?)),
+        None => None,
+    };
+    let codex = match agent.harness {
+        Harness::Codex => Some(text(
+            resolve::program("the codex program", &agent.codex.binary, env, base)
+                .map_err(refused)?,
+        )),
+        Harness::Scripted => None,
+    };
+    Ok(ResolvedPrograms {
+        server_command: text(server_command),
+        server_cwd,
+        codex,
+    })
 }
 
 /// An agent of an [`AsyncMcpTestKit`].
@@ -440,6 +570,15 @@ impl McpTestKit {
     /// See [`AsyncMcpTestKit::recover`].
     pub fn recover(&self) -> Result<(u32, u32), ExecutionError> {
         self.runtime.block_on(self.inner.recover())
+    }
+
+    /// See [`AsyncMcpTestKit::execution`].
+    pub fn execution(&self, execution_id: &str) -> Result<ExecutionHandle, ExecutionError> {
+        let inner = self.runtime.block_on(self.inner.execution(execution_id))?;
+        Ok(ExecutionHandle {
+            inner,
+            runtime: self.runtime.clone(),
+        })
     }
 
     /// See [`AsyncMcpTestKit::shutdown`].

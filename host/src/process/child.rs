@@ -17,7 +17,8 @@ pub struct ProcessSpec {
     pub args: Vec<String>,
     /// The whole environment of the child: nothing of the host's environment is inherited.
     pub env: BTreeMap<String, String>,
-    /// Working directory relative to the scratch directory (`None`: the scratch directory).
+    /// Working directory: an absolute path (resolved when the execution was submitted), a
+    /// relative path inside the scratch directory, or `None` for the scratch directory.
     pub cwd: Option<PathBuf>,
 }
 
@@ -38,8 +39,9 @@ pub enum ProcessError {
     /// The program was not found (in the given environment's `PATH`).
     #[error("program not found: {0}")]
     NotFound(String),
-    /// The working directory is not inside the scratch directory.
-    #[error("working directory must be a relative path inside the scratch directory")]
+    /// The working directory is neither absolute nor a plain relative path inside the scratch
+    /// directory.
+    #[error("the working directory must be absolute or a plain path inside the scratch directory")]
     InvalidCwd,
     /// The operating system refused.
     #[error("process I/O failed: {0}")]
@@ -80,11 +82,11 @@ impl ChildProcess {
     ) -> Result<(Self, mpsc::UnboundedReceiver<ProcessEvent>), ProcessError> {
         let cwd = match &spec.cwd {
             None => scratch.path().to_path_buf(),
+            Some(absolute) if absolute.is_absolute() => absolute.clone(),
             Some(relative) => {
-                let inside = relative.is_relative()
-                    && relative
-                        .components()
-                        .all(|c| matches!(c, std::path::Component::Normal(_)));
+                let inside = relative
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)));
                 if !inside {
                     return Err(ProcessError::InvalidCwd);
                 }

@@ -57,12 +57,23 @@ impl Executions {
         &self.store
     }
 
-    /// Checks and stores a submission as a queued execution.
-    pub fn submit(&self, spec: &wit::ExecutionSpec) -> Result<wit::ExecutionState, SubmitFailure> {
+    /// A signal of every commit to the database by another connection or process (while the
+    /// subscription lives).
+    pub(crate) fn changes(&self) -> changes::Subscription {
+        self.changes.subscribe()
+    }
+
+    /// Checks and stores a submission as a queued execution held by `owner_id` (the submitter,
+    /// whose worker runs it) for one lease.
+    pub fn submit(
+        &self,
+        spec: &wit::ExecutionSpec,
+        owner_id: &str,
+    ) -> Result<wit::ExecutionState, SubmitFailure> {
         let result = self
             .store
             .pool()
-            .call(|b, s| b.m3_managed_input_runtime().call_submit(s, spec))
+            .call(|b, s| b.m3_managed_input_runtime().call_submit(s, spec, owner_id))
             .map_err(|e| SubmitFailure::Failed(e.into()))?;
         result.map_err(|e| match e {
             wit::SubmitError::Invalid(message) => SubmitFailure::Invalid(message),

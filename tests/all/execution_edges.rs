@@ -1,0 +1,638 @@
+//! The edges of an execution's life, where an acknowledged answer could be lost: servers that
+//! stop waiting (the TypeScript SDK 1.x's request timeout, a Python tool wrapping `ctx.elicit`
+//! in a timeout, a server that exits or completes without waiting), deadlines, workers and
+//! submitters that die, handles in other processes, programs and directories given as a user
+//! gives them, and operations other than tools. Every test runs real child processes on a real
+//! SQLite file; the peers are installed on first use from `tests/peers/`.
+
+use anyhow::{Context, Result, ensure};
+use m3::*;
+use m3_tests::peers::{self, PeerCommand};
+use m3_tests::*;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SHIPPING_SERVER: &str = env!("CARGO_BIN_EXE_m3-test-shipping-server");
+const SECOND_PROCESS: &str = env!("CARGO_BIN_EXE_m3-test-second-process");
+const WAIT: Duration = Duration::from_secs(60);
+
+fn address() -> BTreeMap<String, ElicitationResponse> {
+    BTreeMap::from([(
+        "shipping_address".to_string(),
+        ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
+    )])
+}
+
+fn binding(name: &str, command: &PeerCommand) -> StdioServer {
+    StdioServer::new(name, command.program.to_str().expect("UTF-8 program")).args(
+        command
+            .args
+            .iter()
+            .map(|a| a.to_str().expect("UTF-8 argument").to_string()),
+    )
+}
+
+fn kit_on(db: &TempDb, options: KitOptions) -> (Arc<SqliteExecutionStore>, McpTestKit) {
+    let store = Arc::new(SqliteExecutionStore::open(&db.path).unwrap());
+    let kit = McpTestKit::with_options(store.clone(), BTreeMap::<String, String>::new(), options)
+        .unwrap();
+    (store, kit)
+}
+
+fn submit(kit: &McpTestKit, script: Script, server: StdioServer) -> ExecutionHandle {
+    let tools: Vec<String> = script
+        .steps
+        .iter()
+        .filter(|s| matches!(s, ScriptStep::Tool { .. }))
+        .map(|s| s.target().to_string())
+        .collect();
+    let tools = if tools.is_empty() {
+        vec![format!("{}:book_shipment", server.name)]
+    } else {
+        tools
+    };
+    kit.agents([AgentSpec::scripted(script)])
+        .unwrap()
+        .remove(0)
+        .submit(
+            Submission::new("Ask, then act.", server)
+                .tools(tools)
+                .human_input(HumanInput::Managed),
+        )
+        .unwrap()
+}
+
+/// Every round of the execution, oldest first.
+fn rounds_of(db: &TempDb, execution_id: &str) -> Vec<ManagedInputRecord> {
+    db.store()
+        .list_rounds(&RoundFilter {
+            execution_id: Some(execution_id.to_string()),
+            status: None,
+            limit: None,
+        })
+        .unwrap()
+}
+
+/// Waits until the execution has a round (in any status) and returns the first.
+fn first_round(db: &TempDb, execution_id: &str) -> ManagedInputRecord {
+    let until = Instant::now() + WAIT;
+    loop {
+        if let Some(round) = rounds_of(db, execution_id).into_iter().next() {
+            return round;
+        }
+        assert!(Instant::now() < until, "no round within {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn result(handle: &ExecutionHandle) -> ExecutionResult {
+    handle.result(Some(WAIT)).unwrap()
+}
+
+/// The round ended `failed` with `code`; nothing lists it as pending and a later answer is a
+/// typed `ManagedInputStateError`, never acknowledged.
+fn assert_withdrawn_for_good(
+    db: &TempDb,
+    handle: &ExecutionHandle,
+    round_id: &str,
+    code: FailureCode,
+) {
+    let record = db.store().get_round(round_id).unwrap().unwrap();
+    assert_eq!(record.status, ManagedInputStatus::Failed, "{record:?}");
+    assert_eq!(record.failure.as_ref().map(|f| f.code), Some(code));
+    assert_eq!(record.delivery_attempts, 0, "nothing was delivered");
+    assert!(handle.pending_elicitation().unwrap().is_none());
+    let pending = db
+        .store()
+        .list_rounds(&RoundFilter {
+            execution_id: None,
+            status: Some(ManagedInputStatus::Pending),
+            limit: None,
+        })
+        .unwrap();
+    assert!(pending.iter().all(|r| r.pending.round_id != round_id));
+    match handle.respond_elicitation(round_id, address(), "late") {
+        Err(ExecutionError::ManagedInput(ManagedInputError::State(e))) => {
+            assert_eq!(e.code(), ErrorCode::RoundTerminal)
+        }
+        other => panic!("a late answer must be a ManagedInputStateError, got {other:?}"),
+    }
+}
+
+/// The TypeScript SDK 1.x gives up on its elicitation after its request timeout (60 s by default,
+/// one second here) and sends `notifications/cancelled`: the round fails `request_withdrawn` at
+/// once, saying so in words, and the execution finishes with the server's own result.
+#[test]
+fn a_typescript_sdk_server_that_times_out_withdraws_its_round() -> Result<()> {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let server = binding("ts", &peers::withdrawing_server(1_000)?).era(McpEra::Legacy);
+    let handle = submit(&kit, Script::call("ts:ask_with_timeout", json!({})), server);
+    let round = first_round(&db, handle.execution_id());
+    let result = result(&handle);
+    assert!(result.succeeded(), "{}", result.outcome);
+    let text = result.outcome.tool_results[0].text();
+    assert!(
+        text.contains("no answer"),
+        "the server's own result: {text}"
+    );
+    let record = db.store().get_round(&round.pending.round_id)?.unwrap();
+    let message = &record.failure.as_ref().unwrap().message;
+    assert!(
+        message.contains("cancelled its elicitation request")
+            && message.contains("60 s by default"),
+        "{message}"
+    );
+    assert_withdrawn_for_good(
+        &db,
+        &handle,
+        &round.pending.round_id,
+        FailureCode::RequestWithdrawn,
+    );
+    Ok(())
+}
+
+/// An answer committed before the server withdrew stays stored (and readable), but the round is
+/// failed, not resolved, and the answer is never delivered.
+#[test]
+fn an_answer_committed_too_late_is_kept_but_never_delivered() -> Result<()> {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let server = binding("ts", &peers::withdrawing_server(1_500)?).era(McpEra::Legacy);
+    let handle = submit(&kit, Script::call("ts:ask_with_timeout", json!({})), server);
+    let round = first_round(&db, handle.execution_id());
+    // Answered through the store directly, so the worker is not woken in process: it notices
+    // through the database, and the server's timeout may come first or not. Either way the
+    // answer is delivered once or the round says why.
+    let store = db.store();
+    store.submit_responses(&round.pending.round_id, &address(), "k")?;
+    let result = result(&handle);
+    assert!(result.succeeded(), "{}", result.outcome);
+    let record = store.get_round(&round.pending.round_id)?.unwrap();
+    assert!(record.responses.is_some(), "the answer stays stored");
+    match record.status {
+        ManagedInputStatus::Resolved => assert_eq!(record.delivery_attempts, 1),
+        ManagedInputStatus::Failed => {
+            assert_eq!(
+                record.failure.map(|f| f.code),
+                Some(FailureCode::RequestWithdrawn)
+            );
+            assert_eq!(record.delivery_attempts, 0);
+        }
+        other => panic!("the round must end, not stay {other}"),
+    }
+    Ok(())
+}
+
+/// A server that exits while its request is open fails the round with `server_error`; one that
+/// completes the call without waiting withdraws it.
+#[test]
+fn a_server_that_exits_or_does_not_wait_ends_its_round() -> Result<()> {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let command = peers::withdrawing_server(60_000)?;
+    let exits = submit(
+        &kit,
+        Script::call("ts:ask_then_exit", json!({})),
+        binding("ts", &command).era(McpEra::Legacy),
+    );
+    let round = first_round(&db, exits.execution_id());
+    let ended = result(&exits);
+    assert_eq!(ended.outcome.kind, OutcomeKind::Failed);
+    assert_eq!(
+        ended.outcome.failure.as_ref().unwrap().kind,
+        FailureKind::ServerError
+    );
+    assert_withdrawn_for_good(
+        &db,
+        &exits,
+        &round.pending.round_id,
+        FailureCode::ServerError,
+    );
+
+    let hasty = submit(
+        &kit,
+        Script::call("ts:ask_without_waiting", json!({})),
+        binding("ts", &command).era(McpEra::Legacy),
+    );
+    let round = first_round(&db, hasty.execution_id());
+    let ended = result(&hasty);
+    assert!(ended.succeeded(), "{}", ended.outcome);
+    assert_withdrawn_for_good(
+        &db,
+        &hasty,
+        &round.pending.round_id,
+        FailureCode::RequestWithdrawn,
+    );
+    Ok(())
+}
+
+/// The official Python SDK, a tool wrapping `ctx.elicit` in `asyncio.wait_for`: the round is
+/// withdrawn when the server gives up.
+#[test]
+fn a_python_tool_that_stops_waiting_withdraws_its_round() -> Result<()> {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let server = binding("booking", &peers::booking_server()?).era(McpEra::Legacy);
+    let handle = submit(
+        &kit,
+        Script::call(
+            "booking:book_table_quickly",
+            json!({"restaurant": "Chez M3"}),
+        ),
+        server,
+    );
+    let round = first_round(&db, handle.execution_id());
+    let ended = result(&handle);
+    assert!(ended.succeeded(), "{}", ended.outcome);
+    assert!(ended.outcome.tool_results[0].text().contains("not booked"));
+    assert_withdrawn_for_good(
+        &db,
+        &handle,
+        &round.pending.round_id,
+        FailureCode::RequestWithdrawn,
+    );
+    Ok(())
+}
+
+/// A round's deadline passing is the specification's `OperationTimeout`: `result()` returns it
+/// as an error that carries the execution's result.
+#[test]
+fn a_passed_deadline_is_an_operation_timeout_carrying_the_result() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let handle = kit
+        .agents([AgentSpec::scripted(Script::call(
+            "shipping:book_shipment",
+            json!({"item": "book"}),
+        ))])
+        .unwrap()
+        .remove(0)
+        .submit(
+            Submission::new("Book.", StdioServer::new("shipping", SHIPPING_SERVER))
+                .tools(["shipping:book_shipment"])
+                .human_input(HumanInput::Managed)
+                .round_deadline(Duration::from_millis(300)),
+        )
+        .unwrap();
+    let round = first_round(&db, handle.execution_id());
+    match handle.result(Some(WAIT)) {
+        Err(ExecutionError::OperationTimeout(timeout)) => {
+            assert!(matches!(timeout.cause, TimeoutCause::Deadline(_)));
+            let result = timeout.result.expect("the result travels with the error");
+            assert!(result.timed_out());
+            assert_eq!(
+                result.outcome.failure.unwrap().code,
+                Some(FailureCode::DeadlineExceeded)
+            );
+            assert!(timeout.execution_id == handle.execution_id());
+        }
+        other => panic!("expected OperationTimeout, got {other:?}"),
+    }
+    let record = db
+        .store()
+        .get_round(&round.pending.round_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.failure.map(|f| f.code),
+        Some(FailureCode::DeadlineExceeded)
+    );
+}
+
+/// A worker killed while its round is pending: another live kit recovers it within two lease
+/// periods, with nobody running `recover`.
+#[test]
+fn a_live_kit_recovers_a_killed_worker_s_round_within_two_lease_periods() {
+    let db = TempDb::new();
+    let lease = Duration::from_millis(1_000);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_m3-test-fault-worker"))
+        .args([
+            "kit",
+            db.path.to_str().unwrap(),
+            &lease.as_millis().to_string(),
+            SHIPPING_SERVER,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let round_id = line.split_whitespace().nth(1).unwrap().to_string();
+    // A live kit on the same database, with the same lease; it touches its store once.
+    let (_store, live) = kit_on(
+        &db,
+        KitOptions {
+            lease_ttl: lease,
+            lease_renew: lease / 4,
+        },
+    );
+    assert_eq!(live.recover().unwrap(), (0, 0), "the worker is still alive");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let store = db.store();
+    let recovered = loop {
+        let record = store.get_round(&round_id).unwrap().unwrap();
+        if record.status == ManagedInputStatus::Failed {
+            break record;
+        }
+        assert!(
+            killed.elapsed() < lease * 2 + Duration::from_secs(3),
+            "not recovered after {:?}",
+            killed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        recovered.failure.map(|f| f.code),
+        Some(FailureCode::RecoveryUnavailable)
+    );
+    let execution = live.execution(&recovered.pending.execution_id).unwrap();
+    assert_eq!(
+        execution.snapshot().unwrap().lifecycle,
+        ExecutionStatus::Finished
+    );
+    match execution.respond_elicitation(&round_id, address(), "late") {
+        Err(ExecutionError::ManagedInput(
+            ManagedInputError::Recovery(_) | ManagedInputError::State(_),
+        )) => {}
+        other => panic!("a late answer must be refused, got {other:?}"),
+    }
+}
+
+/// An execution whose submitter died before a worker claimed it (queued, held by the submitter's
+/// lease) is finished failed by recovery, not left queued for ever.
+#[test]
+fn a_queued_execution_whose_submitter_died_is_recovered() {
+    let db = TempDb::new();
+    let store = SqliteExecutionStore::open(&db.path).unwrap();
+    let executions = store.executions().unwrap();
+    // Stored as a submitter would, and never run: the submitter "dies" here.
+    let spec = m3::bindings::exports::m3::managed_input::runtime::ExecutionSpec {
+        harness: "scripted".into(),
+        codex: None,
+        model: None,
+        prompt: "Book.".into(),
+        script: json!({"steps": [{"tool": "shipping:book_shipment"}]}).to_string(),
+        server: m3::bindings::exports::m3::managed_input::runtime::ServerBinding {
+            name: "shipping".into(),
+            command: SHIPPING_SERVER.into(),
+            args: Vec::new(),
+            cwd: None,
+            era: m3::bindings::exports::m3::managed_input::runtime::EraChoice::Auto,
+            env_names: Vec::new(),
+        },
+        tools: vec!["shipping:book_shipment".into()],
+        human_input: m3::bindings::exports::m3::managed_input::runtime::HumanInputMode::Managed,
+        plan: None,
+        round_limit: 10,
+        lease_ttl_ms: 300,
+        lease_renew_ms: 100,
+        round_deadline_ms: None,
+    };
+    let queued = executions
+        .submit(&spec, "submitter-that-dies")
+        .unwrap()
+        .execution_id;
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    assert_eq!(
+        kit.recover().unwrap(),
+        (0, 0),
+        "a submitter's live hold is left alone"
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(kit.recover().unwrap(), (0, 1));
+    let handle = kit.execution(&queued).unwrap();
+    let result = handle.result(Some(WAIT)).unwrap();
+    let failure = result.outcome.failure.unwrap();
+    assert_eq!(failure.code, Some(FailureCode::RecoveryUnavailable));
+    assert!(failure.message.contains("submitted"), "{}", failure.message);
+}
+
+/// A handle attached from a second process reads, answers and waits for an execution this
+/// process submitted; a finished execution reopened by id returns its stored result.
+#[test]
+fn a_handle_attached_from_another_process_answers_and_waits() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let handle = submit(
+        &kit,
+        Script::call("shipping:book_shipment", json!({"item": "book"})),
+        StdioServer::new("shipping", SHIPPING_SERVER),
+    );
+    let second = Command::new(SECOND_PROCESS)
+        .args(["attach", db.path.to_str().unwrap(), handle.execution_id()])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&second.stdout);
+    assert!(second.status.success(), "{out}");
+    let mut lines = out.lines();
+    assert!(lines.next().unwrap().starts_with("answered "), "{out}");
+    assert_eq!(
+        lines.next().unwrap(),
+        "result succeeded Booked shipment to 1 Main Street, Pune"
+    );
+    let mine = result(&handle);
+    assert!(mine.succeeded());
+    drop(kit);
+
+    // Reopened by id in a fresh kit (and in another process): the stored result.
+    let (_store, reopened) = kit_on(&db, KitOptions::default());
+    let again = reopened
+        .execution(handle.execution_id())
+        .unwrap()
+        .result(Some(WAIT))
+        .unwrap();
+    assert_eq!(again, mine);
+    let second = Command::new(SECOND_PROCESS)
+        .args(["result", db.path.to_str().unwrap(), handle.execution_id()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&second.stdout).trim(),
+        "result succeeded Booked shipment to 1 Main Street, Pune"
+    );
+    match reopened.execution("exec-0000") {
+        Err(ExecutionError::ManagedInput(ManagedInputError::State(e))) => {
+            assert_eq!(e.code(), ErrorCode::ExecutionNotFound)
+        }
+        other => panic!("expected execution_not_found, got {other:?}"),
+    }
+}
+
+/// Programs and working directories resolve as a subprocess API resolves them, at submission:
+/// a relative command against the caller's directory, an absolute working directory as given,
+/// a bare name in the given `PATH` or else the host's; anything missing is a
+/// `ModelValidationError` and nothing is stored.
+#[test]
+fn programs_and_directories_resolve_as_given_and_missing_ones_are_refused() -> Result<()> {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let workdir = db.dir.path().join("server-home");
+    std::fs::create_dir(&workdir)?;
+    // A relative path to the server, from this process's working directory.
+    let cwd = std::env::current_dir()?;
+    let relative = pathdiff(std::path::Path::new(SHIPPING_SERVER), &cwd)
+        .context("the server binary is reachable by a relative path")?;
+    ensure!(relative.starts_with("..") || !relative.is_absolute());
+    let server = StdioServer::new("shipping", relative.display().to_string())
+        .args(["--report-env"])
+        .cwd(workdir.display().to_string());
+    let agent = kit
+        .agents([AgentSpec::scripted(Script::call(
+            "shipping:report_env",
+            json!({}),
+        ))])?
+        .remove(0);
+    let handle = agent.submit(
+        Submission::new("Report.", server)
+            .tools(["shipping:report_env"])
+            .human_input(HumanInput::Managed),
+    )?;
+    let ended = result(&handle);
+    assert!(ended.succeeded(), "{}", ended.outcome);
+    assert_eq!(
+        ended.outcome.tool_results[0].result["structuredContent"]["env"],
+        json!({}),
+        "the child's environment stays exactly what it was given"
+    );
+
+    for (command, dir) in [
+        ("./no/such/program", None),
+        ("no-such-program-anywhere", None),
+        (SHIPPING_SERVER, Some("/no/such/directory")),
+    ] {
+        let mut server = StdioServer::new("shipping", command);
+        server.cwd = dir.map(str::to_string);
+        let refused = kit
+            .agents([AgentSpec::scripted(Script::call(
+                "shipping:book_shipment",
+                json!({}),
+            ))])?
+            .remove(0)
+            .submit(Submission::new("Book.", server).tools(["shipping:book_shipment"]));
+        match refused {
+            Err(ExecutionError::ModelValidation(e)) => {
+                assert!(
+                    e.message.contains(command) || dir.is_some_and(|d| e.message.contains(d)),
+                    "{e}"
+                )
+            }
+            other => panic!("expected ModelValidationError, got {other:?}"),
+        }
+    }
+    let stored = store_executions(&db);
+    assert_eq!(stored, 1, "refused submissions store nothing");
+    Ok(())
+}
+
+fn store_executions(db: &TempDb) -> usize {
+    SqliteExecutionStore::open(&db.path)
+        .unwrap()
+        .executions()
+        .unwrap()
+        .list(None, None)
+        .unwrap()
+        .len()
+}
+
+/// `path` relative to `base` (both absolute).
+fn pathdiff(path: &std::path::Path, base: &std::path::Path) -> Option<std::path::PathBuf> {
+    let path: Vec<_> = path.components().collect();
+    let base: Vec<_> = base.components().collect();
+    let common = path.iter().zip(&base).take_while(|(a, b)| a == b).count();
+    if common == 0 {
+        return None;
+    }
+    let mut out = std::path::PathBuf::new();
+    for _ in common..base.len() {
+        out.push("..");
+    }
+    for c in &path[common..] {
+        out.push(c.as_os_str());
+    }
+    Some(out)
+}
+
+/// Prompts and resources are operations too: a server that elicits while serving them produces
+/// rounds of kind `prompt` and `resource`, delivered once and resolved, in both eras.
+#[test]
+fn prompts_and_resources_elicit_rounds_of_their_kind_in_both_eras() {
+    for era in ["legacy", "modern"] {
+        let db = TempDb::new();
+        let (_store, kit) = kit_on(&db, KitOptions::default());
+        let script = Script::default()
+            .then_prompt("shipping:shipping_label", json!({"item": "book"}))
+            .then_resource("shipping:shipping://quote");
+        let handle = submit(
+            &kit,
+            script,
+            StdioServer::new("shipping", SHIPPING_SERVER).args(["--era", era]),
+        );
+        let mut answered = Vec::new();
+        let until = Instant::now() + WAIT;
+        while answered.len() < 2 {
+            if let Some(pending) = handle.pending_elicitation().unwrap()
+                && !answered.contains(&pending.round_id)
+            {
+                handle
+                    .respond_elicitation(&pending.round_id, address(), &pending.round_id)
+                    .unwrap();
+                answered.push(pending.round_id);
+            }
+            assert!(Instant::now() < until, "{era}: rounds did not appear");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let ended = result(&handle);
+        assert!(ended.succeeded(), "{era}: {}", ended.outcome);
+        let kinds: Vec<_> = ended.outcome.tool_results.iter().map(|t| t.kind).collect();
+        assert_eq!(kinds, [OperationKind::Prompt, OperationKind::Resource]);
+        assert_eq!(
+            ended.outcome.tool_results[0].text(),
+            "Shipping label: book to 1 Main Street, Pune"
+        );
+        assert_eq!(
+            ended.outcome.tool_results[1].text(),
+            "Delivery to Pune: 12.50 EUR"
+        );
+        let rounds = rounds_of(&db, handle.execution_id());
+        let seen: Vec<_> = rounds
+            .iter()
+            .map(|r| {
+                (
+                    r.pending.operation_kind,
+                    r.pending.operation_name.as_str(),
+                    r.status,
+                    r.delivery_attempts,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    OperationKind::Prompt,
+                    "shipping_label",
+                    ManagedInputStatus::Resolved,
+                    1
+                ),
+                (
+                    OperationKind::Resource,
+                    "shipping://quote",
+                    ManagedInputStatus::Resolved,
+                    1
+                ),
+            ],
+            "{era}"
+        );
+    }
+}
