@@ -23,6 +23,21 @@ pub fn name(status: Status) -> &'static str {
     }
 }
 
+/// A failure code's name as users see it (`snake_case`).
+pub fn failure_name(code: crate::m3::managed_input::types::FailureCode) -> &'static str {
+    use crate::m3::managed_input::types::FailureCode as C;
+    match code {
+        C::Cancelled => "cancelled",
+        C::DeadlineExceeded => "deadline_exceeded",
+        C::RoundLimitExceeded => "round_limit_exceeded",
+        C::ServerError => "server_error",
+        C::InvalidRequestState => "invalid_request_state",
+        C::ElicitationUnhandled => "elicitation_unhandled",
+        C::RecoveryUnavailable => "recovery_unavailable",
+        C::RequestWithdrawn => "request_withdrawn",
+    }
+}
+
 /// Whether the lifecycle allows `from` -> `to`.
 pub fn allows(from: Status, to: Status) -> bool {
     matches!(

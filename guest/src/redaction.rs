@@ -1,8 +1,8 @@
-//! The diagnostic projection of answers: actions, field names, sizes and hashes, never values.
+//! The diagnostic projection of answers: actions, field names and sizes, never values (and no
+//! digest of them: a short answer's hash is reversed by guessing).
 
 use crate::canonical::canonical_text;
 use crate::m3::managed_input::types::{ElicitationResponse, RedactedResponse};
-use sha2::{Digest, Sha256};
 
 /// The redacted view of stored responses.
 pub fn redact(responses: &[(String, ElicitationResponse)]) -> Vec<RedactedResponse> {
@@ -25,7 +25,6 @@ pub fn redact(responses: &[(String, ElicitationResponse)]) -> Vec<RedactedRespon
                 action: response.action,
                 content_fields,
                 content_bytes: canonical.as_ref().map_or(0, |c| c.len() as u32),
-                content_sha256: canonical.map(|c| hex::encode(Sha256::digest(c.as_bytes()))),
             }
         })
         .collect()

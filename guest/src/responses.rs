@@ -72,7 +72,8 @@ fn check_key_set(
         parts.push(format!("missing {}", list(missing)));
     }
     if !extra.is_empty() {
-        parts.push(format!("unexpected {}", list(extra)));
+        // Keys that came with the answer are counted, not repeated.
+        parts.push(format!("{} key(s) the round does not have", extra.len()));
     }
     Err(validation(
         ErrorCode::ResponseKeysMismatch,
@@ -99,18 +100,19 @@ fn check_response(
             ),
         ));
     };
-    if let Some(unknown) = fields
+    if fields
         .keys()
-        .find(|k| k.as_str() != "action" && k.as_str() != "content")
+        .any(|k| k.as_str() != "action" && k.as_str() != "content")
     {
+        // The extra field's name came with the answer: it is not repeated.
         return Err(validation_at(
             ErrorCode::InvalidResponse,
             key,
             None,
             format!(
-                "response `{}` has field `{}`; an ElicitationResponse has only `action` and `content`",
-                bounded(key),
-                bounded(unknown)
+                "response `{}` has a field other than `action` and `content`; an \
+                 ElicitationResponse has only those",
+                bounded(key)
             ),
         ));
     }
@@ -189,9 +191,8 @@ fn check_form_content(key: &str, schema_text: &str, content: &Value) -> Outcome<
         jsonschema::error::ValidationErrorKind::Required { property } => {
             property.as_str().map(str::to_string)
         }
-        jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
-            unexpected.first().cloned()
-        }
+        // The unexpected field's name came with the answer: it is not repeated.
+        jsonschema::error::ValidationErrorKind::AdditionalProperties { .. } => None,
         _ => error
             .instance_path()
             .as_str()
@@ -201,10 +202,13 @@ fn check_form_content(key: &str, schema_text: &str, content: &Value) -> Outcome<
             .filter(|s| !s.is_empty())
             .map(|s| s.replace("~1", "/").replace("~0", "~")),
     };
-    let about = field
-        .as_deref()
-        .map(|f| format!("field `{}`", bounded(f)))
-        .unwrap_or_else(|| "content".into());
+    let about = match (&field, error.kind()) {
+        (Some(f), _) => format!("field `{}`", bounded(f)),
+        (None, jsonschema::error::ValidationErrorKind::AdditionalProperties { .. }) => {
+            "content (a field the requested schema does not define)".into()
+        }
+        (None, _) => "content".into(),
+    };
     Err(validation_at(
         ErrorCode::SchemaViolation,
         key,

@@ -16,6 +16,9 @@ use crate::{canonical, lease, lifecycle, responses, schema, strict_json, time};
 
 /// Default deadline of a round: 24 hours after creation.
 pub const DEFAULT_DEADLINE_MS: u64 = 24 * 60 * 60 * 1000;
+/// The furthest a round's deadline may be set after its creation: 366 days (farther instants
+/// would outgrow the store's nanosecond timestamps long before they mean anything to a person).
+pub const MAX_DEADLINE_MS: u64 = 366 * 24 * 60 * 60 * 1000;
 /// Longest id, key or name accepted, in bytes.
 pub const MAX_ID_BYTES: usize = 512;
 /// Longest message (request message, failure message) accepted, in bytes.
@@ -326,6 +329,15 @@ fn create(
                 return Err(validation(
                     ErrorCode::InvalidDeadline,
                     "the deadline must be a valid instant after now",
+                ));
+            }
+            if time::at_or_after(&at, &time::add_millis(now, MAX_DEADLINE_MS + 1)) {
+                return Err(validation(
+                    ErrorCode::InvalidDeadline,
+                    format!(
+                        "the deadline must be at most {} days after now",
+                        MAX_DEADLINE_MS / 86_400_000
+                    ),
                 ));
             }
             Some(at)

@@ -96,11 +96,15 @@ impl<'de> Visitor<'de> for StrictVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            if object.contains_key(&key) {
-                return Err(de::Error::custom("duplicate key in a JSON object"));
+            // One lookup per member: the entry is found once, checked, then filled.
+            match object.entry(key) {
+                serde_json::map::Entry::Occupied(_) => {
+                    return Err(de::Error::custom("duplicate key in a JSON object"));
+                }
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(StrictValue)?);
+                }
             }
-            let value = map.next_value_seed(StrictValue)?;
-            object.insert(key, value);
         }
         Ok(Value::Object(object))
     }

@@ -729,16 +729,12 @@ fn validation_breakdown(
     );
     for i in 0..plan.validation_warmup + samples {
         let (t_to, wit_round) = timed(|| m3::convert::pending_round(black_box(&round)));
-        store.data_mut().last_host_call = m3::cpu_time::ThreadCpuTime::now();
-        store.set_epoch_deadline(1);
         let (t_call, validated) = timed(|| {
             policy.call_validate_responses(&mut store, &wit_round, black_box(&form.answer_text))
         });
         let validated = validated?.map_err(|e| format!("validation failed: {e:?}"))?;
         let (t_from, back) = timed(|| m3::convert::responses_back(black_box(&validated)));
         black_box(back.map_err(|e| e.to_string())?);
-        store.data_mut().last_host_call = m3::cpu_time::ThreadCpuTime::now();
-        store.set_epoch_deadline(1);
         let (t_empty, same) = timed(|| policy.call_same_responses(&mut store, &[], &[]));
         black_box(same?);
         if i >= plan.validation_warmup {
@@ -927,8 +923,6 @@ fn cold_start_bench(plan: &Plan, scratch: &Path) -> BenchResult<ColdStartResult>
         let instance = instance?;
         // The first call on a fresh instance also compiles the form's validator in the guest.
         let validate = |store: &mut Store<HostState>| -> BenchResult<f64> {
-            store.data_mut().last_host_call = m3::cpu_time::ThreadCpuTime::now();
-            store.set_epoch_deadline(1);
             let (t, out) = timed(|| {
                 instance.m3_managed_input_policy().call_validate_responses(
                     &mut *store,

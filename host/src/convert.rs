@@ -397,7 +397,6 @@ pub fn redacted_back(r: &wit::RedactedResponse) -> RedactedResponse {
         action: action_back(r.action),
         content_fields: r.content_fields.clone(),
         content_bytes: r.content_bytes,
-        content_sha256: r.content_sha256.clone(),
     }
 }
 

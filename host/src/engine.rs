@@ -9,7 +9,6 @@ use crate::error::{EngineError, EngineErrorKind};
 use crate::guest_imports::HostState;
 use crate::sandbox;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
@@ -24,12 +23,9 @@ pub static POLICY_COMPONENT: &[u8] = include_bytes!(env!("M3_POLICY_WASM_PATH"))
 /// SHA-256 (hex) of [`GUEST_WASM`], computed by `build.rs`.
 pub const GUEST_WASM_SHA256: &str = env!("M3_GUEST_WASM_SHA256");
 
-/// How often the epoch advances; the CPU budget is checked at each tick.
-pub const EPOCH_TICK: Duration = Duration::from_millis(5);
-
 /// The compiled engine component, ready to instantiate.
 pub struct ComponentRuntime {
-    /// The engine (epoch interruption on).
+    /// The engine (fuel on: the compute budget of every guest call is counted in it).
     pub engine: Engine,
     /// The compiled component.
     pub component: Component,
@@ -53,7 +49,9 @@ impl std::fmt::Debug for ComponentRuntime {
 /// The engine configuration every m3 host uses.
 pub fn engine_config() -> Config {
     let mut config = Config::new();
-    config.epoch_interruption(true);
+    // The component's compute budget is counted in fuel (one unit per WebAssembly operation,
+    // about): the same input costs the same on every machine, loaded or not.
+    config.consume_fuel(true);
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
     config
 }
@@ -84,7 +82,6 @@ impl ComponentRuntime {
         sandbox::link(&mut linker, &component).map_err(load_error)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
         let execution_pre = bindings::EnginePre::new(instance_pre).map_err(load_error)?;
-        start_epoch_ticker(&engine);
         Ok(Self {
             engine,
             component,
@@ -104,19 +101,4 @@ impl ComponentRuntime {
             })
             .clone()
     }
-}
-
-fn start_epoch_ticker(engine: &Engine) {
-    let weak = engine.weak();
-    std::thread::Builder::new()
-        .name("m3-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        })
-        .map(|_| ())
-        .unwrap_or_else(|_| ());
 }

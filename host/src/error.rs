@@ -148,9 +148,9 @@ pub struct EngineError {
 /// The kinds of [`EngineError`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum EngineErrorKind {
-    /// The component computed past its CPU budget without returning to the host.
-    #[error("guest CPU budget exceeded")]
-    CpuBudgetExceeded,
+    /// The component computed past its compute budget (fuel) without returning to the host.
+    #[error("guest compute budget exceeded")]
+    ComputeBudgetExceeded,
     /// The component tried to grow its memory past the limit.
     #[error("guest memory limit exceeded")]
     MemoryLimitExceeded,
@@ -229,14 +229,16 @@ impl ManagedInputError {
 /// Errors opening a store.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// The path is not acceptable as a database file.
-    #[error("invalid database path: {0}")]
+    /// The path is not acceptable as a database file (a symbolic link, a directory, a URI, a
+    /// missing directory, ...).
+    #[error("ManagedInputValidationError: invalid database path: {0}")]
     InvalidPath(String),
-    /// SQLite could not open or prepare the file.
-    #[error("cannot open database: {0}")]
+    /// SQLite could not open or prepare the file (locked past the busy timeout, I/O).
+    #[error("StorageError: cannot open database: {0}")]
     Sqlite(#[source] rusqlite::Error),
-    /// The file belongs to another application, or to a newer schema than this build knows.
-    #[error("incompatible database: {0}")]
+    /// The file is not an m3 database (not SQLite, another application's) or has a schema
+    /// version this build does not know. It was left as it is.
+    #[error("StorageError: incompatible database: {0}")]
     Incompatible(String),
     /// The component could not be loaded.
     #[error(transparent)]

@@ -16,13 +16,13 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug, thiserror::Error)]
 pub enum ExecutionStoreError {
     /// The store was closed.
-    #[error("the execution store is closed")]
+    #[error("StorageError: the execution store is closed")]
     Closed,
     /// The database could not be opened.
     #[error(transparent)]
     Open(#[from] OpenError),
     /// The private directory of an in-memory store could not be made.
-    #[error("the in-memory store's private directory could not be created: {0}")]
+    #[error("StorageError: the in-memory store's private directory could not be created: {0}")]
     Scratch(String),
 }
 

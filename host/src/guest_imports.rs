@@ -6,7 +6,6 @@ use crate::bindings::m3::managed_input::store::{
 };
 use crate::bindings::m3::managed_input::{clock, types};
 use crate::clock::Clock;
-use crate::cpu_time::ThreadCpuTime;
 use crate::sqlite::database::Database;
 use crate::sqlite::transaction::Transaction;
 use std::sync::Arc;
@@ -57,9 +56,12 @@ pub struct HostState {
     pub clock: Arc<dyn Clock>,
     /// The store's database (`None` for policy-only use: every transaction fails).
     pub db: Option<Arc<Database>>,
-    /// The thread's CPU time when the host last returned to the component: the CPU budget
-    /// counts from here.
-    pub last_host_call: ThreadCpuTime,
+    /// An m3 import ran since the component's budget was last refilled: the component's fuel
+    /// is refilled as the host returns to it (only m3 imports refill it: a loop on a runtime
+    /// library call or `wasi:random` never does).
+    pub host_returned: bool,
+    /// The most fuel used between two refills since the host last reset it (diagnostics).
+    pub fuel_peak: u64,
     /// The execution's child process and events (`None` outside `run-execution`: the
     /// `process` import then refuses and `events.next` only times out).
     pub io: Option<crate::worker::io::ExecutionIo>,
@@ -77,13 +79,14 @@ impl HostState {
             },
             clock,
             db,
-            last_host_call: ThreadCpuTime::now(),
+            host_returned: false,
+            fuel_peak: 0,
             io: None,
         }
     }
 
     fn returning<T>(&mut self, value: T) -> T {
-        self.last_host_call = ThreadCpuTime::now();
+        self.host_returned = true;
         value
     }
 }
@@ -210,7 +213,7 @@ impl HostTransaction for HostState {
     fn drop(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<()> {
         // Dropping the connection rolls back anything not committed.
         self.table.delete(tx)?;
-        self.last_host_call = ThreadCpuTime::now();
+        self.host_returned = true;
         Ok(())
     }
 }

@@ -1,34 +1,38 @@
 //! Bounded calls into the component: a pool of live instances per store object, each call
-//! under a memory limit and a CPU budget; an instance that traps is discarded.
+//! under a memory limit and a compute budget (fuel, refilled whenever an m3 import returns to
+//! the component); an instance that traps is discarded.
 
 use crate::bindings;
 use crate::clock::Clock;
-use crate::cpu_time::ThreadCpuTime;
 use crate::engine::ComponentRuntime;
 use crate::error::{EngineError, EngineErrorKind};
 use crate::guest_imports::HostState;
 use crate::sqlite::database::Database;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use wasmtime::{Store, UpdateDeadline};
+use wasmtime::{CallHook, Store};
 
 /// Limits of one component instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GuestLimits {
     /// Most bytes of linear memory (default 64 MiB).
     pub max_memory: usize,
-    /// Most CPU time the component may use between two host calls (default 500 ms; measured
-    /// in the thread's CPU time, so a descheduled thread never counts). The largest input the
-    /// edge limits let through (a 1 MiB answer of ~96,000 fields) takes about 100 ms on a slow
-    /// 2-core machine: the default leaves a margin of five for slower ones.
-    pub cpu_budget: Duration,
+    /// Most fuel (WebAssembly operations, about) the component may use between two host
+    /// calls (default [`DEFAULT_COMPUTE_BUDGET`]). Fuel, not time: the same input gets the same
+    /// answer on every machine, however slow or loaded.
+    pub compute_budget: u64,
 }
+
+/// The default compute budget: 6,000,000,000 units of fuel between two host calls, about ten
+/// times what the largest input the edge limits let through costs (a 1 MiB answer of ~96,000
+/// fields: 580 million, measured by `sandbox::the_largest_answers_stay_well_inside_the_default_
+/// compute_budget`), and a second or two of computing for a runaway loop before it traps.
+pub const DEFAULT_COMPUTE_BUDGET: u64 = 6_000_000_000;
 
 impl Default for GuestLimits {
     fn default() -> Self {
         Self {
             max_memory: 64 << 20,
-            cpu_budget: Duration::from_millis(500),
+            compute_budget: DEFAULT_COMPUTE_BUDGET,
         }
     }
 }
@@ -49,6 +53,8 @@ pub struct InstancePool {
     db: Option<Arc<Database>>,
     limits: GuestLimits,
     idle: Mutex<Vec<Instance>>,
+    /// The most fuel the last call used between two refills (diagnostics and benchmarks).
+    last_fuel_used: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for InstancePool {
@@ -66,9 +72,9 @@ pub(crate) fn classify(error: &wasmtime::Error, state: &HostState) -> EngineErro
         EngineErrorKind::MemoryLimitExceeded
     } else if matches!(
         error.downcast_ref::<wasmtime::Trap>(),
-        Some(wasmtime::Trap::Interrupt)
+        Some(wasmtime::Trap::OutOfFuel)
     ) {
-        EngineErrorKind::CpuBudgetExceeded
+        EngineErrorKind::ComputeBudgetExceeded
     } else if message.contains("unknown import") {
         EngineErrorKind::ForbiddenImport
     } else {
@@ -77,8 +83,9 @@ pub(crate) fn classify(error: &wasmtime::Error, state: &HostState) -> EngineErro
     EngineError { kind, message }
 }
 
-/// A store for one instance under `limits`: the memory limiter, and an epoch callback that
-/// traps once the component has used more than the CPU budget since the host last returned.
+/// A store for one instance under `limits`: the memory limiter, and a compute budget in fuel,
+/// full whenever the host calls into the component and whenever one of the m3 imports returns
+/// to it; the component traps (`Trap::OutOfFuel`) once it has used more since.
 pub fn bounded_store(
     engine: &wasmtime::Engine,
     state: HostState,
@@ -86,15 +93,24 @@ pub fn bounded_store(
 ) -> Store<HostState> {
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limiter);
-    let budget = limits.cpu_budget;
-    store.epoch_deadline_callback(move |ctx| {
-        if ctx.data().last_host_call.elapsed() > budget {
-            Ok(UpdateDeadline::Interrupt)
-        } else {
-            Ok(UpdateDeadline::Continue(1))
+    let budget = limits.compute_budget;
+    // A store made here always has fuel enabled (`engine_config`); an engine without it fails
+    // the first call instead.
+    let _ = store.set_fuel(budget);
+    store.call_hook(move |mut ctx, hook| {
+        let refill = match hook {
+            CallHook::CallingWasm => true,
+            CallHook::ReturningFromHost => std::mem::take(&mut ctx.data_mut().host_returned),
+            CallHook::CallingHost | CallHook::ReturningFromWasm => false,
+        };
+        if refill {
+            let used = budget.saturating_sub(ctx.get_fuel()?);
+            let state = ctx.data_mut();
+            state.fuel_peak = state.fuel_peak.max(used);
+            ctx.set_fuel(budget)?;
         }
+        Ok(())
     });
-    store.set_epoch_deadline(1);
     store
 }
 
@@ -112,6 +128,7 @@ impl InstancePool {
             db,
             limits,
             idle: Mutex::new(Vec::new()),
+            last_fuel_used: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -123,6 +140,14 @@ impl InstancePool {
     /// The limits of this pool's instances.
     pub fn limits(&self) -> GuestLimits {
         self.limits
+    }
+
+    /// The most fuel the last call used between two refills (the whole call when it made no
+    /// host call): the figure the compute budget is checked against, the same on every
+    /// machine.
+    pub fn last_fuel_used(&self) -> u64 {
+        self.last_fuel_used
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The database this pool's instances use.
@@ -154,9 +179,15 @@ impl InstancePool {
             Some(instance) => instance,
             None => self.instantiate()?,
         };
-        instance.store.data_mut().last_host_call = ThreadCpuTime::now();
-        instance.store.set_epoch_deadline(1);
-        match f(&instance.bindings, &mut instance.store) {
+        instance.store.data_mut().fuel_peak = 0;
+        let result = f(&instance.bindings, &mut instance.store);
+        let left = instance.store.get_fuel().unwrap_or(0);
+        let last = self.limits.compute_budget.saturating_sub(left);
+        self.last_fuel_used.store(
+            instance.store.data().fuel_peak.max(last),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        match result {
             Ok(value) => {
                 let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
                 if idle.len() < MAX_IDLE {

@@ -50,7 +50,6 @@ pub mod bindings;
 pub mod clock;
 pub mod component_cache;
 pub mod convert;
-pub mod cpu_time;
 pub mod engine;
 #[doc = include_str!("../../EMBEDDING.md")]
 pub mod embedding {}
@@ -81,7 +80,7 @@ pub use error::{
 pub use execution_store::{
     ExecutionStore, ExecutionStoreError, InMemoryExecutionStore, SqliteExecutionStore,
 };
-pub use instance::GuestLimits;
+pub use instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
 pub use kit::{
     Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, CodexOptions,
     ExecutionError, ExecutionFailure, ExecutionHandle, ExecutionOutcome, ExecutionResult,

@@ -180,6 +180,12 @@ impl Policy {
         })
     }
 
+    /// The most fuel the last call used between two host calls: what the compute budget is
+    /// checked against, the same on every machine.
+    pub fn last_fuel_used(&self) -> u64 {
+        self.pool.last_fuel_used()
+    }
+
     /// Every import of the component and what the sandbox binds it to.
     pub fn imports(&self) -> Vec<ImportBinding> {
         sandbox::imports(&self.runtime.engine, &self.runtime.component)

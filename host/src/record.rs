@@ -79,6 +79,28 @@ pub enum FailureCode {
     RequestWithdrawn,
 }
 
+impl FailureCode {
+    /// The code as written in JSON (`snake_case`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cancelled => "cancelled",
+            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::RoundLimitExceeded => "round_limit_exceeded",
+            Self::ServerError => "server_error",
+            Self::InvalidRequestState => "invalid_request_state",
+            Self::ElicitationUnhandled => "elicitation_unhandled",
+            Self::RecoveryUnavailable => "recovery_unavailable",
+            Self::RequestWithdrawn => "request_withdrawn",
+        }
+    }
+}
+
+impl fmt::Display for FailureCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A failure: code and a message free of answers and secrets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoundFailure {

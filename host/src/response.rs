@@ -78,8 +78,7 @@ pub struct RedactedResponse {
     pub action: ElicitationAction,
     /// Field names present in the content, sorted.
     pub content_fields: Vec<String>,
-    /// Length of the canonical content JSON in bytes.
+    /// Length of the canonical content JSON in bytes. (No digest of the content: an unkeyed
+    /// hash of a short answer is reversed by guessing.)
     pub content_bytes: u32,
-    /// SHA-256 of the canonical content JSON, hex.
-    pub content_sha256: Option<String>,
 }

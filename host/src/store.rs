@@ -187,6 +187,67 @@ impl SqliteManagedInputStore {
         crate::sqlite::watch::ChangeWatch::new(self.db.clone())
     }
 
+    /// Like [`ManagedInputStore::list_rounds`], but one record that cannot be read does not
+    /// fail the listing: it is reported (its id and the typed error) and the others are listed.
+    /// Used by listings for people (`m3 rounds`, `pending`, `status`) and `m3 doctor`.
+    #[allow(clippy::type_complexity)]
+    pub fn list_rounds_reporting(
+        &self,
+        filter: &RoundFilter,
+    ) -> StoreResult<(Vec<ManagedInputRecord>, Vec<(String, ManagedInputError)>)> {
+        match self.list_rounds(filter) {
+            Ok(records) => return Ok((records, Vec::new())),
+            // An unreadable record is a storage error; any other error is the listing's.
+            Err(ManagedInputError::Storage(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let mut records = Vec::new();
+        let mut unreadable = Vec::new();
+        for round_id in self.round_ids(filter)? {
+            match self.get_round(&round_id) {
+                Ok(Some(record)) => records.push(record),
+                Ok(None) => {}
+                Err(e) => unreadable.push((round_id, e)),
+            }
+        }
+        Ok((records, unreadable))
+    }
+
+    /// The ids of the rounds `filter` selects, oldest first, read without decoding the rows.
+    fn round_ids(&self, filter: &RoundFilter) -> StoreResult<Vec<String>> {
+        let failure = |e: rusqlite::Error| {
+            ManagedInputError::Storage(crate::error::StorageError {
+                detail: crate::error::ErrorDetail {
+                    code: if crate::sqlite::database::is_busy(&e) {
+                        ErrorCode::StorageBusy
+                    } else {
+                        ErrorCode::StorageFailure
+                    },
+                    message: e.to_string(),
+                    request_key: None,
+                    field: None,
+                },
+            })
+        };
+        let conn = self.database().connect().map_err(failure)?;
+        let mut sql = "SELECT round_id FROM managed_input_rounds WHERE \
+                       (?1 IS NULL OR execution_id = ?1) AND (?2 IS NULL OR status = ?2) \
+                       ORDER BY created_at_ns, round_id"
+            .to_string();
+        if let Some(limit) = filter.limit {
+            sql.push_str(&format!(" LIMIT {limit}"));
+        }
+        let mut statement = conn.prepare(&sql).map_err(failure)?;
+        let ids = statement
+            .query_map(
+                rusqlite::params![filter.execution_id, filter.status.map(|s| s.as_str())],
+                |r| r.get::<_, String>(0),
+            )
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(failure)?;
+        Ok(ids)
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         self.db.path()

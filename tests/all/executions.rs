@@ -909,3 +909,46 @@ fn dropping_the_kit_cancels_its_executions_and_reaps_their_servers() {
         ExecutionStatus::Finished
     );
 }
+
+/// A neighbour holding the database's write lock for longer than the busy timeout (but less
+/// than the lease) does not cost a live worker its execution: a renewal the database refused is
+/// tried again within the lease, and the round is answered and delivered afterwards.
+#[test]
+fn a_slow_neighbour_holding_the_write_lock_does_not_cost_a_worker_its_leases() {
+    let db = TempDb::new();
+    let store = Arc::new(
+        SqliteExecutionStore::open_with(
+            &db.path,
+            StoreOptions {
+                busy_timeout_ms: 300,
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let options = KitOptions {
+        lease_ttl: Duration::from_millis(4_000),
+        lease_renew: Duration::from_millis(500),
+    };
+    let kit = McpTestKit::with_options(store, BTreeMap::<String, String>::new(), options).unwrap();
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Managed);
+    let pending = wait_pending(&handle);
+    let neighbour = rusqlite::Connection::open(&db.path).unwrap();
+    neighbour.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // Several renewals fall inside the lock, each refused after the 300 ms busy timeout.
+    std::thread::sleep(Duration::from_millis(2_000));
+    neighbour.execute_batch("COMMIT").unwrap();
+    handle
+        .respond_elicitation(&pending.round_id, address(), "after-the-lock")
+        .unwrap();
+    let result = finished(&handle);
+    assert!(result.succeeded(), "{}", result.outcome);
+    assert_eq!(
+        db.store()
+            .get_round(&pending.round_id)
+            .unwrap()
+            .unwrap()
+            .status,
+        ManagedInputStatus::Resolved
+    );
+}

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::Receiver;
 use tokio::time::timeout;
 
 const SHIPPING_SERVER: &str = env!("CARGO_BIN_EXE_m3-test-shipping-server");
@@ -25,7 +25,7 @@ fn spec(command: &str, args: &[&str], env: &[(&str, &str)]) -> ProcessSpec {
 }
 
 /// Reads stdout until a whole line arrives (10 s at most).
-async fn next_line(events: &mut UnboundedReceiver<ProcessEvent>, pending: &mut Vec<u8>) -> String {
+async fn next_line(events: &mut Receiver<ProcessEvent>, pending: &mut Vec<u8>) -> String {
     loop {
         if let Some(end) = pending.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = pending.drain(..=end).collect();

@@ -195,11 +195,10 @@ fn form_accept_content_must_validate_against_the_request_schema() {
         let ManagedInputError::Validation(v) = &err else {
             panic!("{err}")
         };
-        assert_eq!(
-            v.detail.field.as_deref(),
-            Some(field),
-            "{field}={value}: {err}"
-        );
+        // A field the form does not define came with the answer: its name is not repeated.
+        let named = (field != "unknown_field").then_some(field);
+        assert_eq!(v.detail.field.as_deref(), named, "{field}={value}: {err}");
+        assert!(!err.to_string().contains("unknown_field"), "{err}");
         assert_eq!(v.detail.request_key.as_deref(), Some("profile"));
         assert_eq!(before, store.get_round("r1").unwrap());
     }
@@ -1089,7 +1088,6 @@ fn redacted_responses_carry_no_answer_value() {
     assert_eq!(r.request_key, "shipping_address");
     assert_eq!(r.action, ElicitationAction::Accept);
     assert_eq!(r.content_fields, ["city", "street"]);
-    assert_eq!(r.content_sha256.as_ref().map(String::len), Some(64));
     assert!(r.content_bytes > 0);
     let text = format!("{redacted:?} {}", serde_json::to_string(&redacted).unwrap());
     assert!(

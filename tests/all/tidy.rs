@@ -265,7 +265,13 @@ const FAILURE_CODES: &[&str] = &[
 ];
 /// Error codes the host may raise itself: its edge size limits, and a response map serde cannot
 /// encode. Every other code is the component's decision.
-const HOST_ERROR_CODES: &[&str] = &["PayloadTooLarge", "InvalidResponse"];
+/// (The storage codes are the host's own faults reading the file, never a decision.)
+const HOST_ERROR_CODES: &[&str] = &[
+    "PayloadTooLarge",
+    "InvalidResponse",
+    "StorageBusy",
+    "StorageFailure",
+];
 /// JSON Schema keywords: a host that looks them up is validating schemas.
 const SCHEMA_KEYWORDS: &[&str] = &[
     "\"minLength\"",

@@ -45,8 +45,9 @@ struct Args {
     era: EraSetting,
 
     /// Modern era: seconds a sealed requestState stays valid (0: every state is already
-    /// expired).
-    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    /// expired). The default, 25 hours, outlives a round's default deadline of 24 hours, so an
+    /// answer given in time is never refused for an expired state.
+    #[arg(long, default_value_t = 90_000, value_name = "SECS")]
     state_ttl_secs: u64,
 
     /// How many times book_shipment asks for the address before booking (modern: one

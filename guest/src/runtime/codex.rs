@@ -237,6 +237,15 @@ impl CodexSession {
                     );
                 }
             }
+            Input::ServerFault(what) => {
+                if self.state != State::Done {
+                    self.failed(
+                        Some(FailureCode::ServerError),
+                        format!("codex app-server was stopped: {what}"),
+                        &mut out,
+                    );
+                }
+            }
         }
         out
     }

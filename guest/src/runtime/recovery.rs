@@ -8,11 +8,10 @@
 
 use super::execution;
 use crate::errors::Outcome;
-use crate::exports::m3::managed_input::managed_input::ListFilter;
 use crate::exports::m3::managed_input::runtime::{
     ExecutionFailure, ExecutionOutcome, FailureKind, OutcomeKind, RecoveryReport,
 };
-use crate::m3::managed_input::store::TransactionMode;
+use crate::m3::managed_input::store::{RoundFilter, TransactionMode};
 use crate::m3::managed_input::types::{Cursor, ExecutionStatus, FailureCode};
 use crate::store_protocol::{self, begin, store_error};
 use crate::time;
@@ -32,20 +31,30 @@ pub fn recover() -> Outcome<RecoveryReport> {
     let mut report = RecoveryReport {
         rounds_failed: 0,
         executions_failed: 0,
+        records_unreadable: 0,
     };
     for status in execution::OPEN_STATUSES {
         // Page by page: every page is a host call, so no single stretch of work outgrows the
-        // CPU budget, and memory holds one page.
+        // compute budget, and memory holds one page. Rows are decoded one by one: a record that
+        // cannot be read is counted and left as it is, never a reason to recover nothing.
         let mut after = None;
         loop {
-            let rounds = store_protocol::list_rounds(ListFilter {
-                execution_id: None,
-                status: Some(status),
-                limit: Some(PAGE),
-                after: after.take(),
-            })?;
-            let full = rounds.len() == PAGE as usize;
-            for round in &rounds {
+            let rows = {
+                let tx = begin(TransactionMode::Read)?;
+                tx.list(&RoundFilter {
+                    execution_id: None,
+                    status: Some(status),
+                    limit: Some(PAGE),
+                    after: after.take(),
+                })
+                .map_err(store_error)?
+            };
+            let full = rows.len() == PAGE as usize;
+            for row in &rows {
+                let Ok(round) = crate::record::from_row(row) else {
+                    report.records_unreadable += 1;
+                    continue;
+                };
                 if !expired(round.lease.as_ref().map(|l| &l.expires_at)) {
                     continue;
                 }
@@ -55,11 +64,11 @@ pub fn recover() -> Outcome<RecoveryReport> {
                     report.rounds_failed += 1;
                 }
             }
-            match rounds.last() {
+            match rows.last() {
                 Some(last) if full => {
                     after = Some(Cursor {
-                        created_at: last.pending.created_at,
-                        id: last.pending.round_id.clone(),
+                        created_at: last.created_at,
+                        id: last.round_id.clone(),
                     })
                 }
                 _ => break,
@@ -91,8 +100,16 @@ pub fn recover() -> Outcome<RecoveryReport> {
         }
     }
     for row in abandoned {
-        let Some(loaded) = execution::load(&tx, &row.execution_id)? else {
-            continue;
+        let loaded = match execution::load(&tx, &row.execution_id) {
+            Ok(Some(loaded)) => loaded,
+            Ok(None) => continue,
+            Err(crate::m3::managed_input::types::ManagedInputError::Storage(detail))
+                if detail.code == crate::m3::managed_input::types::ErrorCode::CorruptRecord =>
+            {
+                report.records_unreadable += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
         };
         let message = if loaded.row.status == ExecutionStatus::Queued {
             "the process that submitted the execution is gone and no worker started it"

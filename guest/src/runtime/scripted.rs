@@ -18,6 +18,9 @@ use crate::mcp::message::{self, Incoming, RpcError};
 use crate::mcp::{legacy, mrtr, request};
 use serde_json::{Value, json};
 
+/// How long a server may take to answer `initialize` before the session gives up on it.
+pub const STARTUP_TIMEOUT_MS: u64 = 30_000;
+
 /// One operation of the script, on this server: a tool call, a prompt or a resource read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
@@ -105,6 +108,9 @@ pub enum Input {
     DeadlineExpired,
     /// The server process exited.
     ServerExited,
+    /// The server broke a limit of the kit (its output) and is stopped: like an exit, with what
+    /// it did.
+    ServerFault(String),
     /// Nobody will answer the open round (mode `fail` with a plan that has no matching entry):
     /// answer `cancel` and fail it with `elicitation_unhandled`, as mode `fail` does.
     Unhandled,
@@ -305,14 +311,25 @@ impl ScriptedSession {
         match input {
             Input::Start => self.start(&mut out),
             Input::Line(line) => self.line(&line, &mut out),
-            Input::ProbeTimedOut => {
-                if let State::Probing { id } = self.state {
+            Input::ProbeTimedOut => match self.state {
+                State::Probing { id } => {
                     self.decided(era::decide(&ProbeOutcome::TimedOut), &mut out);
                     if let State::Initializing { late_probe, .. } = &mut self.state {
                         *late_probe = Some(id);
                     }
                 }
-            }
+                State::Initializing { .. } => self.finish(
+                    Finished::Failed {
+                        code: Some(FailureCode::ServerError),
+                        message: format!(
+                            "the server did not answer `initialize` within {} s",
+                            STARTUP_TIMEOUT_MS / 1000
+                        ),
+                    },
+                    &mut out,
+                ),
+                _ => {}
+            },
             Input::Answer(responses) => self.answer(responses, &mut out),
             Input::Unhandled => {
                 if self.open_round().is_some_and(OpenRound::waiting) {
@@ -329,27 +346,37 @@ impl ScriptedSession {
                 "the round's deadline passed",
                 &mut out,
             ),
-            Input::ServerExited => {
-                if self.state != State::Done {
-                    if self.open_round().is_some_and(|r| !r.ended()) {
-                        out.push(Action::FailRound {
-                            code: FailureCode::ServerError,
-                            message: "the server exited (or closed its output) while the round \
-                                      was open"
-                                .into(),
-                        });
-                    }
-                    self.finish(
-                        Finished::Failed {
-                            code: Some(FailureCode::ServerError),
-                            message: "the server exited".into(),
-                        },
-                        &mut out,
-                    );
-                }
+            Input::ServerExited => self.server_gone(
+                "the server exited (or closed its output) while the round was open",
+                "the server exited".into(),
+                &mut out,
+            ),
+            Input::ServerFault(what) => {
+                let message = format!("the server was stopped: {what}");
+                self.server_gone(&message, message.clone(), &mut out)
             }
         }
         out
+    }
+
+    /// The server is gone (or was stopped): the open round and the session fail `server-error`.
+    fn server_gone(&mut self, round_message: &str, message: String, out: &mut Vec<Action>) {
+        if self.state == State::Done {
+            return;
+        }
+        if self.open_round().is_some_and(|r| !r.ended()) {
+            out.push(Action::FailRound {
+                code: FailureCode::ServerError,
+                message: round_message.into(),
+            });
+        }
+        self.finish(
+            Finished::Failed {
+                code: Some(FailureCode::ServerError),
+                message,
+            },
+            out,
+        );
     }
 
     fn open_round(&self) -> Option<&OpenRound> {
@@ -395,6 +422,7 @@ impl ScriptedSession {
                     "initialize",
                     era::initialize_params(),
                 )));
+                out.push(Action::ArmTimer(STARTUP_TIMEOUT_MS));
                 self.state = State::Initializing {
                     id,
                     late_probe: None,
@@ -1129,6 +1157,32 @@ mod tests {
             sent(&actions)[0]["params"]["capabilities"]["elicitation"],
             json!({"form": {}, "url": {}})
         );
+        assert!(actions.contains(&Action::ArmTimer(STARTUP_TIMEOUT_MS)));
+        // A server that never answers `initialize` is given up on, not waited for for ever.
+        let actions = s.handle(Input::ProbeTimedOut);
+        assert!(matches!(
+            actions.last(),
+            Some(Action::Finish(Finished::Failed {
+                code: Some(FailureCode::ServerError),
+                message,
+            })) if message.contains("initialize")
+        ));
+    }
+
+    #[test]
+    fn a_server_stopped_for_a_fault_fails_the_open_round_saying_why() {
+        let mut s = session(EraChoice::Auto, Mode::Managed);
+        start_legacy(&mut s);
+        s.handle(line(elicitation_create(0)));
+        let actions = s.handle(Input::ServerFault("it wrote more than 256 MiB".into()));
+        assert!(matches!(
+            &actions[0],
+            Action::FailRound { code: FailureCode::ServerError, message } if message.contains("256 MiB")
+        ));
+        assert!(matches!(
+            actions.last(),
+            Some(Action::Finish(Finished::Failed { message, .. })) if message.contains("256 MiB")
+        ));
     }
 
     #[test]

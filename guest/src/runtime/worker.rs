@@ -26,17 +26,28 @@ use crate::m3::managed_input::types::{
     ErrorCode, FailureCode, HarnessMetadata, Lease, Status, Timestamp,
 };
 use crate::mcp::era::EraChoice;
-use crate::mcp::framing::LineBuffer;
+use crate::mcp::framing::{FramingError, LineBuffer};
 use crate::{store_protocol, time};
 use serde_json::Value;
 use std::collections::VecDeque;
 
 /// How long the era probe (`server/discover`) may go unanswered before the legacy fallback.
 pub const PROBE_TIMEOUT_MS: u64 = 2_000;
+/// How soon a renewal the database refused (busy) is tried again.
+pub const RENEW_RETRY_MS: u64 = 250;
+/// The longest a Codex turn may be given (time spent waiting for answers does not count).
+pub const MAX_TURN_DEADLINE_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// How long a finished session's server gets to exit after its stdin closes.
 pub const EXIT_GRACE_MS: u64 = 1_000;
 /// The longest single wait (the worker re-checks its state at least this often).
 pub const MAX_WAIT_MS: u64 = 60_000;
+/// Most bytes a server (or harness) may write to stdout in one execution: past it the server
+/// is stopped and the execution fails `server-error` naming the limit (a server that floods its
+/// output, valid messages or not, never runs for ever).
+pub const MAX_OUTPUT_BYTES: u64 = 128 * 1024 * 1024;
+/// Most lines that are not JSON-RPC messages (not JSON objects) a server may write to stdout in
+/// one execution (its logs belong on stderr): past it the server is stopped.
+pub const MAX_JUNK_LINES: u64 = 10_000;
 
 /// The script's steps as written: `{"tool": "server:tool", "arguments": {..}}` (the tool in the
 /// allow-list), `{"prompt": "server:name", "arguments": {..}}` (string values) or
@@ -148,6 +159,15 @@ pub fn check_spec(spec: &ExecutionSpec) -> Result<(), String> {
             if codex.turn_deadline_ms == 0 || codex.request_timeout_ms == 0 {
                 return Err("the codex harness needs a turn deadline and a request timeout".into());
             }
+            if codex.turn_deadline_ms > MAX_TURN_DEADLINE_MS {
+                return Err(format!(
+                    "the codex turn deadline must be at most {} days",
+                    MAX_TURN_DEADLINE_MS / 86_400_000
+                ));
+            }
+            if codex.request_timeout_ms > crate::lease::MAX_TTL_MS {
+                return Err("the codex request timeout must be at most 1 day".into());
+            }
             crate::submission::check_tool_allow_list(&spec.server.name, &spec.tools)
                 .map_err(|e| e.message)?;
         }
@@ -172,6 +192,17 @@ pub fn check_spec(spec: &ExecutionSpec) -> Result<(), String> {
         || spec.lease_renew_ms >= spec.lease_ttl_ms
     {
         return Err("leases need 0 < renew interval < lease length".into());
+    }
+    if spec.lease_ttl_ms > crate::lease::MAX_TTL_MS {
+        return Err("a worker's lease must be at most 1 day".into());
+    }
+    if let Some(ms) = spec.round_deadline_ms
+        && (ms == 0 || ms > crate::round_protocol::MAX_DEADLINE_MS)
+    {
+        return Err(format!(
+            "a round's deadline must be 1 ms to {} days after it opens",
+            crate::round_protocol::MAX_DEADLINE_MS / 86_400_000
+        ));
     }
     if spec.server.command.is_empty() {
         return Err("the server binding needs a command".into());
@@ -342,6 +373,12 @@ struct Worker {
     next_renewal: Timestamp,
     server_gone: bool,
     stdout_closed: bool,
+    /// When the worker's leases (the execution's and the open round's) expire unless renewed.
+    leases_expire: Timestamp,
+    /// Bytes the child wrote to stdout so far.
+    output_bytes: u64,
+    /// Lines of it that were not JSON objects.
+    junk_lines: u64,
     cancel_fed: bool,
     /// Why a round could not be stored (reported instead of the session's message).
     store_refusal: Option<String>,
@@ -421,6 +458,7 @@ impl Worker {
             }
         };
         let now = time::now();
+        let leases_expire = time::add_millis(&now, spec.lease_ttl_ms);
         Ok(Self {
             next_renewal: time::add_millis(&now, spec.lease_renew_ms),
             held,
@@ -434,6 +472,9 @@ impl Worker {
             paused_ms: None,
             server_gone: false,
             stdout_closed: false,
+            output_bytes: 0,
+            junk_lines: 0,
+            leases_expire,
             cancel_fed: false,
             store_refusal: None,
             final_message: None,
@@ -469,10 +510,39 @@ impl Worker {
             }
             let timeout = self.wait_ms();
             match events::next(timeout) {
-                Event::Stdout(bytes) => match self.lines.push(&bytes) {
-                    Ok(lines) => inputs.extend(lines.into_iter().map(Input::Line)),
-                    Err(_) => inputs.extend(self.server_lost()),
-                },
+                Event::Stdout(bytes) => {
+                    self.output_bytes = self.output_bytes.saturating_add(bytes.len() as u64);
+                    if self.output_bytes > MAX_OUTPUT_BYTES {
+                        inputs.extend(self.server_fault(format!(
+                            "it wrote more than {} MiB to its output",
+                            MAX_OUTPUT_BYTES >> 20
+                        )));
+                        continue;
+                    }
+                    match self.lines.push(&bytes) {
+                        Ok(lines) => {
+                            self.junk_lines += lines
+                                .iter()
+                                .filter(|l| !l.trim_start().starts_with('{'))
+                                .count() as u64;
+                            if self.junk_lines > MAX_JUNK_LINES {
+                                inputs.extend(self.server_fault(format!(
+                                    "it wrote more than {MAX_JUNK_LINES} lines that are not \
+                                     JSON-RPC messages to its output (logs belong on stderr)"
+                                )));
+                                continue;
+                            }
+                            inputs.extend(lines.into_iter().map(Input::Line));
+                        }
+                        Err(e) => inputs.extend(self.server_fault(match e {
+                            FramingError::LineTooLong => format!(
+                                "it wrote a line longer than {} MiB",
+                                crate::mcp::framing::MAX_LINE_BYTES >> 20
+                            ),
+                            FramingError::NotUtf8 => "it wrote a line that is not UTF-8".into(),
+                        })),
+                    }
+                }
                 Event::StdoutClosed | Event::Exited(_) => {
                     self.stdout_closed = true;
                     inputs.extend(self.server_lost());
@@ -509,6 +579,17 @@ impl Worker {
         }
         self.server_gone = true;
         Some(Input::ServerExited)
+    }
+
+    /// The server broke a limit: it is stopped now (its further output is never read).
+    fn server_fault(&mut self, what: String) -> Option<Input> {
+        if self.server_gone {
+            return None;
+        }
+        self.server_gone = true;
+        self.stdout_closed = true;
+        process::kill();
+        Some(Input::ServerFault(what))
     }
 
     fn wait_ms(&self) -> u64 {
@@ -702,20 +783,19 @@ impl Worker {
         }
         if time::at_or_after(&now, &self.next_renewal) {
             self.next_renewal = time::add_millis(&now, self.spec.lease_renew_ms);
-            execution::renew(&self.held).map_err(|e| {
-                Stop(failed(
-                    FailureKind::RoundFailed,
-                    Some(FailureCode::RecoveryUnavailable),
-                    format!("the worker lost its execution: {}", error_text(&e)),
-                ))
-            })?;
-            if let Some(slot) = &mut self.slot {
-                slot.lease = store_protocol::renew(
-                    &slot.round_id,
-                    slot.lease.clone(),
-                    self.spec.lease_ttl_ms,
-                )
-                .map_err(|e| lost_write("renew", &slot.round_id, &e))?;
+            if let Err(e) = self.renew_leases() {
+                // A busy or failing database (a slow neighbour holding the write lock) is tried
+                // again soon, for as long as the leases last; a lease that is lost, or that
+                // expires meanwhile, ends the worker: it never writes with it again.
+                let lease_left = millis_until(&time::now(), &self.leases_expire);
+                if !is_storage_fault(&e) || lease_left == 0 {
+                    return Err(Stop(failed(
+                        FailureKind::RoundFailed,
+                        Some(FailureCode::RecoveryUnavailable),
+                        format!("the worker lost its leases: {}", error_text(&e)),
+                    )));
+                }
+                self.next_renewal = time::add_millis(&time::now(), RENEW_RETRY_MS);
             }
         }
         // One read transaction for the cancel flag and the open round. A read that fails is
@@ -764,6 +844,21 @@ impl Worker {
 }
 
 impl Worker {
+    /// Renews the execution's lease and the open round's; remembers when they expire.
+    fn renew_leases(&mut self) -> Result<(), crate::m3::managed_input::types::ManagedInputError> {
+        let renewed_at = time::now();
+        execution::renew(&self.held)?;
+        self.leases_expire = time::add_millis(&renewed_at, self.spec.lease_ttl_ms);
+        if let Some(slot) = &mut self.slot {
+            slot.lease =
+                store_protocol::renew(&slot.round_id, slot.lease.clone(), self.spec.lease_ttl_ms)?;
+            if time::at_or_after(&self.leases_expire, &slot.lease.expires_at) {
+                self.leases_expire = slot.lease.expires_at;
+            }
+        }
+        Ok(())
+    }
+
     /// Arms the session's timer, or (while a round waits for its answer) sets what it will have
     /// when the wait ends.
     fn arm(&mut self, ms: u64) {
@@ -828,6 +923,15 @@ fn withdrawn_message(what: &str, created_at: &Timestamp) -> String {
         "{what}, {waited} s after the round opened: the server stopped waiting, so the answer \
          can no longer be delivered (many MCP server SDKs give up on an elicitation after 60 s \
          by default; raise the server's timeout to give people longer)"
+    )
+}
+
+/// Whether an error is the database failing (busy past its timeout, I/O), not a decision.
+fn is_storage_fault(e: &crate::m3::managed_input::types::ManagedInputError) -> bool {
+    matches!(
+        e,
+        crate::m3::managed_input::types::ManagedInputError::Storage(d)
+            if matches!(d.code, ErrorCode::StorageBusy | ErrorCode::StorageFailure)
     )
 }
 

@@ -2,7 +2,7 @@
 //! (jco, wasmtime-py, any component runtime). See EMBEDDING.md.
 
 use crate::{Cli, print_json};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::ValueEnum;
 use std::path::Path;
 use std::process::ExitCode;
@@ -24,7 +24,8 @@ pub fn write(cli: &Cli, world: World, file: &Path) -> Result<ExitCode> {
         World::PolicyOnly => ("policy-only", m3::POLICY_COMPONENT),
         World::Engine => ("engine", m3::engine::GUEST_WASM),
     };
-    std::fs::write(file, bytes).with_context(|| format!("writing {}", file.display()))?;
+    std::fs::write(file, bytes)
+        .map_err(|e| anyhow::anyhow!("StorageError: {} cannot be written: {e}", file.display()))?;
     if cli.json {
         print_json(
             &serde_json::json!({"world": name, "bytes": bytes.len(), "path": file}),

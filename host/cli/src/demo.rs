@@ -3,7 +3,7 @@
 
 use crate::run::Output;
 use crate::{Cli, EraArg, json, print_json};
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use m3::{
     AgentSpec, ElicitationResponse, ExecutionStatus, ExecutionStore, HumanInput, McpEra,
     McpTestKit, Script, SqliteExecutionStore, StdioServer, Submission,
@@ -27,7 +27,12 @@ impl FreshDir {
             .unwrap_or_default()
             .as_nanos();
         let dir = std::env::temp_dir().join(format!("m3-demo-{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir(&dir).map_err(|e| {
+            anyhow!(
+                "StorageError: the demo's directory {} cannot be created: {e}",
+                dir.display()
+            )
+        })?;
         Ok(Self(dir))
     }
 }
@@ -42,7 +47,8 @@ impl Drop for FreshDir {
 pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<ExitCode> {
     let dir = FreshDir::new()?;
     let db = dir.0.join("executions.sqlite");
-    let program = std::env::current_exe().context("locating this program")?;
+    let program = std::env::current_exe()
+        .map_err(|e| anyhow!("EngineError: this program cannot locate itself: {e}"))?;
     let mut server =
         StdioServer::new("shipping", program.display().to_string()).args(["shipping-server"]);
     server.era = match era {

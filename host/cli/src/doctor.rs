@@ -45,6 +45,37 @@ fn version_of(program: &std::path::Path) -> Option<String> {
     text.lines().next().map(|l| l.trim().to_string())
 }
 
+/// Every round of the database that cannot be read: `{"round_id", "error"}` each.
+fn unreadable_records(cli: &Cli) -> Result<Vec<Value>> {
+    let executions = crate::executions(cli)?;
+    let filter = m3::RoundFilter {
+        execution_id: None,
+        status: None,
+        limit: None,
+    };
+    let (_, unreadable) = executions.store().list_rounds_reporting(&filter)?;
+    Ok(unreadable
+        .into_iter()
+        .map(|(round_id, e)| json!({"round_id": round_id, "error": e.to_string()}))
+        .collect())
+}
+
+/// The database's files (and its `-wal` and `-shm`) that others than their owner may read or
+/// write: answers, idempotency keys and lease tokens live in them.
+fn loose_files(db: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    ["", "-wal", "-shm"]
+        .iter()
+        .map(|suffix| {
+            let mut name = db.as_os_str().to_owned();
+            name.push(suffix);
+            std::path::PathBuf::from(name)
+        })
+        .filter(|file| std::fs::metadata(file).is_ok_and(|m| m.permissions().mode() & 0o077 != 0))
+        .map(|file| file.display().to_string())
+        .collect()
+}
+
 /// `m3 doctor`.
 pub fn doctor(cli: &Cli) -> Result<ExitCode> {
     let mut healthy = true;
@@ -55,8 +86,23 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
         .then(|| m3::sqlite::database::health(&cli.db))
     {
         Some(Ok(h)) => {
-            healthy &=
-                h.integrity == "ok" && h.is_m3_database && h.schema_version <= h.supported_version;
+            let readable =
+                h.is_m3_database && (0..=h.supported_version).contains(&h.schema_version);
+            let unreadable = if readable {
+                unreadable_records(cli)
+            } else {
+                Ok(Vec::new())
+            };
+            let (unreadable, check_error) = match unreadable {
+                Ok(list) => (list, None),
+                Err(e) => (Vec::new(), Some(e.to_string())),
+            };
+            let loose = loose_files(&cli.db);
+            healthy &= h.integrity == "ok"
+                && readable
+                && unreadable.is_empty()
+                && check_error.is_none()
+                && loose.is_empty();
             json!({
                 "path": path,
                 "exists": true,
@@ -64,7 +110,9 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
                 "m3_database": h.is_m3_database,
                 "schema_version": h.schema_version,
                 "supported_schema_version": h.supported_version,
-                "error": null,
+                "unreadable_records": unreadable,
+                "files_readable_by_others": loose,
+                "error": check_error,
             })
         }
         Some(Err(e)) => {
@@ -76,6 +124,8 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
                 "m3_database": null,
                 "schema_version": null,
                 "supported_schema_version": m3::sqlite::migrations::SCHEMA_VERSION,
+                "unreadable_records": [],
+                "files_readable_by_others": loose_files(&cli.db),
                 "error": e.to_string(),
             })
         }
@@ -86,6 +136,8 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
             "m3_database": null,
             "schema_version": null,
             "supported_schema_version": m3::sqlite::migrations::SCHEMA_VERSION,
+            "unreadable_records": [],
+            "files_readable_by_others": [],
             "error": null,
         }),
     };

@@ -61,7 +61,7 @@ fn list_rounds(
         status: status.map(status_from).transpose()?,
         limit: None,
     };
-    Ok(crate::executions(cli)?.store().list_rounds(&filter)?)
+    crate::readable_rounds(crate::executions(cli)?.store(), &filter)
 }
 
 /// `m3 rounds`.
@@ -223,6 +223,7 @@ pub fn recover(cli: &Cli) -> Result<ExitCode> {
             &serde_json::json!({
                 "rounds_failed": report.rounds_failed,
                 "executions_failed": report.executions_failed,
+                "records_unreadable": report.records_unreadable,
             }),
             false,
         );
@@ -231,6 +232,12 @@ pub fn recover(cli: &Cli) -> Result<ExitCode> {
             "failed {} round(s) and {} execution(s) whose worker is gone",
             report.rounds_failed, report.executions_failed
         );
+        if report.records_unreadable > 0 {
+            println!(
+                "{} record(s) could not be read and were left as they are (see `m3 doctor`)",
+                report.records_unreadable
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -201,7 +201,6 @@ pub fn record(r: &ManagedInputRecord, redacted: Option<&[RedactedResponse]>) -> 
                                 "action": p.action,
                                 "content_fields": p.content_fields,
                                 "content_bytes": p.content_bytes,
-                                "content_sha256": p.content_sha256,
                             }),
                         )
                     })

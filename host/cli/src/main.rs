@@ -14,6 +14,7 @@ mod pending;
 mod policy_check;
 mod respond;
 mod run;
+mod seconds;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -138,8 +139,33 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match dispatch(&cli) {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // The argument parser's own complaints are typed like every other error.
+            let text = e.render().to_string();
+            let text = text.strip_prefix("error: ").unwrap_or(&text);
+            eprint!("ManagedInputValidationError: invalid command line: {text}");
+            return ExitCode::from(2);
+        }
+    };
+    // A panic is a bug of m3, never the caller's fault: it ends as a typed error line like any
+    // other failure (no backtrace, and no panic payload, which could quote input).
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "EngineError: m3 failed unexpectedly{at}; nothing more was done (please report it)"
+        );
+    }));
+    let outcome = std::panic::catch_unwind(|| dispatch(&cli));
+    let Ok(outcome) = outcome else {
+        return ExitCode::FAILURE;
+    };
+    match outcome {
         Ok(code) => code,
         Err(error) => {
             // The first line is the typed error's own text ("ManagedInputStateError: ...").
@@ -202,20 +228,56 @@ pub fn recovered_executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::work
             report.rounds_failed, report.executions_failed
         );
     }
+    if report.records_unreadable > 0 {
+        eprintln!(
+            "{} record(s) could not be read and are left as they are (`m3 doctor` names them)",
+            report.records_unreadable
+        );
+    }
     Ok(executions)
 }
 
-/// Reads a file, or standard input for `-`; the error says what could not be read (the caller
+/// The rounds `filter` selects; a record that cannot be read is reported on stderr (its id and
+/// why) and left out, so one bad record never hides the others.
+pub fn readable_rounds(
+    store: &m3::SqliteManagedInputStore,
+    filter: &m3::RoundFilter,
+) -> anyhow::Result<Vec<m3::ManagedInputRecord>> {
+    let (records, unreadable) = store.list_rounds_reporting(filter)?;
+    for (round_id, error) in unreadable {
+        eprintln!("{error} (round {round_id} is left out of this listing; `m3 doctor` lists all)");
+    }
+    Ok(records)
+}
+
+/// The most a command reads of an input file: the largest answer map, round or script the
+/// library would accept (4 MiB, the largest round), plus room for formatting.
+pub const MAX_INPUT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Reads a file, or standard input for `-`, stopping past [`MAX_INPUT_BYTES`] (so `/dev/zero`
+/// or an endless pipe is refused, not read); the error says what could not be read (the caller
 /// names the typed error it is).
 pub fn read_input(path: &std::path::Path) -> Result<String, String> {
-    if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .map_err(|e| format!("standard input cannot be read: {e}"))?;
-        Ok(text)
+    use std::io::Read;
+    let (what, source): (String, Box<dyn Read>) = if path.as_os_str() == "-" {
+        ("standard input".into(), Box::new(std::io::stdin()))
     } else {
-        std::fs::read_to_string(path).map_err(|e| format!("{} cannot be read: {e}", path.display()))
+        let file = std::fs::File::open(path)
+            .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+        (path.display().to_string(), Box::new(file))
+    };
+    let mut bytes = Vec::new();
+    source
+        .take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{what} cannot be read: {e}"))?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(format!(
+            "{what} is larger than {} MiB (payload_too_large); nothing was read past that",
+            MAX_INPUT_BYTES >> 20
+        ));
     }
+    String::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8 text"))
 }
 
 /// Input a caller gave (answers, rounds, schemas, filters) that cannot be used.

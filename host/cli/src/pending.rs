@@ -3,7 +3,7 @@
 use crate::{Cli, json, print_json};
 use anyhow::{Result, bail};
 use comfy_table::Table;
-use m3::{ManagedInputStatus, ManagedInputStore, PendingElicitationRound, RoundFilter};
+use m3::{ManagedInputStatus, PendingElicitationRound, RoundFilter};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -18,9 +18,7 @@ pub fn list(cli: &Cli, execution: Option<&str>) -> Result<Vec<PendingElicitation
         status: Some(ManagedInputStatus::Pending),
         limit: None,
     };
-    Ok(executions
-        .store()
-        .list_rounds(&filter)?
+    Ok(crate::readable_rounds(executions.store(), &filter)?
         .into_iter()
         .map(|r| r.pending)
         .collect())
@@ -58,12 +56,11 @@ pub fn table(rounds: &[PendingElicitationRound]) -> Table {
 /// `m3 pending`.
 pub fn pending(cli: &Cli, execution: Option<&str>, wait: Option<f64>) -> Result<ExitCode> {
     let until = match wait {
-        Some(secs) if !(secs.is_finite() && secs >= 0.0) => {
-            return Err(crate::invalid_input(
-                "--wait takes a number of seconds (0 or more)",
-            ));
+        Some(secs) => {
+            let wait = crate::seconds::seconds("--wait", secs, crate::seconds::WAIT)
+                .map_err(crate::invalid_input)?;
+            Some(Instant::now() + wait)
         }
-        Some(secs) => Some(Instant::now() + Duration::from_secs_f64(secs)),
         None => None,
     };
     let rounds = loop {

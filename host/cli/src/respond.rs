@@ -2,9 +2,9 @@
 //! component validates and commits; the worker, in whatever process, delivers it).
 
 use crate::{Cli, json, print_json, read_input};
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use clap::Args;
-use m3::ManagedInputStore;
+use m3::{ManagedInputStatus, ManagedInputStore};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -92,15 +92,41 @@ pub fn respond(cli: &Cli, args: &RespondArgs) -> Result<ExitCode> {
     }
     let record = store
         .get_round(&args.round_id)?
-        .ok_or_else(|| anyhow!("the round disappeared"))?;
+        .ok_or_else(|| anyhow!("StorageError: the round {} disappeared", args.round_id))?;
     if cli.json {
         print_json(&json::record(&record, None), false);
-    } else {
-        println!(
-            "round {} is {} (answers stored: its worker delivers them once, or the round fails \
-             saying why; see `m3 show {}`)",
-            record.pending.round_id, record.status, record.pending.round_id
-        );
+    }
+    // Say what the stored status means, never more: a repeated answer to a round that ended
+    // is acknowledged by the store (same key, same answer), but will never be delivered.
+    let id = &record.pending.round_id;
+    let said = match record.status {
+        ManagedInputStatus::ResponseValidated => format!(
+            "round {id} is response_validated: the answers are stored and wait for its worker, \
+             which delivers them once or fails the round saying why (`m3 show {id}`)"
+        ),
+        ManagedInputStatus::DeliveryStarted | ManagedInputStatus::Delivered => {
+            format!(
+                "round {id} is {}: the answers are being delivered",
+                record.status
+            )
+        }
+        ManagedInputStatus::Resolved => {
+            format!("round {id} is resolved: the answers were delivered and the server replied")
+        }
+        ManagedInputStatus::Pending | ManagedInputStatus::Failed => {
+            let failure = record
+                .failure
+                .as_ref()
+                .map(|f| format!("{} ({})", f.code, f.message))
+                .unwrap_or_else(|| record.status.to_string());
+            bail!(
+                "ManagedInputStateError: round {id} ended failed before its answers were \
+                 delivered: {failure}; they are stored but will not be delivered (round_terminal)"
+            );
+        }
+    };
+    if !cli.json {
+        println!("{said}");
     }
     Ok(ExitCode::SUCCESS)
 }

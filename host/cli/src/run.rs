@@ -2,6 +2,7 @@
 //! rounds are answered in a terminal form, or (with `--no-prompt` or without a terminal)
 //! printed as JSON lines and answered by another process (`m3 respond`).
 
+use crate::seconds::seconds;
 use crate::{Cli, json, print_json, read_input};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
@@ -56,10 +57,15 @@ pub struct RunArgs {
     /// One argument of the server (repeatable).
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     server_arg: Vec<String>,
-    /// One environment variable of the server, `K=V` (repeatable). The server gets these and
-    /// this process's `PATH`, nothing else.
-    #[arg(long, value_name = "K=V")]
+    /// One environment variable of the server (repeatable): `NAME` passes this process's own
+    /// value (a secret need not appear on any command line), `NAME=VALUE` sets it. The server
+    /// gets these, those of `--server-env-file`, and this process's `PATH`, nothing else.
+    #[arg(long, value_name = "NAME[=VALUE]")]
     server_env: Vec<String>,
+    /// Environment variables of the server from a file: one `NAME=VALUE` per line; blank lines
+    /// and lines starting with `#` are skipped.
+    #[arg(long, value_name = "FILE")]
+    server_env_file: Option<PathBuf>,
     /// The server's working directory (absolute, or relative to this directory; default: a
     /// private scratch directory).
     #[arg(long, value_name = "DIR")]
@@ -98,10 +104,45 @@ fn child_env() -> BTreeMap<String, String> {
 fn server(args: &RunArgs) -> Result<StdioServer> {
     let mut server = StdioServer::new(&args.server_name, &args.server_command)
         .args(args.server_arg.iter().cloned());
-    for pair in &args.server_env {
-        let (k, v) = pair.split_once('=').ok_or_else(|| {
-            crate::invalid_submission(format!("--server-env takes K=V, not {pair:?}"))
-        })?;
+    if let Some(file) = &args.server_env_file {
+        let text = read_input(file).map_err(crate::invalid_submission)?;
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            // Values may be secrets: an error names the line, never its text.
+            let (k, v) = line
+                .split_once('=')
+                .filter(|(k, _)| valid_name(k))
+                .ok_or_else(|| {
+                    crate::invalid_submission(format!(
+                        "{} line {}: expected NAME=VALUE",
+                        file.display(),
+                        number + 1
+                    ))
+                })?;
+            server = server.env(k, v);
+        }
+    }
+    for entry in &args.server_env {
+        let (k, v) = match entry.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => {
+                let value = std::env::var(entry).map_err(|_| {
+                    crate::invalid_submission(format!(
+                        "--server-env {entry}: this process has no such variable to pass on \
+                         (give NAME=VALUE, or set it)"
+                    ))
+                })?;
+                (entry.clone(), value)
+            }
+        };
+        if !valid_name(&k) {
+            return Err(crate::invalid_submission(
+                "--server-env takes NAME or NAME=VALUE, with a non-empty NAME without `=` or NUL",
+            ));
+        }
         server = server.env(k, v);
     }
     if let Some(cwd) = &args.server_cwd {
@@ -113,6 +154,11 @@ fn server(args: &RunArgs) -> Result<StdioServer> {
         Some(crate::EraArg::Modern) => m3::McpEra::Modern,
     };
     Ok(server)
+}
+
+/// An environment variable name a child can be given.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
 }
 
 fn script(args: &RunArgs) -> Result<Script> {
@@ -180,18 +226,19 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
             spec
         }
         "codex" => {
-            if !(args.turn_deadline.is_finite() && args.turn_deadline > 0.0) {
-                return Err(crate::invalid_submission(
-                    "--turn-deadline takes a positive number of seconds",
-                ));
-            }
+            let turn_deadline = seconds(
+                "--turn-deadline",
+                args.turn_deadline,
+                crate::seconds::TURN_DEADLINE,
+            )
+            .map_err(crate::invalid_submission)?;
             let options = m3::CodexOptions {
                 binary: args.codex_binary.clone().unwrap_or_else(|| "codex".into()),
                 model_provider: args
                     .model_base_url
                     .as_ref()
                     .map(|url| m3::ModelProvider::responses("m3", url.clone())),
-                turn_deadline: Duration::from_secs_f64(args.turn_deadline),
+                turn_deadline,
                 ..m3::CodexOptions::default()
             };
             AgentSpec::codex(args.model.iter().cloned(), options)
@@ -204,19 +251,12 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
         .tools(args.tools.iter().cloned())
         .human_input(human_input);
     if let Some(secs) = args.deadline {
-        if !(secs.is_finite() && secs > 0.0) {
-            return Err(crate::invalid_submission(
-                "--deadline takes a positive number of seconds",
-            ));
-        }
-        submission = submission.round_deadline(Duration::from_secs_f64(secs));
+        let deadline = seconds("--deadline", secs, crate::seconds::ROUND_DEADLINE)
+            .map_err(crate::invalid_submission)?;
+        submission = submission.round_deadline(deadline);
     }
-    if !(args.lease.is_finite() && args.lease >= 0.03) {
-        return Err(crate::invalid_submission(
-            "--lease takes a number of seconds (at least 0.03)",
-        ));
-    }
-    let lease = Duration::from_secs_f64(args.lease);
+    let lease =
+        seconds("--lease", args.lease, crate::seconds::LEASE).map_err(crate::invalid_submission)?;
     let options = m3::KitOptions {
         lease_ttl: lease,
         lease_renew: lease / 3,
@@ -249,7 +289,7 @@ pub fn finish(ended: Result<ExecutionResult, ExecutionError>, output: &Output) -
             }
             Err(ExecutionError::OperationTimeout(timeout).into())
         }
-        Err(e) => Err(anyhow::Error::from(e).context("reading the result")),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -253,7 +253,7 @@ pub enum ExecutionError {
     #[error(transparent)]
     Store(#[from] ExecutionStoreError),
     /// The kit's tokio runtime failed (a task panicked or was cancelled).
-    #[error("the kit's runtime failed: {0}")]
+    #[error("EngineError: the kit's runtime failed: {0}")]
     Runtime(String),
 }
 

@@ -63,6 +63,13 @@ pub struct ChildProcess {
 /// How much of a child's stderr is kept (the tail), for diagnostics only.
 pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
 
+/// The largest stdout chunk read at once.
+pub const STDOUT_CHUNK_BYTES: usize = 64 * 1024;
+
+/// How many stdout chunks wait for the execution to read them (at most 1 MiB); past that the
+/// child's writes block on its pipe.
+pub const STDOUT_CHUNKS_BUFFERED: usize = 16;
+
 fn resolve(command: &str, env: &BTreeMap<String, String>) -> Result<PathBuf, ProcessError> {
     if command.contains('/') {
         return Ok(PathBuf::from(command));
@@ -79,7 +86,7 @@ impl ChildProcess {
     pub fn spawn(
         spec: &ProcessSpec,
         scratch: &ScratchDir,
-    ) -> Result<(Self, mpsc::UnboundedReceiver<ProcessEvent>), ProcessError> {
+    ) -> Result<(Self, mpsc::Receiver<ProcessEvent>), ProcessError> {
         let cwd = match &spec.cwd {
             None => scratch.path().to_path_buf(),
             Some(absolute) if absolute.is_absolute() => absolute.clone(),
@@ -110,17 +117,20 @@ impl ChildProcess {
             _ => ProcessError::Io(e),
         })?;
         let pid = child.id().unwrap_or_default();
-        let (events, receiver) = mpsc::unbounded_channel();
+        // Bounded: a child that writes faster than its execution reads is held back by its
+        // pipe, so a flooding server cannot grow this process's memory.
+        let (events, receiver) = mpsc::channel(STDOUT_CHUNKS_BUFFERED);
         if let Some(mut stdout) = child.stdout.take() {
             let events = events.clone();
             tokio::spawn(async move {
-                let mut buffer = vec![0u8; 64 * 1024];
+                let mut buffer = vec![0u8; STDOUT_CHUNK_BYTES];
                 loop {
                     match stdout.read(&mut buffer).await {
                         Ok(0) | Err(_) => break,
                         Ok(n) => {
                             if events
                                 .send(ProcessEvent::Stdout(buffer[..n].to_vec()))
+                                .await
                                 .is_err()
                             {
                                 break;
@@ -128,7 +138,7 @@ impl ChildProcess {
                         }
                     }
                 }
-                let _ = events.send(ProcessEvent::StdoutClosed);
+                let _ = events.send(ProcessEvent::StdoutClosed).await;
             });
         }
         let stderr_tail = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -217,10 +227,10 @@ impl ChildProcess {
 
 impl Drop for ChildProcess {
     fn drop(&mut self) {
-        // Still running: take the whole group down. `kill_on_drop` lets tokio reap the child.
-        if matches!(self.child.try_wait(), Ok(None)) {
-            self.signal_group();
-        }
+        // Take the whole group down, also when the child itself has exited: what it started
+        // may live on in its group. (Linux never hands out an id that a live group still uses.)
+        // `kill_on_drop` lets tokio reap the child.
+        self.signal_group();
     }
 }
 

@@ -50,14 +50,19 @@ impl std::fmt::Debug for Database {
 }
 
 impl Database {
-    /// Opens (creating if needed) the database at `path`, applies migrations and checks WAL mode.
+    /// Opens (creating if needed, owner-only) the database at `path`, applies migrations and
+    /// checks WAL mode. An existing file is checked before anything is written to it: it must be
+    /// an empty file or a SQLite database of m3's (its `application_id`).
     pub fn open(
         path: &Path,
         busy_timeout: Duration,
         synchronous: Synchronous,
     ) -> Result<Self, OpenError> {
         check_path(path)?;
+        check_header(path)?;
+        create_private(path)?;
         let keeper = connect_raw(path, busy_timeout, synchronous).map_err(OpenError::Sqlite)?;
+        super::migrations::check(&keeper)?;
         enable_wal(&keeper, busy_timeout)?;
         super::migrations::migrate(&keeper)?;
         Ok(Self {
@@ -129,6 +134,76 @@ pub fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
+/// The first bytes of every SQLite database file.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Refuses an existing file that is neither empty nor a SQLite database, or a SQLite database
+/// that carries another application's id, before SQLite touches it (so nothing is ever stamped
+/// onto a foreign file). A SQLite file with no application id is checked once opened (it may be
+/// a fresh m3 database another process is creating).
+fn check_header(path: &Path) -> Result<(), OpenError> {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Ok(()); // it does not exist (yet): created below
+    };
+    let mut header = [0u8; 100];
+    let mut read = 0;
+    while read < header.len() {
+        match file.read(&mut header[read..]) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) => {
+                return Err(OpenError::InvalidPath(format!(
+                    "{} cannot be read: {e}",
+                    path.display()
+                )));
+            }
+        }
+    }
+    if read == 0 {
+        return Ok(()); // an empty file becomes a new database
+    }
+    if read < header.len() || &header[..16] != SQLITE_MAGIC {
+        return Err(OpenError::Incompatible(format!(
+            "{} is not a SQLite database (refused: it is left as it is)",
+            path.display()
+        )));
+    }
+    let application_id = i64::from(i32::from_be_bytes([
+        header[68], header[69], header[70], header[71],
+    ]));
+    if application_id != 0 && application_id != APPLICATION_ID {
+        return Err(OpenError::Incompatible(format!(
+            "{} is a SQLite database of another application (application_id {application_id})",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the database file readable and writable by its owner only (whatever the umask), if
+/// it does not exist; SQLite gives its `-wal` and `-shm` files the same mode.
+fn create_private(path: &Path) -> Result<(), OpenError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(file) => file
+            .set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| {
+                OpenError::InvalidPath(format!("{} cannot be made private: {e}", path.display()))
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(OpenError::InvalidPath(format!(
+            "{} cannot be created: {e}",
+            path.display()
+        ))),
+    }
+}
+
 /// Refuses paths that would open something other than the plain file the caller named.
 pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
     let text = path.as_os_str().as_encoded_bytes();
@@ -150,7 +225,13 @@ pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
             "managed input needs a database file; in-memory databases are not persistent".into(),
         ));
     }
-    match std::fs::metadata(path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Err(OpenError::InvalidPath(format!(
+                "{} is a symbolic link; give the database file itself",
+                path.display()
+            )));
+        }
         Ok(meta) if meta.is_dir() => {
             return Err(OpenError::InvalidPath(format!(
                 "{} is a directory",

@@ -46,13 +46,35 @@ const MIGRATIONS: &[&str] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// Brings the database to [`SCHEMA_VERSION`] in one `BEGIN IMMEDIATE` transaction.
+/// Brings the database to [`SCHEMA_VERSION`]. The check runs in a read transaction, so an
+/// up-to-date database is opened without waiting for a writer; only a migration takes the write
+/// lock (`BEGIN IMMEDIATE`), and it checks again under it.
 pub fn migrate(conn: &Connection) -> Result<(), OpenError> {
-    conn.execute_batch("BEGIN IMMEDIATE")
-        .map_err(OpenError::Sqlite)?;
-    let result = apply(conn);
-    match result {
-        Ok(()) => conn.execute_batch("COMMIT").map_err(OpenError::Sqlite),
+    match in_transaction(conn, "BEGIN DEFERRED", |conn| {
+        inspect(conn).map(|s| s.is_current())
+    })? {
+        true => Ok(()),
+        false => in_transaction(conn, "BEGIN IMMEDIATE", apply),
+    }
+}
+
+/// Refuses, in a read transaction that writes nothing, a file that is not (or not yet) an m3
+/// database this build can use: run before anything else touches the file.
+pub fn check(conn: &Connection) -> Result<(), OpenError> {
+    in_transaction(conn, "BEGIN DEFERRED", inspect).map(|_| ())
+}
+
+fn in_transaction<T>(
+    conn: &Connection,
+    begin: &str,
+    body: impl FnOnce(&Connection) -> Result<T, OpenError>,
+) -> Result<T, OpenError> {
+    conn.execute_batch(begin).map_err(OpenError::Sqlite)?;
+    match body(conn) {
+        Ok(value) => {
+            conn.execute_batch("COMMIT").map_err(OpenError::Sqlite)?;
+            Ok(value)
+        }
         Err(e) => {
             let _ = conn.execute_batch("ROLLBACK");
             Err(e)
@@ -60,28 +82,53 @@ pub fn migrate(conn: &Connection) -> Result<(), OpenError> {
     }
 }
 
-fn apply(conn: &Connection) -> Result<(), OpenError> {
+/// What a file holds, as far as opening it is concerned.
+struct Stamp {
+    application_id: i64,
+    version: i64,
+}
+
+impl Stamp {
+    fn is_current(&self) -> bool {
+        self.version == SCHEMA_VERSION && self.application_id == APPLICATION_ID
+    }
+}
+
+/// Reads the file's stamp and refuses a file that is not (or not yet) an m3 database this build
+/// can use: another application's, one with tables but no application id, or a schema version
+/// outside `0..=SCHEMA_VERSION`.
+fn inspect(conn: &Connection) -> Result<Stamp, OpenError> {
     let read = |pragma: &str| {
         conn.query_row(pragma, [], |r| r.get::<_, i64>(0))
             .map_err(OpenError::Sqlite)
     };
-    let app = read("PRAGMA application_id")?;
+    let application_id = read("PRAGMA application_id")?;
     let version = read("PRAGMA user_version")?;
     let tables = read("SELECT count(*) FROM sqlite_schema WHERE type = 'table'")?;
-    if app != APPLICATION_ID && (app != 0 || (version == 0 && tables > 0)) {
+    let fresh = application_id == 0 && version == 0 && tables == 0;
+    if application_id != APPLICATION_ID && !fresh {
         return Err(OpenError::Incompatible(
-            "the file is a SQLite database of another application".into(),
+            "the file is a SQLite database of another application (left as it is)".into(),
         ));
     }
-    if version > SCHEMA_VERSION {
+    if !(0..=SCHEMA_VERSION).contains(&version) {
         return Err(OpenError::Incompatible(format!(
-            "schema version {version} is newer than this build supports ({SCHEMA_VERSION})"
+            "schema version {version} is not one this build knows (0 to {SCHEMA_VERSION})"
         )));
     }
-    if version == SCHEMA_VERSION && app == APPLICATION_ID {
-        return Ok(()); // up to date: opening writes nothing
+    Ok(Stamp {
+        application_id,
+        version,
+    })
+}
+
+fn apply(conn: &Connection) -> Result<(), OpenError> {
+    let stamp = inspect(conn)?;
+    if stamp.is_current() {
+        return Ok(()); // another process migrated it meanwhile
     }
-    for migration in &MIGRATIONS[version as usize..] {
+    let from = usize::try_from(stamp.version).unwrap_or(MIGRATIONS.len());
+    for migration in MIGRATIONS.get(from..).unwrap_or_default() {
         conn.execute_batch(migration).map_err(OpenError::Sqlite)?;
     }
     conn.pragma_update(None, "application_id", APPLICATION_ID)

@@ -4,7 +4,6 @@
 
 use crate::bindings::m3::managed_input::events::{self, Event};
 use crate::bindings::m3::managed_input::process::{self, SpawnSpec};
-use crate::cpu_time::ThreadCpuTime;
 use crate::guest_imports::HostState;
 use crate::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir};
 use std::collections::BTreeMap;
@@ -23,7 +22,7 @@ pub struct ExecutionIo {
     /// Where the child runs.
     pub scratch: Option<ScratchDir>,
     child: Option<ChildProcess>,
-    output: Option<mpsc::UnboundedReceiver<ProcessEvent>>,
+    output: Option<mpsc::Receiver<ProcessEvent>>,
     stdout_closed: bool,
     exit_reported: bool,
 }
@@ -146,7 +145,7 @@ impl ExecutionIo {
     }
 }
 
-async fn recv(output: Option<&mut mpsc::UnboundedReceiver<ProcessEvent>>) -> Option<ProcessEvent> {
+async fn recv(output: Option<&mut mpsc::Receiver<ProcessEvent>>) -> Option<ProcessEvent> {
     match output {
         Some(output) => output.recv().await,
         None => std::future::pending().await,
@@ -174,7 +173,7 @@ impl HostState {
 impl process::Host for HostState {
     fn spawn(&mut self, spec: SpawnSpec) -> wasmtime::Result<Result<String, String>> {
         let result = self.io().and_then(|io| io.spawn(spec));
-        self.last_host_call = ThreadCpuTime::now();
+        self.host_returned = true;
         Ok(result)
     }
 
@@ -186,7 +185,7 @@ impl process::Host for HostState {
             },
             Err(e) => Err(e),
         };
-        self.last_host_call = ThreadCpuTime::now();
+        self.host_returned = true;
         Ok(result)
     }
 
@@ -196,7 +195,7 @@ impl process::Host for HostState {
         {
             child.close_stdin();
         }
-        self.last_host_call = ThreadCpuTime::now();
+        self.host_returned = true;
         Ok(())
     }
 
@@ -208,7 +207,7 @@ impl process::Host for HostState {
             drop(child);
             io.output = None;
         }
-        self.last_host_call = ThreadCpuTime::now();
+        self.host_returned = true;
         Ok(())
     }
 }
@@ -219,8 +218,8 @@ impl events::Host for HostState {
             Ok(io) => io.next(Duration::from_millis(timeout_ms)).await,
             Err(_) => Event::Timeout,
         };
-        // The budget counts from here, on the thread that resumes the component.
-        self.last_host_call = ThreadCpuTime::now();
+        // The budget is refilled as the host returns to the component.
+        self.host_returned = true;
         Ok(event)
     }
 }

@@ -10,7 +10,6 @@ pub mod io;
 
 use crate::bindings::exports::m3::managed_input::runtime as wit;
 use crate::convert;
-use crate::cpu_time::ThreadCpuTime;
 use crate::error::{EngineError, EngineErrorKind, ManagedInputError};
 use crate::guest_imports::HostState;
 use crate::instance::bounded_store;
@@ -215,8 +214,6 @@ impl Executions {
             .instantiate_async(&mut store)
             .await
             .map_err(|e| engine_error(&e, EngineErrorKind::Load))?;
-        store.data_mut().last_host_call = ThreadCpuTime::now();
-        store.set_epoch_deadline(1);
         let result = bindings
             .m3_managed_input_runtime()
             .call_run_execution(&mut store, execution_id, owner_id)

@@ -1,0 +1,584 @@
+//! The command against a hostile user, server, file or neighbour: generated hostile arguments
+//! for every subcommand, flooding servers, `/dev/zero` as input, odd and foreign databases,
+//! loose file modes, secrets on command lines, and answers to rounds that already ended. Each
+//! case must end with a typed first stderr line (or succeed), never a panic, a hang or unbounded
+//! memory, and must change nothing it should not.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A tiny deterministic generator (the test prints its seed; `M3_HOSTILE_SEED` replays it).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+}
+
+/// Numbers a hostile user types where seconds or counts are expected.
+const NUMBERS: &[&str] = &[
+    "0",
+    "-1",
+    "1e19",
+    "1e300",
+    "18446744073709551615",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e-400",
+    "0.0001",
+    "abc",
+    "",
+];
+
+/// Texts a hostile user types where ids, keys, names or JSON are expected.
+const TEXTS: &[&str] = &[
+    "",
+    "-",
+    "--",
+    "x=y",
+    "=",
+    "shipping:",
+    ":",
+    "{",
+    "null",
+    "[]",
+    "{\"a\":1,\"a\":2}",
+    "1e400",
+    "\u{202e}evil",
+    "../../etc/passwd",
+    "ключ-🔑",
+    "a\tb",
+];
+
+/// Paths a hostile user gives for files.
+fn paths(sb: &Sandbox) -> Vec<String> {
+    let link = sb.dir.path().join("link");
+    let _ = std::os::unix::fs::symlink("/dev/zero", &link);
+    vec![
+        "/dev/zero".into(),
+        "/".into(),
+        "".into(),
+        "-".into(),
+        "/nonexistent/dir/file".into(),
+        link.display().to_string(),
+        sb.dir.path().display().to_string(),
+    ]
+}
+
+/// Generated argument lists for every subcommand.
+fn cases(sb: &Sandbox, rng: &mut Rng, per_command: usize) -> Vec<Vec<String>> {
+    let paths = paths(sb);
+    let path_refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let mut out = Vec::new();
+    for _ in 0..per_command {
+        let n = rng.pick(NUMBERS).to_string();
+        let t = rng.pick(TEXTS).to_string();
+        let p = rng.pick(&path_refs).to_string();
+        let base_run = |extra: &[String]| -> Vec<String> {
+            let mut args: Vec<String> = [
+                "run",
+                "--no-prompt",
+                "--json",
+                "--server-name",
+                "shipping",
+                "--server-command",
+                M3,
+                "--server-arg",
+                "shipping-server",
+                "--tool",
+                "shipping:book_shipment",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend(extra.iter().cloned());
+            args.push("Book.".into());
+            args
+        };
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        out.push(base_run(&s(&["--deadline", &n])));
+        out.push(base_run(&s(&["--lease", &n])));
+        out.push(base_run(&s(&["--turn-deadline", &n, "--harness", "codex"])));
+        out.push(base_run(&s(&["--script", &p])));
+        out.push(base_run(&s(&["--human-input", &t])));
+        out.push(base_run(&s(&["--server-env", &t])));
+        out.push(base_run(&s(&["--server-env-file", &p])));
+        out.push(base_run(&s(&["--server-cwd", &p])));
+        out.push(base_run(&s(&["--tool", &t])));
+        out.push(s(&["pending", "--wait", &n]));
+        out.push(s(&["pending", "--execution", &t]));
+        out.push(s(&["respond", &t, "--idempotency-key", &t, "--accept", &t]));
+        out.push(s(&[
+            "respond",
+            "r",
+            "--idempotency-key",
+            "k",
+            "--responses",
+            &p,
+        ]));
+        out.push(s(&[
+            "respond",
+            &t,
+            "--idempotency-key",
+            "k",
+            "--decline",
+            &t,
+        ]));
+        out.push(s(&["rounds", "--status", &t]));
+        out.push(s(&["rounds", "--execution", &t]));
+        out.push(s(&["show", &t, "--redacted"]));
+        out.push(s(&["status", &t]));
+        out.push(s(&["cancel", &t]));
+        out.push(s(&["validate", "--round", &p, "--responses", &p]));
+        out.push(s(&["check-schema", &p]));
+        out.push(s(&["component", &p]));
+        out.push(s(&["--db", &p, "rounds"]));
+        out.push(s(&["--db", &p, "doctor"]));
+        out.push(s(&["demo", "--answer", &t]));
+    }
+    out
+}
+
+/// Every subcommand with generated hostile arguments: each run ends in time, never panics, and
+/// either succeeds or says what is wrong with a typed first stderr line.
+#[test]
+fn hostile_arguments_never_panic_and_every_error_is_typed() {
+    let seed = std::env::var("M3_HOSTILE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64 | 1)
+                .unwrap_or(0x9e37_79b9_7f4a_7c15)
+        });
+    println!("hostile arguments: seed {seed} (replay with M3_HOSTILE_SEED={seed})");
+    let sb = Sandbox::new();
+    let mut rng = Rng(seed);
+    let mut failures = Vec::new();
+    let cases = cases(&sb, &mut rng, 3);
+    let count = cases.len();
+    for args in cases {
+        let mut cmd = sb.command(&[]);
+        cmd.args(&args);
+        let out = finish(cmd, None, Duration::from_secs(60));
+        // A failed execution (`run`, `demo`) or an unhealthy verdict (`doctor`) is reported on
+        // stdout with a non-zero exit and nothing on stderr: that is an answer, not an error.
+        let verdict = !out.stdout.trim().is_empty() && out.stderr.trim().is_empty();
+        if out.status.code() == Some(101) {
+            failures.push(format!("{args:?}: exit 101 (a panic)\n{}", out.stderr));
+        } else if !out.status.success() && !verdict {
+            let first = out.first_stderr_line();
+            if !TYPED_ERRORS
+                .iter()
+                .any(|name| first.starts_with(&format!("{name}: ")))
+            {
+                failures.push(format!("{args:?}: untyped first stderr line {first:?}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "seed {seed}: {} of {count} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The findings of the adversarial review, each a regression test: values that used to panic
+/// or store unusable records are typed errors and store nothing.
+#[test]
+fn huge_durations_are_typed_errors_and_store_nothing() {
+    let sb = Sandbox::new();
+    for (args, name) in [
+        (vec!["--deadline", "1e19"], "ModelValidationError"),
+        (
+            vec!["--deadline", "18446744073709551615"],
+            "ModelValidationError",
+        ),
+        (vec!["--lease", "1e300"], "ModelValidationError"),
+    ] {
+        let mut cmd = sb.command(&[]);
+        cmd.args(run_args("legacy", &[], &args));
+        let out = finish(cmd, None, COMMAND_TIMEOUT);
+        let first = out.fails_with(name);
+        assert!(first.contains("seconds from"), "{first}");
+    }
+    sb.m3(&["pending", "--wait", "1e19"])
+        .fails_with("ManagedInputValidationError");
+    // Nothing was stored, and every listing still works.
+    assert_eq!(sb.m3(&["executions", "--json"]).json(), json!([]));
+    assert_eq!(sb.m3(&["rounds", "--json"]).json(), json!([]));
+}
+
+/// `/dev/zero` (or an endless standard input) as an input file: refused at the size limit in
+/// well under the time it would take to read gigabytes, with a typed error.
+#[test]
+fn endless_inputs_are_refused_at_the_limit() {
+    let sb = Sandbox::new();
+    let started = Instant::now();
+    sb.m3(&[
+        "respond",
+        "r1",
+        "--idempotency-key",
+        "k",
+        "--responses",
+        "/dev/zero",
+    ])
+    .fails_with("ManagedInputValidationError");
+    sb.m3(&[
+        "validate",
+        "--round",
+        "/dev/zero",
+        "--responses",
+        "/dev/zero",
+    ])
+    .fails_with("ManagedInputValidationError");
+    let mut cmd = sb.command(&["check-schema", "-"]);
+    cmd.stdin(Stdio::from(std::fs::File::open("/dev/zero").unwrap()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("ManagedInputValidationError: "),
+        "{stderr}"
+    );
+    let mut cmd = sb.command(&[]);
+    cmd.args(run_args("legacy", &[], &["--script", "/dev/zero"]));
+    finish(cmd, None, COMMAND_TIMEOUT).fails_with("ModelValidationError");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A new database and its `-wal` and `-shm` are readable by their owner only, whatever the
+/// umask; `doctor` reports files that others can read.
+#[test]
+fn database_files_are_private_under_any_umask() {
+    let sb = Sandbox::new();
+    let status = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "umask 000 && exec {M3} --db {} executions",
+            sb.db.display()
+        ))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = sb.db.as_os_str().to_owned();
+        name.push(suffix);
+        if let Ok(meta) = std::fs::metadata(&name) {
+            assert_eq!(
+                meta.permissions().mode() & 0o777,
+                0o600,
+                "{name:?} is not private"
+            );
+        }
+    }
+    let doctor = sb.m3(&["doctor", "--json"]).json();
+    assert_eq!(doctor["database"]["files_readable_by_others"], json!([]));
+    std::fs::set_permissions(&sb.db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = sb.m3(&["doctor", "--json"]);
+    assert!(
+        !out.status.success(),
+        "a world-readable database is unhealthy"
+    );
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        report["database"]["files_readable_by_others"],
+        json!([sb.db.display().to_string()])
+    );
+}
+
+/// `--db` refuses a symbolic link (even a dangling one: nothing is created at its target) and a
+/// file that is not an m3 database; the file is left byte for byte as it was.
+#[test]
+fn symlinked_and_foreign_databases_are_refused_and_left_untouched() {
+    let sb = Sandbox::new();
+    let target = sb.dir.path().join("target.sqlite");
+    let link = sb.dir.path().join("link.sqlite");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let mut cmd = sb.bare();
+    cmd.arg("--db").arg(&link).arg("rounds");
+    let first = finish(cmd, None, COMMAND_TIMEOUT)
+        .fails_with("ManagedInputValidationError")
+        .to_string();
+    assert!(first.contains("symbolic link"), "{first}");
+    assert!(!target.exists(), "nothing was created behind the link");
+
+    let text = sb.write("notes.txt", "my notes, not a database\n");
+    let mut cmd = sb.bare();
+    cmd.arg("--db").arg(&text).arg("rounds");
+    finish(cmd, None, COMMAND_TIMEOUT).fails_with("StorageError");
+    assert_eq!(
+        std::fs::read_to_string(&text).unwrap(),
+        "my notes, not a database\n"
+    );
+
+    // A SQLite database of another application with no application id and a version that
+    // happens to match m3's: refused, not stamped.
+    let foreign = sb.dir.path().join("foreign.sqlite");
+    {
+        let conn = rusqlite::Connection::open(&foreign).unwrap();
+        conn.execute_batch("CREATE TABLE notes (t TEXT); PRAGMA user_version = 3;")
+            .unwrap();
+    }
+    let before = std::fs::read(&foreign).unwrap();
+    let mut cmd = sb.bare();
+    cmd.arg("--db").arg(&foreign).arg("rounds");
+    finish(cmd, None, COMMAND_TIMEOUT).fails_with("StorageError");
+    assert_eq!(
+        std::fs::read(&foreign).unwrap(),
+        before,
+        "the foreign file is unchanged"
+    );
+}
+
+/// A database whose schema version this build does not know (`PRAGMA user_version = -1`, or a
+/// newer one) is a typed error for every command, and `doctor` says it is unhealthy.
+#[test]
+fn an_unknown_schema_version_is_a_typed_error_everywhere() {
+    for version in [-1, 99] {
+        let sb = Sandbox::new();
+        sb.m3(&["executions"]).ok();
+        {
+            let conn = rusqlite::Connection::open(&sb.db).unwrap();
+            conn.pragma_update(None, "user_version", version).unwrap();
+        }
+        for command in [&["rounds"][..], &["pending"], &["recover"], &["executions"]] {
+            let out = sb.m3(command);
+            let first = out.fails_with("StorageError");
+            assert!(first.contains("schema version"), "{first}");
+        }
+        let out = sb.m3(&["doctor", "--json"]);
+        assert!(!out.status.success(), "version {version}: doctor must fail");
+    }
+}
+
+/// One record that cannot be read does not hide the others: listings report it and list the
+/// rest; `doctor` names it and exits non-zero.
+#[test]
+fn an_unreadable_record_is_reported_and_the_rest_are_listed() {
+    let sb = Sandbox::new();
+    let mut run = sb.spawn_run("legacy", &[], &["--deadline", "600"]);
+    let event = run.next_json();
+    let (round_id, execution_id) = ids(&event["round"]);
+    // A second, unreadable round of the same execution (its document is not the component's).
+    {
+        let conn = rusqlite::Connection::open(&sb.db).unwrap();
+        conn.execute(
+            "INSERT INTO managed_input_rounds SELECT 'broken-round', execution_id, status, \
+             version, owner_id, lease_expires_at_ns, deadline_ns, created_at_ns + 1, \
+             updated_at_ns, '{not the component''s document' FROM managed_input_rounds \
+             WHERE round_id = ?1",
+            [&round_id],
+        )
+        .unwrap();
+    }
+    let out = sb.m3(&["rounds", "--json"]);
+    out.ok();
+    let rounds: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(rounds.as_array().map(Vec::len), Some(1), "{rounds}");
+    assert!(out.stderr.contains("broken-round"), "{}", out.stderr);
+    sb.m3(&["status", &execution_id, "--json"]).ok();
+    let doctor = sb.m3(&["doctor", "--json"]);
+    assert!(!doctor.status.success());
+    let report: Value = serde_json::from_str(&doctor.stdout).unwrap();
+    assert_eq!(
+        report["database"]["unreadable_records"][0]["round_id"],
+        "broken-round"
+    );
+    sb.m3(&["cancel", &execution_id]).ok();
+    let _ = run.finish();
+}
+
+/// An answer to a round that ended (here: cancelled) is never acknowledged as if it could
+/// still be delivered, also when it repeats an answer stored before the round ended.
+#[test]
+fn respond_never_acknowledges_an_answer_that_will_not_be_delivered() {
+    let sb = Sandbox::new();
+    let mut run = sb.spawn_run("legacy", &[], &[]);
+    let event = run.next_json();
+    let (round_id, execution_id) = ids(&event["round"]);
+    sb.m3(&["cancel", &execution_id]).ok();
+    let _ = run.finish();
+    let out = sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "late",
+        "--accept",
+        &accept_address(),
+    ]);
+    out.fails_with("ManagedInputStateError");
+    assert!(!out.stdout.contains("delivers"), "{}", out.stdout);
+}
+
+/// Secret values for the server come from m3's own environment (`--server-env NAME`) or a file
+/// (`--server-env-file`), never from the command line; the server gets them.
+#[test]
+fn server_secrets_need_not_be_on_the_command_line() {
+    let sb = Sandbox::new();
+    let env_file = sb.write(
+        "server.env",
+        "# the server's settings\n\nFROM_FILE=file-value-4711\n",
+    );
+    let mut cmd = sb.command(&[]);
+    cmd.args(run_args(
+        "legacy",
+        &["--report-env"],
+        &[
+            "--human-input",
+            "fail",
+            "--server-env",
+            "M3_TEST_SECRET",
+            "--server-env-file",
+            env_file.to_str().unwrap(),
+        ],
+    ))
+    .env("M3_TEST_SECRET", "secret-value-0815");
+    // The run calls book_shipment (and fails in mode fail); report_env is listed by the flag.
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    assert!(!args.iter().any(|a| a.contains("secret-value-0815")));
+    let mut script = sb.command(&[]);
+    let script_file = sb.write(
+        "script.json",
+        r#"{"steps": [{"tool": "shipping:report_env"}]}"#,
+    );
+    script
+        .args(run_args(
+            "legacy",
+            &["--report-env"],
+            &[
+                "--human-input",
+                "fail",
+                "--tool",
+                "shipping:report_env",
+                "--script",
+                script_file.to_str().unwrap(),
+                "--server-env",
+                "M3_TEST_SECRET",
+                "--server-env-file",
+                env_file.to_str().unwrap(),
+            ],
+        ))
+        .env("M3_TEST_SECRET", "secret-value-0815");
+    let out = finish(script, None, RUN_TIMEOUT);
+    out.ok();
+    let result: Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    let env = &result["result"]["tool_calls"][0]["result"]["structuredContent"]["env"];
+    assert_eq!(env["M3_TEST_SECRET"], "secret-value-0815");
+    assert_eq!(env["FROM_FILE"], "file-value-4711");
+    // A name that this process does not have is a typed error, naming only the name.
+    let mut missing = sb.command(&[]);
+    missing
+        .args(run_args(
+            "legacy",
+            &[],
+            &["--server-env", "M3_NOT_SET_ANYWHERE"],
+        ))
+        .env_remove("M3_NOT_SET_ANYWHERE");
+    finish(missing, None, COMMAND_TIMEOUT).fails_with("ModelValidationError");
+}
+
+/// The peak resident memory of a process so far, from `/proc`.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Runs `m3 run` against `server_command args...` (managed input) and returns its output and the
+/// highest peak memory seen while it ran.
+fn run_flooded(sb: &Sandbox, command: &str, args: &[&str]) -> (Output, u64) {
+    let mut run: Vec<String> = [
+        "run",
+        "--no-prompt",
+        "--json",
+        "--server-name",
+        "flood",
+        "--server-command",
+        command,
+        "--server-era",
+        "legacy",
+        "--tool",
+        "flood:anything",
+        "--human-input",
+        "managed",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for arg in args {
+        run.push("--server-arg".into());
+        run.push(arg.to_string());
+    }
+    run.push("Flood.".into());
+    let mut running = sb.spawn(&run);
+    let pid = running.guard.child.id();
+    let mut peak = 0;
+    let until = Instant::now() + Duration::from_secs(120);
+    while running.guard.child.try_wait().unwrap().is_none() {
+        peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
+        assert!(Instant::now() < until, "a flooded run did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (out, _) = running.finish();
+    (out, peak)
+}
+
+/// A server that floods its output (junk lines, or endless valid notifications) fails its
+/// execution with `server_error` naming the limit, and the command's memory stays bounded.
+#[test]
+fn a_flooding_server_fails_its_execution_and_memory_stays_bounded() {
+    let sb = Sandbox::new();
+    let (out, peak) = run_flooded(&sb, "/usr/bin/yes", &[]);
+    assert!(!out.status.success());
+    let result: Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(result["result"]["failure_kind"], "server_error", "{result}");
+    let message = result["result"]["failure_message"].as_str().unwrap();
+    assert!(message.contains("not JSON-RPC"), "{message}");
+    println!("yes: peak RSS {peak} KiB");
+    assert!(peak < 400 * 1024, "peak RSS {peak} KiB");
+
+    let notification = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"flood flood flood flood flood flood flood flood flood flood"}}"#;
+    let script = format!(
+        "import sys\nline = {notification:?} + '\\n'\nwhile True:\n    sys.stdout.write(line * 512)\n"
+    );
+    let (out, peak) = run_flooded(&sb, "python3", &["-c", &script]);
+    assert!(!out.status.success());
+    let result: Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(result["result"]["failure_kind"], "server_error", "{result}");
+    let message = result["result"]["failure_message"].as_str().unwrap();
+    assert!(message.contains("MiB"), "{message}");
+    println!("notification flood: peak RSS {peak} KiB");
+    assert!(peak < 400 * 1024, "peak RSS {peak} KiB");
+}
