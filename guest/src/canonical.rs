@@ -1,7 +1,9 @@
 //! Canonical comparison of answers, the rule behind idempotency.
 //!
 //! "Same response" means equal after canonicalisation: object keys sorted, numbers compared as
-//! JSON numbers (`1` equals `1.0`), strings byte-exact (no Unicode normalisation).
+//! JSON numbers by their exact decimal value (`1` equals `1.0` and `10e-1`; two 30-digit
+//! integers are equal only when every digit is), strings byte-exact (no Unicode
+//! normalisation).
 
 use crate::m3::managed_input::types::ElicitationResponse;
 use serde_json::Value;
@@ -27,16 +29,29 @@ pub fn same_value(a: &Value, b: &Value) -> bool {
 }
 
 fn same_number(x: &serde_json::Number, y: &serde_json::Number) -> bool {
-    if let (Some(p), Some(q)) = (x.as_i64(), y.as_i64()) {
-        return p == q;
+    decimal(x) == decimal(y)
+}
+
+/// A number's exact value, as written: (negative, significant digits without leading or
+/// trailing zeros, exponent), the value being digits × 10^exponent. Zero is `(false, "", 0)`.
+pub fn decimal(n: &serde_json::Number) -> (bool, String, i64) {
+    // Numbers keep the digits they were written with (serde_json's arbitrary precision).
+    let text = n.to_string();
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], text[at + 1..].parse::<i64>().unwrap_or(0)),
+        None => (text.as_str(), 0),
+    };
+    let negative = mantissa.starts_with('-');
+    let mantissa = mantissa.trim_start_matches(['-', '+']);
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all = format!("{whole}{fraction}");
+    let significant = all.trim_start_matches('0');
+    let trimmed = significant.trim_end_matches('0');
+    if trimmed.is_empty() {
+        return (false, String::new(), 0);
     }
-    if let (Some(p), Some(q)) = (x.as_u64(), y.as_u64()) {
-        return p == q;
-    }
-    match (x.as_f64(), y.as_f64()) {
-        (Some(p), Some(q)) => p == q,
-        _ => false,
-    }
+    let exponent = exponent - fraction.len() as i64 + (significant.len() - trimmed.len()) as i64;
+    (negative, trimmed.to_string(), exponent)
 }
 
 /// Whether two response maps are the same answer (same keys, actions and canonical content).
@@ -65,8 +80,9 @@ fn same_content(a: &Option<String>, b: &Option<String>) -> bool {
     }
 }
 
-/// The canonical text of a value: compact, object keys sorted, integral floats written as
-/// integers, so that values that are the same answer have the same text (and hash).
+/// The canonical text of a value: compact, object keys sorted, every number written as its exact
+/// decimal value (`digits`e`exponent`, `0` for zero), so that values that are the same answer
+/// have the same text.
 pub fn canonical_text(value: &Value) -> String {
     let mut out = Vec::with_capacity(128);
     write_canonical(value, &mut out);
@@ -100,12 +116,11 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15 => {
-                let _ = write!(out, "{}", f as i64);
-            }
-            _ => {
-                let _ = serde_json::to_writer(&mut *out, n);
+        Value::Number(n) => match decimal(n) {
+            (_, digits, _) if digits.is_empty() => out.push(b'0'),
+            (negative, digits, exponent) => {
+                let sign = if negative { "-" } else { "" };
+                let _ = write!(out, "{sign}{digits}e{exponent}");
             }
         },
         other => {
@@ -125,6 +140,27 @@ mod tests {
         let b = crate::strict_json::parse(r#"{"b":{"y":"z","x":true},"a":1}"#).unwrap();
         assert!(same_value(&a, &b));
         assert_eq!(canonical_text(&a), canonical_text(&b));
+    }
+
+    #[test]
+    fn numbers_compare_by_their_exact_value() {
+        let parse = |t: &str| crate::strict_json::parse(t).unwrap();
+        assert!(same_value(&parse("10e-1"), &parse("1.000")));
+        assert!(same_value(&parse("-0.0"), &parse("0")));
+        assert!(same_value(&parse("1.5e2"), &parse("150")));
+        // Beyond a double's precision, every digit counts.
+        assert!(!same_value(
+            &parse("123456789012345678901234567890"),
+            &parse("123456789012345678901234567891")
+        ));
+        assert!(!same_value(
+            &parse("0.1000000000000000000001"),
+            &parse("0.1")
+        ));
+        assert_eq!(
+            canonical_text(&parse(r#"{"n":1.50e1}"#)),
+            canonical_text(&parse(r#"{"n":15}"#))
+        );
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! The diagnostic projection of answers: actions, field names and sizes, never values (and no
 //! digest of them: a short answer's hash is reversed by guessing).
 
-use crate::canonical::canonical_text;
 use crate::m3::managed_input::types::{ElicitationResponse, RedactedResponse};
 
 /// The redacted view of stored responses.
@@ -13,7 +12,7 @@ pub fn redact(responses: &[(String, ElicitationResponse)]) -> Vec<RedactedRespon
                 .content
                 .as_deref()
                 .and_then(|c| crate::strict_json::parse(c).ok());
-            let canonical = parsed.as_ref().map(canonical_text);
+
             let mut content_fields: Vec<String> = parsed
                 .as_ref()
                 .and_then(|v| v.as_object())
@@ -24,7 +23,7 @@ pub fn redact(responses: &[(String, ElicitationResponse)]) -> Vec<RedactedRespon
                 request_key: key.clone(),
                 action: response.action,
                 content_fields,
-                content_bytes: canonical.as_ref().map_or(0, |c| c.len() as u32),
+                content_bytes: response.content.as_ref().map_or(0, |c| c.len() as u32),
             }
         })
         .collect()

@@ -4,7 +4,6 @@
 //! `ElicitationResponse` (`{"action": ..., "content"?: ...}`); a form `accept` needs object content
 //! valid against the request's schema; URL responses, `decline` and `cancel` carry no content.
 
-use crate::canonical::canonical_text;
 use crate::errors::{Outcome, bounded, validation, validation_at};
 use crate::m3::managed_input::types::{
     ElicitationAction, ElicitationRequest, ElicitationResponse, ErrorCode,
@@ -142,7 +141,8 @@ fn check_response(
             check_form_content(key, &form.requested_schema, content)?;
             Ok(ElicitationResponse {
                 action,
-                content: Some(canonical_text(content)),
+                // Kept as given (numbers with every digit), compact, keys sorted.
+                content: Some(serde_json::to_string(content).unwrap_or_default()),
             })
         }
         (ElicitationRequest::Form(_), ElicitationAction::Accept, _) => Err(validation_at(
@@ -180,10 +180,29 @@ fn check_response(
 }
 
 fn check_form_content(key: &str, schema_text: &str, content: &Value) -> Outcome<()> {
-    let validator = schema::validator_for(schema_text)?;
+    let check = schema::validator_for(schema_text)?;
     // The first error only: collecting every error of a huge invalid array (one per item)
     // outgrew the component's memory (regression: a 136k-item multi-select answer).
-    let Err(error) = validator.validate(content) else {
+    let Err(error) = check.validator.validate(content) else {
+        // Exactly: an integer field's number must have no fraction at all.
+        if let Some(field) = check.integer_fields.iter().find(|f| {
+            content
+                .get(f.as_str())
+                .and_then(Value::as_number)
+                .is_some_and(|n| crate::canonical::decimal(n).2 < 0)
+        }) {
+            return Err(validation_at(
+                ErrorCode::SchemaViolation,
+                key,
+                Some(field),
+                format!(
+                    "response `{}`: field `{}` does not satisfy `type` of the requested schema \
+                     (not an integer)",
+                    bounded(key),
+                    bounded(field)
+                ),
+            ));
+        }
         return Ok(());
     };
     let keyword = error.kind().keyword().to_string();

@@ -322,7 +322,16 @@ pub fn enforced_schema(schema: &Value) -> Value {
 /// `wasi:random` (foldhash's own default seed reads the wall clock, which the sandbox forbids); a
 /// hit still compares the whole text, so a colliding schema can never borrow another schema's
 /// validator.
-type ValidatorCache = HashMap<String, Rc<Validator>, foldhash::fast::FixedState>;
+type ValidatorCache = HashMap<String, Rc<FormCheck>, foldhash::fast::FixedState>;
+
+/// A checked form schema, ready to validate answers.
+pub struct FormCheck {
+    /// The compiled validator (JSON Schema; its numbers are compared as doubles).
+    pub validator: Validator,
+    /// The properties of type `integer`: their values are also checked exactly (a double would
+    /// take `5.0000000000000000001` for an integer).
+    pub integer_fields: Vec<String>,
+}
 
 fn new_cache() -> ValidatorCache {
     let mut seed = [0u8; 8];
@@ -339,7 +348,7 @@ thread_local! {
 
 /// A compiled validator for a checked schema, cached by the schema's text for the life of this
 /// instance (compiling costs far more inside the component than validating).
-pub fn validator_for(schema_text: &str) -> Outcome<Rc<Validator>> {
+pub fn validator_for(schema_text: &str) -> Outcome<Rc<FormCheck>> {
     if let Some(found) = CACHE.with(|c| c.borrow().get(schema_text).cloned()) {
         return Ok(found);
     }
@@ -349,7 +358,21 @@ pub fn validator_for(schema_text: &str) -> Outcome<Rc<Validator>> {
         .should_validate_formats(true)
         .build(&enforced_schema(&schema))
         .map_err(|_| unsupported("requestedSchema could not be compiled"))?;
-    let validator = Rc::new(validator);
+    let integer_fields = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| {
+            properties
+                .iter()
+                .filter(|(_, p)| p.get("type").and_then(Value::as_str) == Some("integer"))
+                .map(|(name, _)| name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let validator = Rc::new(FormCheck {
+        validator,
+        integer_fields,
+    });
     CACHE.with(|c| {
         let mut cache = c.borrow_mut();
         if cache.len() >= CACHE_CAPACITY {

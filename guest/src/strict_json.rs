@@ -44,6 +44,29 @@ impl<'de> DeserializeSeed<'de> for StrictValue {
 
 struct StrictVisitor;
 
+/// How serde_json hands an arbitrary-precision number to a visitor.
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
+/// A number as written, refused when no finite double holds it (`1e400`) or when it is not zero
+/// but a double would make it zero (`1e-400`): such a number would reach a server changed.
+fn number<E: de::Error>(digits: &str) -> Result<serde_json::Number, E> {
+    let approximation: f64 = digits
+        .parse()
+        .map_err(|_| E::custom("a number could not be read"))?;
+    let zero = digits
+        .split(['e', 'E'])
+        .next()
+        .unwrap_or(digits)
+        .chars()
+        .all(|c| matches!(c, '0' | '.' | '-' | '+'));
+    if !approximation.is_finite() || (approximation == 0.0 && !zero) {
+        return Err(E::custom("number is out of range"));
+    }
+    digits
+        .parse::<serde_json::Number>()
+        .map_err(|_| E::custom("a number could not be read"))
+}
+
 impl<'de> Visitor<'de> for StrictVisitor {
     type Value = Value;
 
@@ -96,6 +119,13 @@ impl<'de> Visitor<'de> for StrictVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
+            // serde_json's arbitrary-precision numbers arrive as a one-member map under its
+            // private token (a JSON object key can never produce it: it is not valid here as the
+            // first key of a real object only because this parser reads numbers this way).
+            if object.is_empty() && key == NUMBER_TOKEN {
+                let digits: String = map.next_value()?;
+                return number(&digits).map(Value::Number);
+            }
             // One lookup per member: the entry is found once, checked, then filled.
             match object.entry(key) {
                 serde_json::map::Entry::Occupied(_) => {
@@ -119,6 +149,24 @@ mod tests {
         assert!(parse(r#"{"a":1,"a":1}"#).is_err());
         assert!(parse(r#"{"x":{"b":true,"b":false}}"#).is_err());
         assert!(parse(r#"[{"k":1},{"k":2}]"#).is_ok());
+    }
+
+    #[test]
+    fn numbers_keep_every_digit_and_unrepresentable_ones_are_refused() {
+        for exact in [
+            "123456789012345678901234567890",
+            "0.1000000000000000000001",
+            "-1.50e-300",
+            "1e+308",
+            "0e-400",
+        ] {
+            let value = parse(exact).unwrap();
+            assert_eq!(value.to_string(), exact, "kept as written");
+        }
+        for refused in ["1e400", "-1e400", "1e-400", "2.5e-330"] {
+            let error = parse(refused).unwrap_err();
+            assert!(error.0.contains("out of range"), "{refused}: {}", error.0);
+        }
     }
 
     #[test]

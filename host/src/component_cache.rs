@@ -1,10 +1,13 @@
 //! The compiled component, cached on disk so that a process pays for Cranelift once per build.
 //!
-//! `Component::deserialize_file` trusts its input (it maps native code), so the cache lives only
-//! in a per-user directory this process created with mode 0700 and owns, holding files it wrote
-//! itself (mode 0600). Artifacts are keyed on the engine's compatibility hash and the wasm's
-//! SHA-256. Anything that does not pass these checks is ignored and the component is compiled in
-//! memory instead.
+//! `Component::deserialize` trusts its input (it loads native code), so the cache lives only in
+//! a per-user directory this process created with mode 0700 and owns, under a parent that others
+//! cannot write, holding files it wrote itself (mode 0600). Artifacts are named by the engine's
+//! compatibility hash and the wasm's SHA-256, and each carries a keyed BLAKE3 digest of its bytes
+//! (the key: 32 random bytes in the cache directory, mode 0600); the bytes are read, checked and
+//! then loaded from memory, so a flipped or forged byte is never run: the artifact is compiled
+//! again and the mismatch reported. Anything that does not pass these checks is ignored and the
+//! component is compiled in memory instead.
 
 use sha2::{Digest, Sha256};
 use std::fs;
@@ -24,7 +27,29 @@ pub enum CacheOutcome {
     Stored(PathBuf),
     /// Compiled now; the cache could not be used, for the reason given.
     Bypassed(String),
+    /// The cached artifact failed its check (for the reason given) and was never loaded;
+    /// compiled now and stored again.
+    Recompiled(String),
 }
+
+impl CacheOutcome {
+    /// What a person should know: why the cache was not used, or `None` when it was.
+    pub fn notice(&self) -> Option<String> {
+        match self {
+            Self::Hit(_) | Self::Stored(_) => None,
+            Self::Bypassed(why) => Some(format!(
+                "the compiled-component cache cannot be used ({why}): every start compiles the \
+                 component (a few seconds)"
+            )),
+            Self::Recompiled(why) => Some(format!(
+                "a cached compiled component failed its check ({why}) and was compiled again"
+            )),
+        }
+    }
+}
+
+/// Length of the keyed digest at the start of an artifact file.
+const DIGEST_BYTES: usize = 32;
 
 /// Where compiled components are cached: `$M3_CACHE_DIR`, else the user's cache directory
 /// (`$XDG_CACHE_HOME/m3/components` or `~/.cache/m3/components`).
@@ -74,28 +99,95 @@ pub fn load(
             CacheOutcome::Bypassed(reason),
         ));
     }
-    let path = dir.join(artifact_name(engine, wasm_sha256));
-    if owned_private_file(&path) {
-        // SAFETY: the file is a regular file owned by this user, mode 0600, in a 0700 directory
-        // owned by this user: only this user (running this code) can have written it, and it was
-        // written by `store` below from `Engine::precompile_component` for the same engine
-        // configuration and wasm (both are in its name).
-        if let Ok(component) = unsafe { Component::deserialize_file(engine, &path) } {
-            return Ok((component, CacheOutcome::Hit(path)));
+    let key = match cache_key(dir) {
+        Ok(key) => key,
+        Err(reason) => {
+            return Ok((
+                Component::new(engine, wasm)?,
+                CacheOutcome::Bypassed(reason),
+            ));
         }
+    };
+    let path = dir.join(artifact_name(engine, wasm_sha256));
+    let mut rejected = None;
+    if owned_private_file(&path) {
+        match fs::read(&path) {
+            Ok(bytes) if verified(&key, &bytes) => {
+                // SAFETY: these exact bytes carry a digest keyed with a secret that only this
+                // user can read, so they were written by `store` below from
+                // `Engine::precompile_component` for the same engine configuration and wasm
+                // (both are in the file's name), and they were not changed since.
+                if let Ok(component) =
+                    unsafe { Component::deserialize(engine, &bytes[DIGEST_BYTES..]) }
+                {
+                    return Ok((component, CacheOutcome::Hit(path)));
+                }
+                rejected = Some("it does not load".to_string());
+            }
+            Ok(_) => rejected = Some("its digest does not match its bytes".to_string()),
+            Err(e) => rejected = Some(format!("it cannot be read: {e}")),
+        }
+        let _ = fs::remove_file(&path);
     }
     let compiled = engine.precompile_component(wasm)?;
     // SAFETY: `compiled` was produced just now by this engine from `wasm`.
     let component = unsafe { Component::deserialize(engine, &compiled)? };
-    match store(dir, &path, &compiled) {
+    match store(dir, &path, &key, &compiled) {
         Ok(()) => {
             evict_old_artifacts(dir);
-            Ok((component, CacheOutcome::Stored(path)))
+            let outcome = match rejected {
+                Some(why) => CacheOutcome::Recompiled(format!("{}: {why}", path.display())),
+                None => CacheOutcome::Stored(path),
+            };
+            Ok((component, outcome))
         }
         Err(e) => Ok((
             component,
             CacheOutcome::Bypassed(format!("cannot write the cache: {e}")),
         )),
+    }
+}
+
+/// The cache's secret key: `dir/key`, 32 random bytes, made on first use (mode 0600).
+fn cache_key(dir: &Path) -> Result<[u8; 32], String> {
+    let path = dir.join("key");
+    if !path.exists() {
+        let mut key = [0u8; 32];
+        fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut key))
+            .map_err(|e| format!("no randomness for the cache key: {e}"))?;
+        let temporary = dir.join(format!(".key-{}.tmp", std::process::id()));
+        let _ = fs::remove_file(&temporary);
+        let written = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temporary)
+            .and_then(|mut f| f.write_all(&key).and_then(|()| f.sync_all()))
+            // Another process may have made it meanwhile: the first one stays.
+            .and_then(|()| fs::hard_link(&temporary, &path).or(Ok(())));
+        let _ = fs::remove_file(&temporary);
+        written.map_err(|e| format!("cannot write the cache key: {e}"))?;
+    }
+    if !owned_private_file(&path) {
+        return Err(format!(
+            "{} is not a private file of this user",
+            path.display()
+        ));
+    }
+    let bytes = fs::read(&path).map_err(|e| format!("cannot read the cache key: {e}"))?;
+    bytes
+        .try_into()
+        .map_err(|_| format!("{} is not a 32-byte key", path.display()))
+}
+
+/// Whether `bytes` (digest, then artifact) carry the right keyed digest.
+fn verified(key: &[u8; 32], bytes: &[u8]) -> bool {
+    bytes.len() > DIGEST_BYTES && {
+        let (digest, artifact) = bytes.split_at(DIGEST_BYTES);
+        // `blake3::Hash` compares in constant time.
+        blake3::keyed_hash(key, artifact)
+            == blake3::Hash::from_bytes(digest.try_into().unwrap_or([0; 32]))
     }
 }
 
@@ -105,11 +197,26 @@ fn current_uid() -> u32 {
 }
 
 /// Creates `dir` (mode 0700) if needed and checks that it is a real directory owned by this user
-/// that no one else can write or read.
+/// that no one else can write or read, under a parent that no one else can write to (unless it
+/// is sticky, like `/tmp`: then others cannot rename or remove what is ours).
 fn prepare_private_dir(dir: &Path) -> Result<(), String> {
     if let Some(parent) = dir.parent() {
         fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        let meta = fs::metadata(parent)
+            .map_err(|e| format!("cannot inspect {}: {e}", parent.display()))?;
+        let mode = meta.permissions().mode();
+        let sticky = mode & 0o1000 != 0;
+        if !(meta.uid() == current_uid() || meta.uid() == 0) {
+            return Err(format!("{} is owned by another user", parent.display()));
+        }
+        if mode & 0o022 != 0 && !sticky {
+            return Err(format!(
+                "{} can be written by other users (mode {:o})",
+                parent.display(),
+                mode & 0o7777
+            ));
+        }
     }
     match fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
@@ -143,7 +250,7 @@ fn owned_private_file(path: &Path) -> bool {
     })
 }
 
-fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
+fn store(dir: &Path, path: &Path, key: &[u8; 32], compiled: &[u8]) -> std::io::Result<()> {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let temporary = dir.join(format!(".{}-{unique}.tmp", std::process::id()));
@@ -153,6 +260,7 @@ fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(&temporary)?;
+    file.write_all(blake3::keyed_hash(key, compiled).as_bytes())?;
     file.write_all(compiled)?;
     file.sync_all()?;
     drop(file);

@@ -93,7 +93,6 @@ impl ComponentRuntime {
 
     /// The runtime of this process: the embedded component, compiled once.
     pub fn shared() -> Result<Arc<Self>, EngineError> {
-        static SHARED: OnceLock<Result<Arc<ComponentRuntime>, EngineError>> = OnceLock::new();
         SHARED
             .get_or_init(|| {
                 let dir = component_cache::default_cache_dir();
@@ -101,4 +100,12 @@ impl ComponentRuntime {
             })
             .clone()
     }
+
+    /// The shared runtime if this process has loaded it (never loads it).
+    pub fn shared_if_loaded() -> Option<Arc<Self>> {
+        SHARED.get().and_then(|r| r.as_ref().ok()).cloned()
+    }
 }
+
+/// The process's shared runtime, once loaded.
+static SHARED: OnceLock<Result<Arc<ComponentRuntime>, EngineError>> = OnceLock::new();

@@ -59,3 +59,76 @@ fn the_cache_is_private_reused_and_never_trusted_when_others_could_write_it() {
         via_link.cache
     );
 }
+
+/// A cached artifact whose bytes changed (64 flipped bytes) is never loaded: its keyed digest
+/// does not match, so it is compiled again, stored again, and the mismatch is reported; one
+/// written with another key is refused the same way.
+#[test]
+fn a_tampered_artifact_is_never_loaded() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("components");
+    let first = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    let CacheOutcome::Stored(artifact) = first.cache.clone() else {
+        panic!("{:?}", first.cache)
+    };
+    let mut bytes = std::fs::read(&artifact).unwrap();
+    let middle = bytes.len() / 2;
+    for byte in &mut bytes[middle..middle + 64] {
+        *byte ^= 0xff;
+    }
+    std::fs::write(&artifact, &bytes).unwrap();
+    let again = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    assert!(
+        matches!(&again.cache, CacheOutcome::Recompiled(why) if why.contains("digest")),
+        "{:?}",
+        again.cache
+    );
+    assert!(again.cache.notice().is_some());
+    assert_ne!(std::fs::read(&artifact).unwrap(), bytes, "stored again");
+    let third = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    assert_eq!(third.cache, CacheOutcome::Hit(artifact.clone()));
+
+    // A new key (as if another installation wrote the artifact): refused, compiled again.
+    std::fs::remove_file(dir.join("key")).unwrap();
+    let rekeyed = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    assert!(
+        matches!(&rekeyed.cache, CacheOutcome::Recompiled(_)),
+        "{:?}",
+        rekeyed.cache
+    );
+    assert_eq!(mode(&dir.join("key")), 0o600);
+}
+
+/// A cache directory under a parent that others can write (and that is not sticky) is never
+/// used: someone else could swap it.
+#[test]
+fn a_cache_under_a_parent_others_can_write_is_not_used() {
+    let root = tempfile::tempdir().unwrap();
+    let parent = root.path().join("shared");
+    std::fs::create_dir(&parent).unwrap();
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let runtime = ComponentRuntime::new(
+        GUEST_WASM,
+        GUEST_WASM_SHA256,
+        Some(&parent.join("components")),
+    )
+    .unwrap();
+    assert!(
+        matches!(&runtime.cache, CacheOutcome::Bypassed(why) if why.contains("other users")),
+        "{:?}",
+        runtime.cache
+    );
+    // A sticky one (like /tmp) is fine: others cannot rename what is ours.
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let runtime = ComponentRuntime::new(
+        GUEST_WASM,
+        GUEST_WASM_SHA256,
+        Some(&parent.join("components")),
+    )
+    .unwrap();
+    assert!(
+        matches!(runtime.cache, CacheOutcome::Stored(_)),
+        "{:?}",
+        runtime.cache
+    );
+}

@@ -1414,3 +1414,109 @@ fn an_unreadable_record_is_a_storage_error_and_is_left_as_it_is() {
     assert_eq!(document, "{\"not\":\"a record\"}");
     assert_eq!(version, 1, "a corrupt record is never rewritten");
 }
+
+/// Numbers reach the store (and so the server) with every digit they were written with: a
+/// 30-digit integer, a decimal finer than a double; a number no double can hold, or that a double
+/// would turn into zero, is a typed `malformed_json`, never a silent change; an integer field
+/// refuses a number with any fraction, however small; the same value written differently is the
+/// same answer for idempotency.
+#[test]
+fn numbers_are_kept_exactly_as_given() {
+    let db = TempDb::new();
+    let store = db.store();
+    let schema = json!({
+        "type": "object",
+        "properties": {"count": {"type": "integer"}, "weight": {"type": "number"}},
+        "required": ["count", "weight"]
+    });
+    let requests = BTreeMap::from([(
+        "parcel".to_string(),
+        ElicitationRequest::form("How many, how heavy?", schema),
+    )]);
+    let round =
+        NewRound::new("r1", "exec-1", "srv", "tool", requests).owned_by(OwnerClaim::new("w"));
+    store.create_round(&round).unwrap();
+    let text = |count: &str, weight: &str| {
+        format!(
+            r#"{{"parcel":{{"action":"accept","content":{{"count":{count},"weight":{weight}}}}}}}"#
+        )
+    };
+    for (count, weight, code) in [
+        ("1", "1e400", ErrorCode::MalformedJson),
+        ("1", "1e-400", ErrorCode::MalformedJson),
+        ("5.0000000000000000001", "1", ErrorCode::SchemaViolation),
+        ("1e-1", "1", ErrorCode::SchemaViolation),
+    ] {
+        let err = store
+            .submit_responses_json("r1", &text(count, weight), "k")
+            .unwrap_err();
+        assert_eq!(code_of(&err), code, "{count} {weight}: {err}");
+    }
+    assert_eq!(
+        store.get_round("r1").unwrap().unwrap().status,
+        ManagedInputStatus::Pending
+    );
+    let record = store
+        .submit_responses_json(
+            "r1",
+            &text("123456789012345678901234567890", "0.1000000000000000000001"),
+            "k",
+        )
+        .unwrap();
+    let content = record.responses.unwrap()["parcel"].content.clone().unwrap();
+    assert_eq!(
+        content.to_string(),
+        r#"{"count":123456789012345678901234567890,"weight":0.1000000000000000000001}"#
+    );
+    // The same value written otherwise is the same answer; one digit more is another.
+    store
+        .submit_responses_json(
+            "r1",
+            &text(
+                "1234567890123456789012345678.9e2",
+                "1000000000000000000001e-22",
+            ),
+            "k",
+        )
+        .unwrap();
+    let err = store
+        .submit_responses_json(
+            "r1",
+            &text("123456789012345678901234567891", "0.1000000000000000000001"),
+            "k",
+        )
+        .unwrap_err();
+    assert_eq!(code_of(&err), ErrorCode::IdempotencyConflict, "{err}");
+    // An integer field takes an integer written with an exponent or a zero fraction.
+    let requests = BTreeMap::from([(
+        "parcel".to_string(),
+        ElicitationRequest::form(
+            "How many?",
+            json!({"type": "object", "properties": {"count": {"type": "integer"}}}),
+        ),
+    )]);
+    let round =
+        NewRound::new("r2", "exec-1", "srv", "tool", requests).owned_by(OwnerClaim::new("w"));
+    store.create_round(&round).unwrap();
+    store
+        .submit_responses_json(
+            "r2",
+            r#"{"parcel":{"action":"accept","content":{"count":1.20e1}}}"#,
+            "k",
+        )
+        .unwrap();
+}
+
+/// A deadline more than 366 days ahead is refused: it would outgrow the store's timestamps.
+#[test]
+fn a_deadline_too_far_ahead_is_refused() {
+    let db = TempDb::new();
+    let store = db.store();
+    let mut round = address_round("far");
+    round.deadline = Deadline::At(chrono::Utc::now() + chrono::Duration::days(367));
+    let err = store.create_round(&round).unwrap_err();
+    assert_eq!(code_of(&err), ErrorCode::InvalidDeadline, "{err}");
+    assert!(store.get_round("far").unwrap().is_none());
+    round.deadline = Deadline::At(chrono::Utc::now() + chrono::Duration::days(365));
+    store.create_round(&round).unwrap();
+}

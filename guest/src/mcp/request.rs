@@ -111,6 +111,22 @@ pub fn cancel_answer() -> Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_answer_is_delivered_with_every_digit_it_was_given() {
+        use crate::m3::managed_input::types::{ElicitationAction, ElicitationResponse};
+        let content =
+            r#"{"k":123456789012345678901234567890,"n":0.1000000000000000000001,"t":1e-300}"#;
+        let line = answer(&ElicitationResponse {
+            action: ElicitationAction::Accept,
+            content: Some(content.into()),
+        })
+        .to_string();
+        assert_eq!(
+            line,
+            format!(r#"{{"action":"accept","content":{content}}}"#)
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -27,6 +27,10 @@ pub struct ExecutionDocument {
     pub tool_results: Vec<ToolResult>,
     /// The final outcome, once finished.
     pub outcome: Option<ExecutionOutcome>,
+    /// What the worker started (its child's process group, its scratch directory), so that
+    /// recovery can end it if the worker dies. Absent in documents of older versions.
+    #[serde(default)]
+    pub spawned: Option<crate::m3::managed_input::process::Spawned>,
 }
 
 /// An execution row read inside a transaction.
@@ -141,6 +145,7 @@ pub fn insert(spec: ExecutionSpec, owner_id: &str) -> Outcome<ExecutionState> {
         cancel_requested: false,
         tool_results: Vec::new(),
         outcome: None,
+        spawned: None,
     };
     let row = ExecutionRow {
         execution_id: new_execution_id()?,
@@ -363,6 +368,19 @@ pub fn observe(execution_id: &str, round_id: Option<&str>) -> Outcome<Observed> 
         cancel_requested,
         round,
     })
+}
+
+/// Records what the running execution's worker started.
+pub fn record_spawned(
+    held: &ExecutionLease,
+    spawned: crate::m3::managed_input::process::Spawned,
+) -> Outcome<()> {
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let mut loaded = load_owned(&tx, held)?;
+    loaded.document.spawned = Some(spawned);
+    save(&tx, loaded, now)?;
+    tx.commit().map_err(store_error)
 }
 
 /// Appends a tool result to the running execution.

@@ -32,6 +32,7 @@ pub fn recover() -> Outcome<RecoveryReport> {
         rounds_failed: 0,
         executions_failed: 0,
         records_unreadable: 0,
+        left_behind: Vec::new(),
     };
     for status in execution::OPEN_STATUSES {
         // Page by page: every page is a host call, so no single stretch of work outgrows the
@@ -111,6 +112,7 @@ pub fn recover() -> Outcome<RecoveryReport> {
             }
             Err(e) => return Err(e),
         };
+        report.left_behind.extend(loaded.document.spawned.clone());
         let message = if loaded.row.status == ExecutionStatus::Queued {
             "the process that submitted the execution is gone and no worker started it"
         } else {

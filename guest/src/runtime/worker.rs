@@ -20,7 +20,7 @@ use crate::exports::m3::managed_input::runtime::{
     ExecutionState, FailureKind, HumanInputMode, OutcomeKind, ToolResult,
 };
 use crate::m3::managed_input::events::{self, Event};
-use crate::m3::managed_input::process::{self, SpawnSpec};
+use crate::m3::managed_input::process::{self, SpawnSpec, Spawned};
 use crate::m3::managed_input::types::{DeadlineChoice, NewRound, OwnerClaim};
 use crate::m3::managed_input::types::{
     ErrorCode, FailureCode, HarnessMetadata, Lease, Status, Timestamp,
@@ -409,13 +409,15 @@ impl Worker {
         };
         let session = match (&spec.codex, spec.harness.as_str()) {
             (Some(codex), "codex") => {
-                let cwd = process::spawn(&SpawnSpec {
+                let spawned = process::spawn(&SpawnSpec {
                     program: codex.binary.clone(),
                     args: codex_args(&spec, codex),
                     cwd: None,
                     home_env: Some("CODEX_HOME".into()),
                 })
                 .map_err(not_started)?;
+                record_spawned(&held, &spawned)?;
+                let cwd = spawned.scratch;
                 let tools =
                     crate::submission::check_tool_allow_list(&spec.server.name, &spec.tools)
                         .map_err(|e| failed(FailureKind::InvalidSubmission, None, e.message))?;
@@ -442,13 +444,14 @@ impl Worker {
                     WitEra::Legacy => EraChoice::Legacy,
                     WitEra::Modern => EraChoice::Modern,
                 };
-                process::spawn(&SpawnSpec {
+                let spawned = process::spawn(&SpawnSpec {
                     program: spec.server.command.clone(),
                     args: spec.server.args.clone(),
                     cwd: spec.server.cwd.clone(),
                     home_env: None,
                 })
                 .map_err(not_started)?;
+                record_spawned(&held, &spawned)?;
                 Session::Scripted(ScriptedSession::new(SessionConfig {
                     era,
                     steps,
@@ -942,6 +945,22 @@ fn error_text(e: &crate::m3::managed_input::types::ManagedInputError) -> String 
             d.message.clone()
         }
     }
+}
+
+/// Records what was started with the execution, so that recovery can end it if this worker
+/// dies; a record that cannot be written stops the child and fails the execution.
+fn record_spawned(held: &ExecutionLease, spawned: &Spawned) -> Result<(), ExecutionOutcome> {
+    execution::record_spawned(held, spawned.clone()).map_err(|e| {
+        process::kill();
+        failed(
+            FailureKind::ServerError,
+            None,
+            format!(
+                "the worker could not record the process it started: {}",
+                error_text(&e)
+            ),
+        )
+    })
 }
 
 fn millis_until(now: &Timestamp, then: &Timestamp) -> u64 {

@@ -165,6 +165,18 @@ fn main() -> ExitCode {
     let Ok(outcome) = outcome else {
         return ExitCode::FAILURE;
     };
+    let code = report(outcome);
+    // Said last, so that an error's first stderr line stays the typed error.
+    if let Some(notice) =
+        m3::engine::ComponentRuntime::shared_if_loaded().and_then(|runtime| runtime.cache.notice())
+    {
+        eprintln!("notice: {notice}");
+    }
+    code
+}
+
+/// Prints an error as the command's contract says; the exit code.
+fn report(outcome: anyhow::Result<ExitCode>) -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {

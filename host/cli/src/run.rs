@@ -315,6 +315,19 @@ pub fn drive(
     output
         .progress
         .set_message(format!("execution {} running", handle.execution_id()));
+    // SIGTERM (and SIGINT without a terminal form) cancels the execution: its server is told,
+    // its open round fails `cancelled`, and everything it started is ended and removed, as on
+    // any other end; the result is still printed.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut signals = vec![signal_hook::consts::SIGTERM];
+    if !output.interactive {
+        signals.push(signal_hook::consts::SIGINT);
+    }
+    for signal in signals {
+        signal_hook::flag::register(signal, stop.clone())
+            .map_err(|e| anyhow!("EngineError: cannot handle signals: {e}"))?;
+    }
+    let mut cancelled = false;
     let filter = RoundFilter {
         execution_id: Some(handle.execution_id().to_string()),
         status: None,
@@ -352,6 +365,10 @@ pub fn drive(
         }
         if finished {
             break;
+        }
+        if !cancelled && stop.load(std::sync::atomic::Ordering::Relaxed) {
+            cancelled = true;
+            handle.cancel()?;
         }
         std::thread::sleep(POLL);
     }

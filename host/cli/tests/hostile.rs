@@ -582,3 +582,127 @@ fn a_flooding_server_fails_its_execution_and_memory_stays_bounded() {
     println!("notification flood: peak RSS {peak} KiB");
     assert!(peak < 400 * 1024, "peak RSS {peak} KiB");
 }
+
+/// The arguments of `run --no-prompt --json` against `/bin/sh -c SCRIPT`, where the script
+/// records its working directory and a background grandchild's pid, then runs the bundled
+/// server (legacy era) in its place.
+fn run_with_grandchild(sb: &Sandbox, extra: &[&str]) -> Vec<String> {
+    let script = format!(
+        "pwd > {dir}/cwd; sleep 300 & echo $! > {dir}/grandchild; exec {M3} shipping-server --era legacy",
+        dir = sb.dir.path().display()
+    );
+    let mut args: Vec<String> = [
+        "run",
+        "--no-prompt",
+        "--json",
+        "--server-name",
+        "shipping",
+        "--server-command",
+        "/bin/sh",
+        "--server-arg",
+        "-c",
+        "--server-arg",
+        &script,
+        "--server-era",
+        "legacy",
+        "--tool",
+        "shipping:book_shipment",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.push("Book.".into());
+    args
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .find(|l| l.starts_with("State:"))
+            .is_some_and(|l| !l.contains('Z'))
+    })
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < until, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What a server starts (its own children) ends with its execution, on success and on cancel;
+/// the scratch directory goes too.
+#[test]
+fn a_server_s_own_children_end_with_its_execution() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.command(&[]);
+    cmd.args(run_with_grandchild(&sb, &["--human-input", "fail"]));
+    let out = finish(cmd, None, RUN_TIMEOUT);
+    assert!(!out.status.success(), "mode fail ends the execution failed");
+    let grandchild: u32 = std::fs::read_to_string(sb.dir.path().join("grandchild"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let scratch = std::fs::read_to_string(sb.dir.path().join("cwd")).unwrap();
+    wait_until("the server's child outlived its execution", || {
+        !alive(grandchild)
+    });
+    assert!(
+        !std::path::Path::new(scratch.trim()).exists(),
+        "the scratch directory outlived its execution"
+    );
+}
+
+/// `m3 run` killed with SIGKILL: its server dies with it (the parent-death signal), and once
+/// the lease expired, recovery ends what the server started and removes the scratch directory.
+/// SIGTERM instead cancels the execution: the result is printed and everything is cleaned up.
+#[test]
+fn a_killed_run_leaves_nothing_behind_after_recovery() {
+    let sb = Sandbox::new();
+    let mut run = sb.spawn(&run_with_grandchild(
+        &sb,
+        &["--human-input", "managed", "--lease", "1"],
+    ));
+    assert_eq!(run.next_json()["event"], "pending");
+    let grandchild: u32 = std::fs::read_to_string(sb.dir.path().join("grandchild"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let scratch = std::fs::read_to_string(sb.dir.path().join("cwd")).unwrap();
+    let scratch = std::path::PathBuf::from(scratch.trim());
+    assert!(alive(grandchild) && scratch.exists());
+    run.guard.kill(); // SIGKILL
+    std::thread::sleep(Duration::from_millis(1_500)); // past the 1 s lease
+    let report = sb.m3(&["recover", "--json"]).json();
+    assert_eq!(report["executions_failed"], 1, "{report}");
+    wait_until("recovery did not end the server's child", || {
+        !alive(grandchild)
+    });
+    assert!(
+        !scratch.exists(),
+        "recovery did not remove the scratch directory"
+    );
+
+    let sb = Sandbox::new();
+    let mut run = sb.spawn(&run_with_grandchild(&sb, &["--human-input", "managed"]));
+    assert_eq!(run.next_json()["event"], "pending");
+    let grandchild: u32 = std::fs::read_to_string(sb.dir.path().join("grandchild"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) on the child this test started.
+    unsafe {
+        libc::kill(run.guard.child.id() as i32, libc::SIGTERM);
+    }
+    let (out, lines) = run.finish();
+    let result: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(result["result"]["outcome"], "cancelled", "{}", out.stdout);
+    wait_until("SIGTERM left the server's child running", || {
+        !alive(grandchild)
+    });
+}

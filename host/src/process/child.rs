@@ -112,6 +112,18 @@ impl ChildProcess {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        // SAFETY: the closure runs in the forked child before exec and only calls prctl(2),
+        // which is async-signal-safe. The child is killed if the thread that started it ends
+        // (this process killed with SIGKILL included), so no server outlives its worker; what
+        // the server itself starts stays in its process group, which recovery ends.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut child = command.spawn().map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => ProcessError::NotFound(program.display().to_string()),
             _ => ProcessError::Io(e),
@@ -232,6 +244,39 @@ impl Drop for ChildProcess {
         // `kill_on_drop` lets tokio reap the child.
         self.signal_group();
     }
+}
+
+/// When process `pid` started, in clock ticks since boot (field 22 of `/proc/<pid>/stat`):
+/// with the id, it names one process for good (an id is reused, a start time is not).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after its end.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Ends what a dead worker left behind: its child's process group, if that group is still the
+/// one it started (its leader's start time matches, or the leader is gone and only members of
+/// the group remain, whose id Linux does not hand out while they live), and its scratch
+/// directory, if it is one of this user's m3 scratch directories under the temporary
+/// directory. Returns whether a group was signalled.
+pub fn end_left_behind(process_group: u32, started_at: u64, scratch: &Path) -> bool {
+    let mut signalled = false;
+    if let Ok(pgid) = i32::try_from(process_group)
+        && pgid > 1
+    {
+        let same = match start_ticks(process_group) {
+            Some(ticks) => ticks == started_at,
+            // The leader is gone: whatever still runs in its group is what it started.
+            None => true,
+        };
+        if same {
+            // SAFETY: kill(2) on a process group id; no memory-safety preconditions.
+            signalled = unsafe { libc::kill(-pgid, libc::SIGKILL) } == 0;
+        }
+    }
+    super::scratch::remove_left_behind(scratch);
+    signalled
 }
 
 /// Whether a process id is alive and not a zombie (Linux `/proc`).

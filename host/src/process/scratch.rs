@@ -48,3 +48,25 @@ impl Drop for ScratchDir {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
+
+/// The name every execution's scratch directory starts with.
+pub const EXECUTION_PREFIX: &str = "m3-execution";
+
+/// Removes a scratch directory a dead worker left behind, only if it is plainly one: directly
+/// under the temporary directory, named `m3-execution-...`, a real directory owned by this user
+/// (never a link). Anything else is left alone.
+pub fn remove_left_behind(path: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let under_temp = path.parent() == Some(std::env::temp_dir().as_path());
+    let named = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(&format!("{EXECUTION_PREFIX}-")));
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let ours =
+        std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid);
+    if under_temp && named && ours {
+        let _ = std::fs::remove_dir_all(path);
+    }
+}

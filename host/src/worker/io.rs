@@ -3,7 +3,7 @@
 //! it decides nothing.
 
 use crate::bindings::m3::managed_input::events::{self, Event};
-use crate::bindings::m3::managed_input::process::{self, SpawnSpec};
+use crate::bindings::m3::managed_input::process::{self, SpawnSpec, Spawned};
 use crate::guest_imports::HostState;
 use crate::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir};
 use std::collections::BTreeMap;
@@ -59,13 +59,14 @@ impl ExecutionIo {
         self.output = None;
     }
 
-    fn spawn(&mut self, spec: SpawnSpec) -> Result<String, String> {
+    fn spawn(&mut self, spec: SpawnSpec) -> Result<Spawned, String> {
         if self.child.is_some() {
             return Err("the execution already has a child process".into());
         }
         let scratch = match self.scratch.take() {
             Some(scratch) => scratch,
-            None => ScratchDir::create("m3-execution").map_err(|e| e.to_string())?,
+            None => ScratchDir::create(crate::process::scratch::EXECUTION_PREFIX)
+                .map_err(|e| e.to_string())?,
         };
         let mut env = self.env.clone();
         if let Some(name) = spec.home_env.filter(|n| !n.is_empty() && !n.contains('=')) {
@@ -86,11 +87,16 @@ impl ExecutionIo {
         let spawned = ChildProcess::spawn(&spec, &scratch);
         self.scratch = Some(scratch);
         let (child, output) = spawned.map_err(|e| e.to_string())?;
+        let pid = child.pid();
         self.child = Some(child);
         self.output = Some(output);
         self.stdout_closed = false;
         self.exit_reported = false;
-        Ok(workdir)
+        Ok(Spawned {
+            scratch: workdir,
+            process_group: pid,
+            started_at: crate::process::child::start_ticks(pid).unwrap_or(0),
+        })
     }
 
     async fn next(&mut self, timeout: Duration) -> Event {
@@ -171,7 +177,7 @@ impl HostState {
 }
 
 impl process::Host for HostState {
-    fn spawn(&mut self, spec: SpawnSpec) -> wasmtime::Result<Result<String, String>> {
+    fn spawn(&mut self, spec: SpawnSpec) -> wasmtime::Result<Result<Spawned, String>> {
         let result = self.io().and_then(|io| io.spawn(spec));
         self.host_returned = true;
         Ok(result)

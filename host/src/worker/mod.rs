@@ -181,11 +181,22 @@ impl Executions {
     }
 
     /// Fails the rounds and executions whose workers are gone.
+    /// Then ends what their dead workers left behind: the child process groups (when still
+    /// the same) and the scratch directories.
     pub fn recover(&self) -> StoreResult<wit::RecoveryReport> {
-        self.store
+        let report = self
+            .store
             .pool()
             .call(|b, s| b.m3_managed_input_runtime().call_recover(s))?
-            .map_err(|e| convert::error_back(&e))
+            .map_err(|e| convert::error_back(&e))?;
+        for left in &report.left_behind {
+            crate::process::child::end_left_behind(
+                left.process_group,
+                left.started_at,
+                std::path::Path::new(&left.scratch),
+            );
+        }
+        Ok(report)
     }
 
     /// Drives the queued execution `execution_id` to its end as worker `owner_id`. Its child
