@@ -307,6 +307,15 @@ impl runtime_export::Guest for Component {
     fn recover() -> Result<runtime_export::RecoveryReport, ManagedInputError> {
         runtime::recovery::recover()
     }
+
+    fn abandon(
+        execution_id: String,
+        owner_id: String,
+        reason: String,
+    ) -> Result<runtime_export::ExecutionState, ManagedInputError> {
+        runtime::execution::check_execution_id(&execution_id)?;
+        runtime::recovery::abandon(&execution_id, &owner_id, &reason)
+    }
 }
 
 #[cfg(feature = "engine")]

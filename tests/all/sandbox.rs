@@ -170,13 +170,11 @@ fn a_guest_that_loops_forever_traps_within_its_compute_budget() -> Result<()> {
         Err(e) => e,
     };
     println!("spin trapped after {elapsed:?}: {error}");
+    // The budget is fuel, not time: the trap itself is the proof (how long it took depends on
+    // the machine and its load, and is only printed).
     ensure!(
         error.kind == EngineErrorKind::ComputeBudgetExceeded,
         "expected ComputeBudgetExceeded, got {error}"
-    );
-    ensure!(
-        elapsed < Duration::from_secs(5),
-        "an endless loop ran for {elapsed:?}: the compute budget does not hold"
     );
     // The default budget holds a runaway loop too, within seconds.
     let started = Instant::now();
@@ -186,7 +184,6 @@ fn a_guest_that_loops_forever_traps_within_its_compute_budget() -> Result<()> {
         "{default:?}"
     );
     println!("default budget: spin trapped after {:?}", started.elapsed());
-    ensure!(started.elapsed() < Duration::from_secs(30));
     check_policy_works(&policy)?;
     // And again: the fresh instance is bounded too.
     let again = policy.probe(Probe::Spin, 2).map_err(|e| e.kind);
@@ -348,13 +345,7 @@ fn an_oversized_answer_is_refused_before_it_reaches_the_guest() -> Result<()> {
     //    would trap (an EngineError); a validation error means it never got there.
     let default_store = open(&db.path, fast_options());
     create(&default_store, &live_round("huge"));
-    let started = Instant::now();
     let refused = default_store.submit_responses_json("huge", &padded_answer(100 * MIB), "key-2");
-    ensure!(
-        started.elapsed() < Duration::from_secs(5),
-        "refusing took {:?}",
-        started.elapsed()
-    );
     assert_refused_at_the_edge(&default_store, "huge", refused, MIB)?;
     default_store.submit_responses_json("huge", SMALL_ANSWER, "key-2")?;
 
@@ -409,80 +400,123 @@ fn hostile_schemas_are_refused_at_create_round() -> Result<()> {
         .collect();
     let enum_2000: Vec<String> = (0..2000).map(|i| format!("choice-{i}")).collect();
     let description = "d".repeat(100 * 1024);
-    let cases: Vec<(&str, Value)> = vec![
+    // Each case with the code and the words of the one refusal it must get: the component's,
+    // or (only for the round over the host's size limit) the host's edge.
+    let component = |code: ErrorCode, words: &'static str| (code, words, false);
+    let edge = |code: ErrorCode, words: &'static str| (code, words, true);
+    let cases: Vec<(&str, Value, (ErrorCode, &str, bool))> = vec![
         (
             "$ref",
             json!({"type": "object", "properties": {
                 "a": {"$ref": "#/properties/b"}, "b": {"type": "string"}}}),
+            component(
+                ErrorCode::UnsupportedSchema,
+                "must declare a primitive `type`",
+            ),
         ),
         (
             "$ref with $defs",
             json!({"type": "object", "$defs": {"x": {"type": "string"}},
                    "properties": {"a": {"type": "string", "$ref": "#/$defs/x"}}}),
+            component(
+                ErrorCode::UnsupportedSchema,
+                "keyword `$defs` is not in the MCP form subset",
+            ),
         ),
         (
             "nested object",
             json!({"type": "object", "properties": {"address": {"type": "object",
                    "properties": {"street": {"type": "string"}}}}}),
+            component(ErrorCode::UnsupportedSchema, "has type `object`"),
         ),
         (
             "pattern",
             json!({"type": "object", "properties": {"code": {"type": "string",
                    "pattern": "^(a+)+$"}}}),
+            component(
+                ErrorCode::UnsupportedSchema,
+                "keyword `pattern` is not in the MCP form subset",
+            ),
         ),
         (
             "2,000-entry enum",
             json!({"type": "object", "properties": {"pick": {"type": "string",
                    "enum": enum_2000}}}),
+            component(ErrorCode::UnsupportedSchema, "`enum` is not valid"),
         ),
         (
             "100 KiB description",
             json!({"type": "object", "description": description,
                    "properties": {"a": {"type": "string"}}}),
+            component(
+                ErrorCode::UnsupportedSchema,
+                "annotation `description` is 102400 bytes",
+            ),
         ),
         (
             "100 KiB property description",
             json!({"type": "object", "properties": {"a": {"type": "string",
                    "description": description}}}),
+            component(
+                ErrorCode::UnsupportedSchema,
+                "annotation `description` is 102400 bytes",
+            ),
         ),
         (
             "10,000 properties",
             json!({"type": "object", "properties": many_properties}),
+            component(ErrorCode::PayloadTooLarge, "requestedSchema is"),
         ),
         (
             "150,000 properties (over the host's round size limit)",
             json!({"type": "object", "properties": huge_properties}),
+            edge(ErrorCode::PayloadTooLarge, "the round is"),
         ),
     ];
-    for (i, (what, schema)) in cases.into_iter().enumerate() {
+    let policy = Policy::new()?;
+    let mut most_fuel = 0;
+    for (i, (what, schema, (code, words, at_the_edge))) in cases.into_iter().enumerate() {
         let round_id = format!("hostile-{i}");
         let started = Instant::now();
-        let result = store.create_round(&schema_round(&round_id, schema));
+        let result = store.create_round(&schema_round(&round_id, schema.clone()));
         let elapsed = started.elapsed();
         match result {
             Err(ManagedInputError::Validation(e)) => {
                 println!("{what}: {} in {elapsed:?}: {}", e.code(), e.detail.message);
                 ensure!(
-                    matches!(
-                        e.code(),
-                        ErrorCode::UnsupportedSchema | ErrorCode::PayloadTooLarge
-                    ),
-                    "{what}: unexpected code {}",
-                    e.code()
+                    e.code() == code && e.detail.message.contains(words),
+                    "{what}: expected {code} ({words:?}), got {}: {}",
+                    e.code(),
+                    e.detail.message
                 );
             }
             Err(other) => bail!("{what}: expected a validation error, got {other}"),
             Ok(_) => bail!("{what}: a hostile schema was accepted"),
         }
-        ensure!(
-            elapsed < Duration::from_secs(5),
-            "{what}: refusing took {elapsed:?}"
-        );
+        if !at_the_edge {
+            // The component's refusal costs a bounded amount of computation, counted in fuel:
+            // the same on every machine, however loaded.
+            let refused = policy.check_requested_schema(&schema);
+            ensure!(
+                refused.as_ref().err().and_then(ManagedInputError::code) == Some(code),
+                "{what}: the policy said {refused:?}"
+            );
+            let fuel = policy.last_fuel_used();
+            println!("{what}: {fuel} fuel");
+            ensure!(fuel > 0, "{what}: the component never ran");
+            most_fuel = most_fuel.max(fuel);
+        }
         ensure!(
             store.get_round(&round_id)?.is_none(),
             "{what}: something was stored"
         );
     }
+    // Every refusal stays under a fiftieth of the default budget (the largest is printed).
+    println!(
+        "hostile schemas: at most {most_fuel} fuel, {:.2}% of the default budget",
+        most_fuel as f64 * 100.0 / DEFAULT_COMPUTE_BUDGET as f64
+    );
+    ensure!(most_fuel < DEFAULT_COMPUTE_BUDGET / 50, "{most_fuel} fuel");
     ensure!(
         store.list_rounds(&RoundFilter::default())?.is_empty(),
         "a refused round was stored"
@@ -671,5 +705,184 @@ fn regression_a_huge_invalid_multi_select_answer_is_a_typed_error_not_a_trap() -
     }
     let record = store.get_round("r1")?.context("the round")?;
     ensure!(record.status == ManagedInputStatus::Pending && record.responses.is_none());
+    Ok(())
+}
+
+/// The default limits are the documented ones (64 MiB of memory, a compute budget of 6e9 fuel)
+/// and they hold: a default instance can allocate 32 MiB but not 64.
+#[test]
+fn the_default_limits_are_64_mib_and_6e9_fuel_and_hold() -> Result<()> {
+    let limits = GuestLimits::default();
+    ensure!(limits.max_memory == 64 * MIB, "{limits:?}");
+    ensure!(limits.compute_budget == 6_000_000_000, "{limits:?}");
+    ensure!(DEFAULT_COMPUTE_BUDGET == limits.compute_budget);
+    ensure!(StoreOptions::default().guest_limits == limits);
+    let policy = Policy::new()?;
+    let half = policy.probe(Probe::Allocate, 32 * MIB as u64)?;
+    ensure!(half == format!("allocated {} bytes", 32 * MIB), "{half}");
+    let all = policy
+        .probe(Probe::Allocate, 64 * MIB as u64)
+        .map_err(|e| e.kind);
+    ensure!(all == Err(EngineErrorKind::MemoryLimitExceeded), "{all:?}");
+    check_policy_works(&policy)
+}
+
+/// An answer of about 1 MiB with `fields` unknown fields: valid JSON the component must parse
+/// in full (costly in memory and fuel) before refusing it.
+fn many_field_answer(fields: usize) -> String {
+    let body: Vec<String> = (0..fields).map(|n| format!("\"k{n}\":0")).collect();
+    format!(
+        "{{\"shipping_address\":{{\"action\":\"accept\",\"content\":{{{},\"street\":\"s\",\"city\":\"c\"}}}}}}",
+        body.join(",")
+    )
+}
+
+/// The store's own instances are bounded like the policy's: an answer that needs more fuel or
+/// memory than the store's limits is a typed `EngineError` that changes nothing, the trapped
+/// instance is discarded, and the next call on the same store object works.
+#[test]
+fn a_store_instance_past_its_limits_traps_typed_and_changes_nothing() -> Result<()> {
+    let cases = [
+        (
+            "compute",
+            GuestLimits {
+                compute_budget: 50_000_000,
+                ..GuestLimits::default()
+            },
+            EngineErrorKind::ComputeBudgetExceeded,
+        ),
+        (
+            "memory",
+            GuestLimits {
+                max_memory: 8 * MIB,
+                ..GuestLimits::default()
+            },
+            EngineErrorKind::MemoryLimitExceeded,
+        ),
+    ];
+    let heavy = many_field_answer(90_000);
+    ensure!(heavy.len() < MIB, "{} bytes", heavy.len());
+    for (what, limits, kind) in cases {
+        let db = TempDb::new();
+        let store = open(
+            &db.path,
+            StoreOptions {
+                guest_limits: limits,
+                ..fast_options()
+            },
+        );
+        create(&store, &live_round("r1"));
+        let before = store.get_round("r1")?.context("the round")?;
+        match store.submit_responses_json("r1", &heavy, "k") {
+            Err(ManagedInputError::Engine(EngineError { kind: seen, .. })) if seen == kind => {}
+            other => bail!(
+                "{what}: expected EngineError {kind:?}, got {:?}",
+                other.map(|_| ())
+            ),
+        }
+        ensure!(
+            store.get_round("r1")?.as_ref() == Some(&before),
+            "{what}: the trapped call changed the round"
+        );
+        let answered = store.submit_responses_json("r1", SMALL_ANSWER, "k")?;
+        ensure!(
+            answered.status == ManagedInputStatus::ResponseValidated,
+            "{what}: the store does not work after the trap"
+        );
+        ensure!(m3_tests::integrity_check(&db.path) == "ok");
+    }
+    Ok(())
+}
+
+/// A `run-execution` instance is bounded too, and one that traps (a server's 7 MiB message
+/// while a round is open, past the store's compute budget or memory) fails its execution and
+/// its open round at once (`recovery_unavailable`: the request died with the instance), so the
+/// round is never left answerable without a worker; the server is reaped.
+#[test]
+fn a_worker_instance_past_its_limits_fails_its_execution_and_round_at_once() -> Result<()> {
+    use m3::{
+        AgentSpec, ElicitationResponse, ExecutionStatus, FailureCode, FailureKind, HumanInput,
+        McpTestKit, OutcomeKind, Script, SqliteExecutionStore, StdioServer, Submission,
+    };
+    let cases = [
+        (
+            "compute",
+            GuestLimits {
+                compute_budget: 50_000_000,
+                ..GuestLimits::default()
+            },
+            "guest compute budget exceeded",
+        ),
+        (
+            "memory",
+            GuestLimits {
+                max_memory: 12 * MIB,
+                ..GuestLimits::default()
+            },
+            "guest memory limit exceeded",
+        ),
+    ];
+    for (what, limits, words) in cases {
+        let db = TempDb::new();
+        let store = std::sync::Arc::new(SqliteExecutionStore::open_with(
+            &db.path,
+            StoreOptions {
+                guest_limits: limits,
+                ..fast_options()
+            },
+        )?);
+        let kit = McpTestKit::new(store.clone(), BTreeMap::<String, String>::new())?;
+        let agent = kit
+            .agents([AgentSpec::scripted(Script::call(
+                "shipping:book_shipment",
+                json!({"item": "book", "quantity": 1}),
+            ))])?
+            .remove(0);
+        let server = StdioServer::new("shipping", env!("CARGO_BIN_EXE_m3-test-shipping-server"))
+            .args(["--era", "legacy", "--note-after-ask", "7000000"]);
+        let handle = agent.submit(
+            Submission::new("Book a shipment.", server)
+                .tools(["shipping:book_shipment"])
+                .human_input(HumanInput::Managed),
+        )?;
+        let result = handle.result(Some(Duration::from_secs(120)))?;
+        ensure!(
+            result.outcome.kind == OutcomeKind::Failed,
+            "{what}: {}",
+            result.outcome
+        );
+        let failure = result.outcome.failure.clone().context("a failure")?;
+        ensure!(
+            failure.kind == FailureKind::RoundFailed
+                && failure.code == Some(FailureCode::RecoveryUnavailable)
+                && failure.message.contains(words),
+            "{what}: {failure:?}"
+        );
+        let rounds = db.store().list_rounds(&RoundFilter::default())?;
+        ensure!(rounds.len() == 1, "{what}: {} rounds", rounds.len());
+        let round = &rounds[0];
+        ensure!(
+            round.status == ManagedInputStatus::Failed
+                && round.failure.as_ref().map(|f| f.code) == Some(FailureCode::RecoveryUnavailable),
+            "{what}: the round is {} {:?}",
+            round.status,
+            round.failure
+        );
+        ensure!(handle.pending_elicitation()?.is_none());
+        ensure!(handle.snapshot()?.lifecycle == ExecutionStatus::Finished);
+        let late = handle.respond_elicitation(
+            &round.pending.round_id,
+            BTreeMap::from([(
+                "shipping_address".to_string(),
+                ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
+            )]),
+            "late",
+        );
+        m3_tests::assert_execution_refused(
+            late,
+            "ManagedInputRecoveryError",
+            ErrorCode::RecoveryUnavailable,
+        );
+    }
     Ok(())
 }

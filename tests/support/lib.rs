@@ -165,3 +165,89 @@ pub fn soak_factor() -> usize {
         .filter(|n| *n >= 1)
         .unwrap_or(1)
 }
+
+/// Asserts that `result` failed with the typed error `kind` (its specification name, for example
+/// `ManagedInputStateError`) carrying `code`, as the rejection table promises.
+#[track_caller]
+pub fn assert_refused<T: std::fmt::Debug>(
+    result: Result<T, &m3::ManagedInputError>,
+    kind: &str,
+    code: m3::ErrorCode,
+) {
+    match result {
+        Ok(value) => panic!("expected {kind}({code:?}), got Ok({value:?})"),
+        Err(err) => assert!(
+            err.kind_name() == kind && err.code() == Some(code),
+            "expected {kind}({code:?}), got {}({:?}): {err}",
+            err.kind_name(),
+            err.code()
+        ),
+    }
+}
+
+/// [`assert_refused`] for an execution handle's errors: the managed-input error inside.
+#[track_caller]
+pub fn assert_execution_refused<T: std::fmt::Debug>(
+    result: Result<T, m3::ExecutionError>,
+    kind: &str,
+    code: m3::ErrorCode,
+) {
+    match result {
+        Err(m3::ExecutionError::ManagedInput(err)) => assert_refused::<T>(Err(&err), kind, code),
+        other => panic!("expected {kind}({code:?}), got {other:?}"),
+    }
+}
+
+/// The kernel's id of the calling thread (Linux), so another thread can watch what it waits on.
+pub fn thread_id() -> u32 {
+    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    link.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse().ok())
+        .expect("a thread id")
+}
+
+/// The system calls of a timed sleep (`nanosleep`, `clock_nanosleep`): SQLite's busy handler
+/// waits for a lock that way, while a lock of the process (a mutex) waits in `futex`.
+#[cfg(target_arch = "x86_64")]
+const SLEEP_SYSCALLS: [u64; 2] = [35, 230];
+#[cfg(target_arch = "aarch64")]
+const SLEEP_SYSCALLS: [u64; 2] = [101, 115];
+
+/// Whether thread `tid` of this process is blocked in a timed sleep right now (read from
+/// `/proc/self/task/<tid>/syscall`).
+pub fn is_in_timed_sleep(tid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .is_some_and(|n| SLEEP_SYSCALLS.contains(&n))
+}
+
+/// Waits (up to `limit`) until thread `tid` has been seen in a timed sleep: for a thread that
+/// writes to SQLite while another connection holds the write lock, that is SQLite's busy wait.
+pub fn wait_until_in_timed_sleep(tid: u32, limit: Duration) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if is_in_timed_sleep(tid) {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
+/// The seed of a randomised test: fresh each run, or `M3_SEED` (hex) to replay one. Printed with
+/// the command that replays it (libtest shows it when the test fails).
+pub fn seed(test: &str) -> u64 {
+    let seed = match std::env::var("M3_SEED") {
+        Ok(text) => u64::from_str_radix(text.trim().trim_start_matches("0x"), 16)
+            .unwrap_or_else(|_| panic!("M3_SEED={text} is not a hexadecimal seed")),
+        Err(_) => {
+            let mut bytes = [0u8; 8];
+            getrandom::fill(&mut bytes).expect("the operating system's random source");
+            u64::from_le_bytes(bytes)
+        }
+    };
+    println!("{test}: seed {seed:x} (replay: M3_SEED={seed:x} cargo test --workspace -- {test})");
+    seed
+}

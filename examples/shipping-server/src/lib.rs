@@ -84,6 +84,12 @@ struct Args {
     /// what the server was sent, e.g. a `cancel` answer or `notifications/cancelled`).
     #[arg(long, value_name = "PATH")]
     transcript: Option<std::path::PathBuf>,
+
+    /// After every request for input, also send a `notifications/message` whose `data` is a
+    /// string of this many bytes (a test knob: a server whose output costs the client memory
+    /// and work while a round is open).
+    #[arg(long, value_name = "BYTES")]
+    note_after_ask: Option<usize>,
 }
 
 /// The `--era` values.
@@ -122,6 +128,8 @@ struct Server {
     state_ttl: Duration,
     /// The era, once decided (`None` only in `auto` before the first request).
     era: Option<Era>,
+    /// `--note-after-ask`.
+    note_after_ask: Option<usize>,
 }
 
 impl Server {
@@ -139,6 +147,7 @@ impl Server {
             knobs,
             state_ttl: Duration::from_secs(args.state_ttl_secs),
             era: None,
+            note_after_ask: args.note_after_ask,
         };
         server.era = match args.era {
             EraSetting::Legacy => Some(server.legacy()),
@@ -158,8 +167,27 @@ impl Server {
         Era::Modern(Modern::new(self.knobs, Sealer::new(self.state_ttl)))
     }
 
-    /// Handles one input line; returns the messages to write.
+    /// Handles one input line; returns the messages to write (with `--note-after-ask`'s note
+    /// after any request for input).
     fn on_line(&mut self, line: &str) -> Vec<Value> {
+        let mut out = self.answer_line(line);
+        if let Some(bytes) = self.note_after_ask {
+            let asks = |m: &Value| {
+                m["method"] == "elicitation/create" || m["result"]["resultType"] == "input_required"
+            };
+            if out.iter().any(asks) {
+                out.push(json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/message",
+                    "params": {"level": "info", "data": "n".repeat(bytes)}
+                }));
+            }
+        }
+        out
+    }
+
+    /// Handles one input line; returns the messages to write.
+    fn answer_line(&mut self, line: &str) -> Vec<Value> {
         if line.trim().is_empty() {
             return Vec::new();
         }

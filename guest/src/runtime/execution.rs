@@ -497,13 +497,15 @@ pub fn finish_abandoned(
     mut loaded: LoadedExecution,
     outcome: ExecutionOutcome,
     now: Timestamp,
-) -> Outcome<()> {
+) -> Outcome<ExecutionState> {
     let mut outcome = outcome;
     outcome.tool_results = loaded.document.tool_results.clone();
     loaded.document.outcome = Some(outcome);
     loaded.row.status = ExecutionStatus::Finished;
     loaded.row.lease_expires_at = None;
-    save(tx, loaded, now).map(|_| ())
+    let document = loaded.document.clone();
+    let row = save(tx, loaded, now)?;
+    Ok(state_of(&row, &document, false))
 }
 
 pub use crate::execution_rules::check_execution_id;

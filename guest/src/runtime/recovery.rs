@@ -4,7 +4,9 @@
 //! whose worker still renews its lease is never touched, and an unowned round (made directly
 //! through the store API, waiting to be claimed) has no worker to lose. A queued execution is
 //! held by its submitter for one lease; if no worker claimed it by then, its submitter died with
-//! the environment its server needed (never stored), so it is finished failed as well.
+//! the environment its server needed (never stored), so it is finished failed as well. A worker
+//! whose instance stopped is recovered at once by its host (`abandon`), without waiting for its
+//! lease to expire.
 
 use super::execution;
 use crate::errors::Outcome;
@@ -20,6 +22,76 @@ use crate::time;
 const PAGE: u32 = 128;
 
 const GONE: &str = "the worker that owned this round is gone; its request died with it";
+
+/// `abandon`: recovery of one execution whose worker's instance stopped, while its lease still
+/// runs: its open rounds fail `recovery-unavailable` (the worker presents its own lease, giving
+/// up early) and the execution finishes failed, in one transaction.
+pub fn abandon(
+    execution_id: &str,
+    owner_id: &str,
+    reason: &str,
+) -> Outcome<crate::exports::m3::managed_input::runtime::ExecutionState> {
+    use crate::exports::m3::managed_input::round_protocol::{Operation, RecoveryReport as Report};
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let loaded = match execution::load(&tx, execution_id)? {
+        Some(loaded)
+            if matches!(
+                loaded.row.status,
+                ExecutionStatus::Queued | ExecutionStatus::Running
+            ) && loaded.row.owner_id.as_deref() == Some(owner_id) =>
+        {
+            loaded
+        }
+        _ => {
+            return Err(crate::errors::recovery(
+                crate::m3::managed_input::types::ErrorCode::RecoveryUnavailable,
+                format!("execution {execution_id} is not held by this worker"),
+            ));
+        }
+    };
+    let reason = crate::errors::bounded(reason);
+    let message =
+        format!("the worker's component instance stopped ({reason}); its request died with it");
+    for status in execution::OPEN_STATUSES {
+        let rows = tx
+            .list(&RoundFilter {
+                execution_id: Some(execution_id.to_string()),
+                status: Some(status),
+                limit: None,
+                after: None,
+            })
+            .map_err(store_error)?;
+        for row in rows {
+            let round = crate::record::from_row(&row)?;
+            let Some(lease) = round.lease.filter(|l| l.owner_id == owner_id) else {
+                continue;
+            };
+            store_protocol::apply_in(
+                &tx,
+                &round.pending.round_id,
+                Operation::FailRecovery(Report {
+                    lease: Some(lease),
+                    message: message.clone(),
+                }),
+                &now,
+            )?;
+        }
+    }
+    let outcome = ExecutionOutcome {
+        kind: OutcomeKind::Failed,
+        failure: Some(ExecutionFailure {
+            kind: FailureKind::RoundFailed,
+            code: Some(FailureCode::RecoveryUnavailable),
+            message: format!("the worker's component instance stopped ({reason})"),
+        }),
+        tool_results: Vec::new(),
+        final_message: None,
+    };
+    let state = execution::finish_abandoned(&tx, loaded, outcome, now)?;
+    tx.commit().map_err(store_error)?;
+    Ok(state)
+}
 
 fn expired(lease_expires_at: Option<&crate::m3::managed_input::types::Timestamp>) -> bool {
     let now = time::now();

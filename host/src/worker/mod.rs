@@ -236,7 +236,38 @@ impl Executions {
         match result {
             Ok(Ok(state)) => Ok(state),
             Ok(Err(e)) => Err(convert::error_back(&e)),
-            Err(e) => Err(crate::instance::classify(&e, store.data()).into()),
+            Err(e) => {
+                // The instance trapped: the worker's state (its server's pending request) died
+                // with it. Its execution and open rounds are failed now, not left answerable
+                // until its lease expires.
+                let mut stopped = crate::instance::classify(&e, store.data());
+                if let Err(failed) = self.abandon(execution_id, owner_id, &stopped.kind.to_string())
+                {
+                    stopped.message = format!(
+                        "{}; failing its execution failed too (recovery fails it once its lease \
+                         expires): {failed}",
+                        stopped.message
+                    );
+                }
+                Err(stopped.into())
+            }
         }
+    }
+
+    /// Fails, in one transaction, the execution `execution_id` held by `owner_id` and every
+    /// round that worker still owns (`recovery_unavailable`): its instance stopped.
+    fn abandon(
+        &self,
+        execution_id: &str,
+        owner_id: &str,
+        reason: &str,
+    ) -> StoreResult<wit::ExecutionState> {
+        self.store
+            .pool()
+            .call(|b, s| {
+                b.m3_managed_input_runtime()
+                    .call_abandon(s, execution_id, owner_id, reason)
+            })?
+            .map_err(|e| convert::error_back(&e))
     }
 }
