@@ -126,9 +126,13 @@ fn retries_unknown_requests_and_a_withdrawn_request() -> Result<()> {
     );
     let record = db.store().get_round(&pending.round_id)?.context("round")?;
     assert_eq!(record.status, ManagedInputStatus::Failed);
-    assert_eq!(
-        record.failure.context("failure")?.code,
-        FailureCode::RequestWithdrawn
+    let failure = record.failure.context("failure")?;
+    assert_eq!(failure.code, FailureCode::RequestWithdrawn);
+    // Failed when Codex withdrew the request, not later by the net under a finished execution.
+    assert!(
+        failure.message.starts_with("codex withdrew the request"),
+        "{}",
+        failure.message
     );
     let sent = received(db.dir.path())?;
     let unknown = sent
@@ -175,7 +179,7 @@ fn a_late_answer_after_interrupt_is_refused_and_never_sent() -> Result<()> {
         )]),
         "late",
     );
-    assert!(late.is_err(), "the round is terminal");
+    assert_execution_refused(late, "ManagedInputStateError", ErrorCode::RoundTerminal);
     let sent = received(db.dir.path())?;
     assert!(
         !sent.iter().any(|m| m["id"] == 51),

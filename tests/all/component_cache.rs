@@ -49,12 +49,21 @@ fn the_cache_is_private_reused_and_never_trusted_when_others_could_write_it() {
         bypassed.cache
     );
 
-    // A symlink in place of the directory is refused too.
+    // A symlink in place of the directory is refused too, even to a private, valid cache (so
+    // only the symlink check can refuse it).
+    let private = root.path().join("private");
+    let direct = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&private)).unwrap();
+    assert!(
+        matches!(direct.cache, CacheOutcome::Stored(_)),
+        "{:?}",
+        direct.cache
+    );
+    assert_eq!(mode(&private), 0o700);
     let link = root.path().join("link");
-    std::os::unix::fs::symlink(&dir, &link).unwrap();
+    std::os::unix::fs::symlink(&private, &link).unwrap();
     let via_link = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&link)).unwrap();
     assert!(
-        matches!(via_link.cache, CacheOutcome::Bypassed(_)),
+        matches!(&via_link.cache, CacheOutcome::Bypassed(reason) if reason.contains("symlink")),
         "{:?}",
         via_link.cache
     );

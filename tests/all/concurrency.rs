@@ -399,17 +399,28 @@ fn no_process_wide_lock_serialises_the_store() -> Result<()> {
     let spawn_writer = |store: Arc<SqliteManagedInputStore>, round: &'static str| {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
+        let (tid_tx, tid_rx) = mpsc::channel();
         let handle = thread::spawn(move || {
+            tid_tx
+                .send(m3_tests::thread_id())
+                .expect("the test waits for it");
             let result = store.submit_responses(round, &answer('a'), "k");
             flag.store(true, Ordering::SeqCst);
             result
         });
-        (done, handle)
+        let tid = tid_rx.recv().expect("the writer's thread id");
+        (done, handle, tid)
     };
-    let (writer_done, writer) = spawn_writer(writer_store.clone(), "held");
-    let (second_done, second) = spawn_writer(Arc::new(second_writer_store), "second");
-    // Let both writers get into SQLite's busy wait.
-    thread::sleep(Duration::from_millis(300));
+    let (writer_done, writer, writer_tid) = spawn_writer(writer_store.clone(), "held");
+    let (second_done, second, second_tid) = spawn_writer(Arc::new(second_writer_store), "second");
+    // Both writers are inside SQLite's busy wait (seen sleeping in it, not merely started), so
+    // whatever the host might hold across a write is held now.
+    for (name, tid) in [("first", writer_tid), ("second", second_tid)] {
+        ensure!(
+            m3_tests::wait_until_in_timed_sleep(tid, Duration::from_secs(30)),
+            "the {name} writer never reached SQLite's busy wait"
+        );
+    }
     ensure!(
         !writer_done.load(Ordering::SeqCst) && !second_done.load(Ordering::SeqCst),
         "the writers should be waiting for the raw connection's write lock"
@@ -477,6 +488,48 @@ fn no_process_wide_lock_serialises_the_store() -> Result<()> {
             .with_context(|| format!("{name} after the lock was released"))?;
         ensure!(rec.status == ManagedInputStatus::ResponseValidated);
     }
+    assert_eq!(integrity_check(&db.path), "ok");
+    Ok(())
+}
+
+/// A write lock held longer than the busy timeout is a typed `StorageError` with the code
+/// `storage_busy`, and it changes nothing: the round stays pending, the key is not consumed, and
+/// the same answer succeeds once the lock is released.
+#[test]
+fn a_write_lock_held_past_the_busy_timeout_is_a_typed_storage_busy_that_changes_nothing()
+-> Result<()> {
+    let db = TempDb::new();
+    let store = open(
+        &db.path,
+        StoreOptions {
+            busy_timeout_ms: 200,
+            ..fast_options()
+        },
+    );
+    create(&store, &long_lease_round("r1"));
+    let before = store.get_round("r1")?.context("the round")?;
+    let raw = rusqlite::Connection::open(&db.path)?;
+    raw.execute_batch("BEGIN IMMEDIATE")?;
+    let started = Instant::now();
+    let err = store
+        .submit_responses("r1", &answer('a'), "k")
+        .expect_err("the write lock is held");
+    ensure!(
+        started.elapsed() >= Duration::from_millis(200),
+        "it waited out the busy timeout first"
+    );
+    m3_tests::assert_refused::<()>(Err(&err), "StorageError", ErrorCode::StorageBusy);
+    ensure!(
+        err.to_string().to_lowercase().contains("busy"),
+        "the error says what happened: {err}"
+    );
+    raw.execute_batch("ROLLBACK")?;
+    ensure!(
+        store.get_round("r1")?.context("the round")? == before,
+        "the refused write changed the round"
+    );
+    let answered = store.submit_responses("r1", &answer('a'), "k")?;
+    ensure!(answered.status == ManagedInputStatus::ResponseValidated);
     assert_eq!(integrity_check(&db.path), "ok");
     Ok(())
 }

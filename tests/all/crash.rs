@@ -92,23 +92,35 @@ fn killed_after_the_round_insert_the_round_survives_and_recovery_fails_it_once()
         "the test ran too slowly for its lease"
     );
     let refused = store.fail_recovery("r1", None, "");
-    assert!(
-        matches!(refused, Err(ManagedInputError::Conflict(_))),
-        "{refused:?}"
+    assert_refused(
+        refused.as_ref(),
+        "ManagedInputConflict",
+        ErrorCode::LeaseHeld,
     );
     std::thread::sleep(Duration::from_millis(ttl + 200));
-    let late = store.submit_responses("r1", &answer(), "late").unwrap_err();
-    assert!(matches!(late, ManagedInputError::Recovery(_)), "{late}");
+    let late = store.submit_responses("r1", &answer(), "late");
+    assert_refused(
+        late.as_ref(),
+        "ManagedInputRecoveryError",
+        ErrorCode::RecoveryUnavailable,
+    );
     let failed = store.fail_recovery("r1", None, "").unwrap();
     assert_eq!(
         failed.failure.unwrap().code,
         FailureCode::RecoveryUnavailable
     );
-    assert!(store.fail_recovery("r1", None, "").is_err(), "exactly once");
-    assert!(matches!(
-        store.claim_round("r1", &OwnerClaim::new("replacement")),
-        Err(ManagedInputError::Recovery(_))
-    ));
+    assert_refused(
+        store.fail_recovery("r1", None, "").as_ref(),
+        "ManagedInputStateError",
+        ErrorCode::RoundTerminal,
+    );
+    assert_refused(
+        store
+            .claim_round("r1", &OwnerClaim::new("replacement"))
+            .as_ref(),
+        "ManagedInputRecoveryError",
+        ErrorCode::RecoveryUnavailable,
+    );
     assert_eq!(integrity_check(&db.path), "ok");
 }
 
@@ -219,9 +231,11 @@ fn killed_during_renew_the_round_is_recovered_once_its_renewed_lease_expires() {
             > record.pending.created_at + chrono::TimeDelta::milliseconds(LEASE_TTL_MS as i64),
         "the renewal was committed"
     );
-    assert!(
-        store.fail_recovery("r1", None, "").is_err(),
-        "not while the renewed lease is live"
+    // Not while the renewed lease is live.
+    assert_refused(
+        store.fail_recovery("r1", None, "").as_ref(),
+        "ManagedInputConflict",
+        ErrorCode::LeaseHeld,
     );
     wait_for_lease_expiry();
     let failed = store.fail_recovery("r1", None, "").unwrap();
@@ -229,6 +243,10 @@ fn killed_during_renew_the_round_is_recovered_once_its_renewed_lease_expires() {
         failed.failure.unwrap().code,
         FailureCode::RecoveryUnavailable
     );
-    assert!(store.fail_recovery("r1", None, "").is_err(), "exactly once");
+    assert_refused(
+        store.fail_recovery("r1", None, "").as_ref(),
+        "ManagedInputStateError",
+        ErrorCode::RoundTerminal,
+    );
     assert_eq!(integrity_check(&db.path), "ok");
 }

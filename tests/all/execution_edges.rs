@@ -99,10 +99,22 @@ fn assert_withdrawn_for_good(
     handle: &ExecutionHandle,
     round_id: &str,
     code: FailureCode,
+    cause: &str,
 ) {
     let record = db.store().get_round(round_id).unwrap().unwrap();
     assert_eq!(record.status, ManagedInputStatus::Failed, "{record:?}");
-    assert_eq!(record.failure.as_ref().map(|f| f.code), Some(code));
+    let failure = record.failure.as_ref().expect("a failed round says why");
+    assert_eq!(failure.code, code);
+    // Ended by the step that ended its wait (its own cause), not by the net that fails whatever
+    // a finished execution left open.
+    assert!(
+        failure.message.contains(cause)
+            && !failure
+                .message
+                .starts_with("the execution ended while this round was open"),
+        "{cause:?} expected in {:?}",
+        failure.message
+    );
     assert_eq!(record.delivery_attempts, 0, "nothing was delivered");
     assert!(handle.pending_elicitation().unwrap().is_none());
     let pending = db
@@ -151,6 +163,7 @@ fn a_typescript_sdk_server_that_times_out_withdraws_its_round() -> Result<()> {
         &handle,
         &round.pending.round_id,
         FailureCode::RequestWithdrawn,
+        "cancelled its elicitation request",
     );
     Ok(())
 }
@@ -211,6 +224,7 @@ fn a_server_that_exits_or_does_not_wait_ends_its_round() -> Result<()> {
         &exits,
         &round.pending.round_id,
         FailureCode::ServerError,
+        "the server exited",
     );
 
     let hasty = submit(
@@ -226,9 +240,14 @@ fn a_server_that_exits_or_does_not_wait_ends_its_round() -> Result<()> {
         &hasty,
         &round.pending.round_id,
         FailureCode::RequestWithdrawn,
+        "without waiting for the answer",
     );
     Ok(())
 }
+
+/// How the Python SDK's giving up looks on the wire: `notifications/cancelled` for the
+/// elicitation (reason "caller cancelled"), then the tool's result.
+const PYTHON_WITHDRAWAL: &str = "cancelled its elicitation request";
 
 /// The official Python SDK, a tool wrapping `ctx.elicit` in `asyncio.wait_for`: the round is
 /// withdrawn when the server gives up.
@@ -254,6 +273,7 @@ fn a_python_tool_that_stops_waiting_withdraws_its_round() -> Result<()> {
         &handle,
         &round.pending.round_id,
         FailureCode::RequestWithdrawn,
+        PYTHON_WITHDRAWAL,
     );
     Ok(())
 }
@@ -360,12 +380,11 @@ fn a_live_kit_recovers_a_killed_worker_s_round_within_two_lease_periods() {
         execution.snapshot().unwrap().lifecycle,
         ExecutionStatus::Finished
     );
-    match execution.respond_elicitation(&round_id, address(), "late") {
-        Err(ExecutionError::ManagedInput(
-            ManagedInputError::Recovery(_) | ManagedInputError::State(_),
-        )) => {}
-        other => panic!("a late answer must be refused, got {other:?}"),
-    }
+    assert_execution_refused(
+        execution.respond_elicitation(&round_id, address(), "late"),
+        "ManagedInputRecoveryError",
+        ErrorCode::RecoveryUnavailable,
+    );
 }
 
 /// An execution whose submitter died before a worker claimed it (queued, held by the submitter's

@@ -276,15 +276,10 @@ fn a_round_with_two_keys_is_answered_at_once() {
         ["contact_email", "shipping_address"]
     );
     // Only one key: rejected, nothing stored.
-    let err = handle
-        .respond_elicitation(&pending.round_id, address(), "k")
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ExecutionError::ManagedInput(ManagedInputError::Validation(_))
-        ),
-        "{err}"
+    assert_execution_refused(
+        handle.respond_elicitation(&pending.round_id, address(), "k"),
+        "ManagedInputValidationError",
+        ErrorCode::ResponseKeysMismatch,
     );
     let mut both = address();
     both.insert(
@@ -362,10 +357,10 @@ fn cancel_fails_the_open_round_and_tells_the_server() {
         "{sent:?}"
     );
     // A late answer is refused: the round is terminal.
-    assert!(
-        handle
-            .respond_elicitation(&pending.round_id, address(), "late")
-            .is_err()
+    assert_execution_refused(
+        handle.respond_elicitation(&pending.round_id, address(), "late"),
+        "ManagedInputStateError",
+        ErrorCode::RoundTerminal,
     );
     // Cancelling again changes nothing.
     handle.cancel().unwrap();
@@ -756,15 +751,11 @@ fn a_killed_worker_s_round_is_recovered_and_a_live_one_is_not() {
         FailureCode::RecoveryUnavailable
     );
     let managed = store.managed_input_store().unwrap().unwrap();
-    let late = managed
-        .submit_responses(&round_id, &address(), "late")
-        .unwrap_err();
-    assert!(
-        matches!(
-            late,
-            ManagedInputError::Recovery(_) | ManagedInputError::State(_)
-        ),
-        "{late}"
+    let late = managed.submit_responses(&round_id, &address(), "late");
+    assert_refused(
+        late.as_ref(),
+        "ManagedInputRecoveryError",
+        ErrorCode::RecoveryUnavailable,
     );
     // The execution finished failed, and stays so when reopened.
     drop((recovering, store));
@@ -839,11 +830,15 @@ fn pending_elicitation_refuses_an_ambiguous_execution() {
         other => panic!("expected ManagedInputStateError, got {other:?}"),
     }
     // Empty ids are refused by the store's rules.
-    assert!(handle.respond_elicitation("", address(), "k").is_err());
-    assert!(
-        handle
-            .respond_elicitation(&pending.round_id, address(), "")
-            .is_err()
+    assert_execution_refused(
+        handle.respond_elicitation("", address(), "k"),
+        "ManagedInputValidationError",
+        ErrorCode::EmptyRoundId,
+    );
+    assert_execution_refused(
+        handle.respond_elicitation(&pending.round_id, address(), ""),
+        "ManagedInputValidationError",
+        ErrorCode::EmptyIdempotencyKey,
     );
     handle.cancel().unwrap();
     assert_eq!(finished(&handle).outcome.kind, OutcomeKind::Cancelled);

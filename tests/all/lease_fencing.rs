@@ -28,7 +28,8 @@
 //! `failed` with `recovery_unavailable` and lifecycle timestamps matching the steps its owner
 //! took; terminal rounds absorb every further write; `PRAGMA integrity_check` is `ok`.
 //!
-//! Deterministic seeds (the interleaving of threads is the operating system's); no sleeps.
+//! A fresh seed each run, printed (`M3_SEED` replays its choices; the interleaving of threads is
+//! the operating system's); no sleeps.
 
 use chrono::TimeDelta;
 use m3::*;
@@ -59,8 +60,6 @@ const ROTATE_PERCENT: u64 = 10;
 const FORGE_PERCENT: u64 = 50;
 /// Earlier rounds each worker revisits per epoch.
 const REVISITS: usize = 2;
-/// The base seed.
-const SEED: u64 = 0x6c65_6173_655f_6663;
 /// The owner index the supervisor's `fail_recovery` is logged under.
 const SUPERVISOR: usize = usize::MAX;
 
@@ -613,6 +612,9 @@ fn assert_absorbs(
 
 #[test]
 fn eight_workers_contend_for_rounds_and_paused_workers_are_fenced_off() {
+    let seed = m3_tests::seed(
+        "lease_fencing::eight_workers_contend_for_rounds_and_paused_workers_are_fenced_off",
+    );
     let rounds = ROUNDS * soak_factor();
     let db = TempDb::new();
     let clock = manual_clock();
@@ -694,7 +696,7 @@ fn eight_workers_contend_for_rounds_and_paused_workers_are_fenced_off() {
                         w,
                         owner: owner_name(w),
                         store: shared.store(),
-                        rng: Rng::new(SEED ^ ((w as u64 + 1) * 0x1000_0000_01b3)),
+                        rng: Rng::new(seed ^ ((w as u64 + 1) * 0x1000_0000_01b3)),
                         paused: Vec::new(),
                         stats: Stats::default(),
                         epoch: 0,

@@ -114,14 +114,44 @@ async fn dropping_a_child_kills_its_process_group_and_it_is_reaped() {
 #[tokio::test]
 async fn kill_ends_the_group_and_reports_the_signal() {
     let scratch = ScratchDir::create("m3-test").unwrap();
-    let (mut child, _events) =
-        ChildProcess::spawn(&spec("/bin/sleep", &["60"], &[]), &scratch).unwrap();
+    // A child with children of its own: a shell that starts two sleepers (one of them in a
+    // subshell) and says their process ids.
+    let (mut child, mut events) = ChildProcess::spawn(
+        &spec(
+            "/bin/sh",
+            &[
+                "-c",
+                "sleep 60 & echo $!; (sleep 60 & echo $!; wait) & wait",
+            ],
+            &[],
+        ),
+        &scratch,
+    )
+    .unwrap();
+    let mut pending = Vec::new();
+    let grandchildren: Vec<u32> = vec![
+        next_line(&mut events, &mut pending).await.parse().unwrap(),
+        next_line(&mut events, &mut pending).await.parse().unwrap(),
+    ];
+    for pid in &grandchildren {
+        assert!(is_running(*pid), "{pid} started");
+    }
     let exited = timeout(Duration::from_secs(10), child.kill())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(exited, ProcessEvent::Exited(None), "killed by a signal");
     assert!(!is_running(child.pid()));
+    // The whole group went with it (the signal reaches every member at once; give the kernel a
+    // moment to deliver it to the last one).
+    for pid in &grandchildren {
+        let mut waited = 0;
+        while is_running(*pid) && waited < 5_000 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            waited += 10;
+        }
+        assert!(!is_running(*pid), "grandchild {pid} outlived the kill");
+    }
     assert!(matches!(
         child.write_line("x").await,
         Err(ProcessError::Io(_)) | Ok(())

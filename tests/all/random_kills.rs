@@ -5,10 +5,11 @@
 //! over many rounds on one database file: `create_round` (owned by the worker, short lease),
 //! `submit_responses` with an idempotency key, `renew`, `start_delivery`, `mark_delivered`,
 //! `resolve`. A child prints `M3-RK-ACK <round> <step>` after each step the store acknowledged.
-//! The parent kills children with SIGKILL at random times drawn from a seeded generator (the seed
-//! is printed; `M3_RANDOM_KILLS_SEED` replays a schedule) and starts replacements with new worker
-//! ids, so the load continues while others die. The last generation of each slot runs a few
-//! rounds to the end and exits cleanly.
+//! The parent kills children with SIGKILL at random times drawn from a seeded generator (a fresh
+//! seed each run, printed; `M3_SEED` replays a schedule) and starts replacements with new worker
+//! ids, so the load continues while others die. Slots go on killing (up to [`EXTRA_KILLS`] more
+//! each) until kills have landed in every place of [`PLACES`]. The last generation of each slot
+//! runs a few rounds to the end and exits cleanly.
 //!
 //! Afterwards, on a fresh store: `integrity_check` is ok; every acknowledged step is still there
 //! (an acknowledged answer is stored with its key and its retry returns the stored record);
@@ -46,15 +47,23 @@ const FINAL_ROUNDS: usize = 4;
 const UNBOUNDED_ROUNDS: usize = 1_000_000;
 /// A kill lands this long (uniformly drawn, in ms) after the child said it is ready.
 const KILL_DELAY_MS: std::ops::Range<u64> = 20..1200;
-/// The default seed of the kill schedule.
-const DEFAULT_SEED: u64 = 0x6d33_6b69_6c6c_0003;
+/// Kills a slot may add to its share until every place of [`PLACES`] has been hit.
+const EXTRA_KILLS: usize = 12;
+/// Where a kill must land at least once a run: between two rounds and in each status a live
+/// worker's round passes through.
+const PLACES: [&str; 5] = [
+    "between rounds",
+    "in a pending round",
+    "in a response_validated round",
+    "in a delivery_started round",
+    "in a delivered round",
+];
 /// How long a child may take to open its store.
 const STARTUP_LIMIT: Duration = Duration::from_secs(120);
 
 const ENV_DB: &str = "M3_RK_DB";
 const ENV_WORKER: &str = "M3_RK_WORKER";
 const ENV_ROUNDS: &str = "M3_RK_ROUNDS";
-const ENV_SEED: &str = "M3_RANDOM_KILLS_SEED";
 
 /// Marks a child's lines among libtest's own output.
 const READY: &str = "M3-RK-READY";
@@ -294,13 +303,42 @@ fn spawn_worker(exe: &Path, db: &Path, worker: &str, rounds: usize) -> Result<Wo
     Ok(Worker(child))
 }
 
-/// Runs one slot: `kills` generations killed at random times, then one that runs to the end.
-fn run_slot(exe: &Path, db: &Path, slot: usize, kills: usize, seed: u64) -> Result<Vec<Life>> {
+/// Where a killed worker's kill landed: the status of its last round (read from the database).
+fn place_of(store: &SqliteManagedInputStore, worker: &str) -> Result<String> {
+    let mut last = None;
+    for i in 0.. {
+        match store.get_round(&round_id(worker, i))? {
+            Some(record) => last = Some(record),
+            None => break,
+        }
+    }
+    Ok(match last {
+        None => "before the first round".to_string(),
+        Some(r) if r.status == ManagedInputStatus::Resolved => "between rounds".to_string(),
+        Some(r) => format!("in a {} round", r.status),
+    })
+}
+
+/// Runs one slot: `kills` generations killed at random times (more, up to [`EXTRA_KILLS`], while
+/// some place of [`PLACES`] has no kill yet), then one that runs to the end.
+fn run_slot(
+    exe: &Path,
+    db: &Path,
+    slot: usize,
+    kills: usize,
+    seed: u64,
+    landed: &std::sync::Mutex<BTreeSet<String>>,
+) -> Result<Vec<Life>> {
     let mut rng = SplitMix64(seed ^ (slot as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f));
     let mut lives = Vec::new();
-    for generation in 0..=kills {
+    let reader = open(db, fast_options());
+    for generation in 0.. {
         let worker = format!("w{slot}-g{generation}");
-        let last = generation == kills;
+        let every_place_hit = {
+            let landed = landed.lock().unwrap_or_else(|e| e.into_inner());
+            PLACES.iter().all(|p| landed.contains(*p))
+        };
+        let last = generation >= kills && (every_place_hit || generation >= kills + EXTRA_KILLS);
         let rounds = if last { FINAL_ROUNDS } else { UNBOUNDED_ROUNDS };
         let mut child = spawn_worker(exe, db, &worker, rounds)?;
         let stdout = child.0.stdout.take().context("child stdout")?;
@@ -393,6 +431,13 @@ fn run_slot(exe: &Path, db: &Path, slot: usize, kills: usize, seed: u64) -> Resu
                 lines.join("\n")
             ),
         }
+        if killed_after.is_some() {
+            let place = place_of(&reader, &worker)?;
+            landed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(place);
+        }
         let mut acks = Vec::new();
         for line in &lines {
             // libtest's "test ... " may precede a child's first line without a newline.
@@ -409,6 +454,9 @@ fn run_slot(exe: &Path, db: &Path, slot: usize, kills: usize, seed: u64) -> Resu
             killed_after,
             acks,
         });
+        if last {
+            break;
+        }
     }
     Ok(lives)
 }
@@ -439,17 +487,12 @@ fn show<T>(result: &Result<T, ManagedInputError>) -> String {
 
 #[test]
 fn random_kills_under_load() -> Result<()> {
-    let seed = match std::env::var(ENV_SEED) {
-        Ok(text) => {
-            let text = text.trim_start_matches("0x");
-            u64::from_str_radix(text, 16).with_context(|| format!("{ENV_SEED} is not hex"))?
-        }
-        Err(_) => DEFAULT_SEED,
-    };
+    let seed = m3_tests::seed("random_kills::random_kills_under_load");
     let kills_per_slot = KILLS_PER_SLOT * soak_factor();
     println!(
-        "random kills: seed {seed:#x} ({ENV_SEED} replays it), {SLOTS} slots x {kills_per_slot} kills, lease {LEASE:?}"
+        "random kills: {SLOTS} slots x {kills_per_slot} kills (or more, until every place is hit), lease {LEASE:?}"
     );
+    let landed_places = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
     let db = TempDb::new();
     // Create the file and schema before the crowd arrives.
     drop(open(&db.path, fast_options()));
@@ -459,7 +502,8 @@ fn random_kills_under_load() -> Result<()> {
     let slots: Vec<_> = (0..SLOTS)
         .map(|slot| {
             let (exe, path): (PathBuf, PathBuf) = (exe.clone(), db.path.clone());
-            thread::spawn(move || run_slot(&exe, &path, slot, kills_per_slot, seed))
+            let landed = landed_places.clone();
+            thread::spawn(move || run_slot(&exe, &path, slot, kills_per_slot, seed, &landed))
         })
         .collect();
     let mut lives = Vec::new();
@@ -614,6 +658,16 @@ fn random_kills_under_load() -> Result<()> {
         };
         *landed.entry(place).or_default() += 1;
     }
+
+    let missed: Vec<&str> = PLACES
+        .iter()
+        .copied()
+        .filter(|p| !landed.contains_key(*p))
+        .collect();
+    ensure!(
+        missed.is_empty(),
+        "no kill landed {missed:?} (kills landed {landed:?}): the run proves nothing about those"
+    );
 
     // --- Recovery of the dead workers' unresolved rounds, once their leases have lapsed.
     let orphans: Vec<&ManagedInputRecord> = records

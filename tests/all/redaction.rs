@@ -2,7 +2,8 @@
 //! `host/cli/tests/redaction.rs`): random secrets placed in responses, idempotency keys and
 //! lease tokens never appear in any error text, `Debug` output or output stream.
 //!
-//! Secrets are a recognizable prefix ([`PREFIX`]) and 24 random alphanumerics, from a fixed seed.
+//! Secrets are a recognizable prefix ([`PREFIX`]) and 24 random alphanumerics, from a fresh seed
+//! each run (printed; `M3_SEED` replays one).
 //! Each case puts fresh secrets in every place a caller can put one: answer content values (as
 //! the invalid value of every schema keyword, inside malformed JSON, as an action, as content
 //! where none is allowed, in oversized answers), idempotency keys (of rejected, accepted,
@@ -42,8 +43,6 @@ const PREFIX: &str = "zqxSECRET";
 const CASES: usize = 16;
 /// Fewest generated secrets the run must place (at soak factor 1).
 const MIN_SECRETS: usize = 300;
-/// The seed of the secrets.
-const SEED: u64 = 0x7365_6372_6574_7321;
 /// Set in the child process: where it writes its secrets for the parent.
 const CHILD_ENV: &str = "M3_REDACTION_SECRETS_FILE";
 /// The worker that owns each case's main round; its leases last far longer than any case.
@@ -75,9 +74,9 @@ struct Secrets {
 }
 
 impl Secrets {
-    fn new() -> Self {
+    fn new(seed: u64) -> Self {
         Self {
-            rng: Rng(SEED),
+            rng: Rng(seed),
             generated: Vec::new(),
             tokens: Vec::new(),
             by_place: BTreeMap::new(),
@@ -787,7 +786,8 @@ fn scenario(secrets_file: &Path) {
             ..StoreOptions::default()
         },
     );
-    let mut s = Secrets::new();
+    // The parent chose the seed and passes it on as `M3_SEED`.
+    let mut s = Secrets::new(m3_tests::seed("redaction (child)"));
     let cases = CASES * soak_factor();
     for case in 0..cases {
         run_case(&mut s, &store, &clock, case);
@@ -830,9 +830,11 @@ fn secrets_never_appear_in_errors_debug_output_or_streams() {
     let secrets_file = dir.path().join("secrets.txt");
     let module = module_path!().split_once("::").map_or("", |(_, m)| m);
     let test = format!("{module}::secrets_never_appear_in_errors_debug_output_or_streams");
+    let seed = m3_tests::seed(&test);
     let output = Command::new(std::env::current_exe().expect("test binary"))
         .args([test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, &secrets_file)
+        .env("M3_SEED", format!("{seed:x}"))
         .env("RUST_BACKTRACE", "1")
         .output()
         .expect("run the child");

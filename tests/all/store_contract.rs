@@ -311,13 +311,50 @@ fn round_id_and_idempotency_key_must_not_be_empty() {
         store.get_round("r1").unwrap().unwrap().status,
         ManagedInputStatus::Pending
     );
-    for op in [
-        store.get_round("").err(),
-        store.redacted_responses("").err(),
-        store.claim_round("", &OwnerClaim::new("w")).err(),
-    ] {
-        assert_eq!(op.map(|e| code_of(&e)), Some(ErrorCode::EmptyRoundId));
+    // Every operation that names a round (all but `list_rounds`) refuses an empty round id the
+    // same way, and changes nothing.
+    let lease = store.get_round("r1").unwrap().unwrap().lease.unwrap();
+    let before = store.list_rounds(&RoundFilter::default()).unwrap();
+    let operations: [(&str, Option<ManagedInputError>); 11] = [
+        ("create_round", store.create_round(&address_round("")).err()),
+        ("get_round", store.get_round("").err()),
+        (
+            "claim_round",
+            store.claim_round("", &OwnerClaim::new("w")).err(),
+        ),
+        (
+            "renew",
+            store.renew("", &lease, Duration::from_secs(5)).err(),
+        ),
+        (
+            "submit_responses",
+            store.submit_responses("", &answer, "k").err(),
+        ),
+        (
+            "start_delivery",
+            store.start_delivery("", &lease, "d").err(),
+        ),
+        ("mark_delivered", store.mark_delivered("", &lease).err()),
+        ("resolve", store.resolve("", &lease).err()),
+        (
+            "fail",
+            store.fail("", &lease, FailureCode::ServerError, "x").err(),
+        ),
+        ("fail_recovery", store.fail_recovery("", None, "").err()),
+        ("redacted_responses", store.redacted_responses("").err()),
+    ];
+    for (name, err) in operations {
+        let err = err.unwrap_or_else(|| panic!("{name} accepted an empty round id"));
+        assert!(
+            matches!(err, ManagedInputError::Validation(_)),
+            "{name}: {err}"
+        );
+        assert_eq!(code_of(&err), ErrorCode::EmptyRoundId, "{name}: {err}");
     }
+    // An empty delivery key is refused like an empty idempotency key.
+    let err = store.start_delivery("r1", &lease, "").unwrap_err();
+    assert_eq!(code_of(&err), ErrorCode::EmptyIdempotencyKey, "{err}");
+    assert_eq!(store.list_rounds(&RoundFilter::default()).unwrap(), before);
 }
 
 #[test]
@@ -377,21 +414,28 @@ fn same_response_means_equal_after_canonicalisation() {
     store
         .create_round(&NewRound::new("r1", "e", "s", "t", requests))
         .unwrap();
-    store
+    let stored = store
         .submit_responses_json(
             "r1",
             r#"{"q":{"action":"accept","content":{"a":"caf\u00e9","n":1}}}"#,
             "k",
         )
         .unwrap();
-    // Key order and 1 vs 1.0 do not matter.
-    store
+    // Key order and 1 vs 1.0 do not matter: the repeat gets the stored record, unchanged (the
+    // answer as first given, not the repeat's spelling).
+    let repeat = store
         .submit_responses_json(
             "r1",
             r#"{"q":{"content":{"n":1.0,"a":"café"},"action":"accept"}}"#,
             "k",
         )
         .unwrap();
+    assert_eq!(repeat, stored);
+    assert_eq!(store.get_round("r1").unwrap().unwrap(), stored);
+    assert_eq!(
+        serde_json::to_string(&repeat.responses.as_ref().unwrap()["q"].content).unwrap(),
+        r#"{"a":"café","n":1}"#
+    );
     // Strings are byte-exact: the decomposed é is a different answer.
     let err = store
         .submit_responses_json(
@@ -738,6 +782,40 @@ fn create_round_validates_its_requests_and_stores_nothing_when_invalid() {
             },
             ErrorCode::InvalidLease,
         ),
+        // Lease durations: over a day is refused as zero is.
+        (
+            NewRound {
+                owner: Some(claim("w", Duration::from_secs(24 * 3600 + 1))),
+                ..address_round("r")
+            },
+            ErrorCode::InvalidLease,
+        ),
+        // Ids: 512 bytes at most, for the round, its execution, its server and a request key.
+        (address_round(&"r".repeat(513)), ErrorCode::InvalidId),
+        (
+            NewRound::new("r", "e".repeat(513), "s", "t", address_requests()),
+            ErrorCode::InvalidId,
+        ),
+        (
+            NewRound::new("r", "e", "s".repeat(513), "t", address_requests()),
+            ErrorCode::InvalidId,
+        ),
+        (
+            NewRound::new(
+                "r",
+                "e",
+                "s",
+                "t",
+                BTreeMap::from([("k".repeat(513), ElicitationRequest::url("?", "https://x"))]),
+            ),
+            ErrorCode::InvalidId,
+        ),
+        // Context JSON: `_meta` and `task` must be objects.
+        (with_context(json!([1, 2]), None), ErrorCode::InvalidRound),
+        (
+            with_context(json!({}), Some(json!("task"))),
+            ErrorCode::InvalidRound,
+        ),
     ];
     for (round, code) in cases {
         let err = store.create_round(&round).unwrap_err();
@@ -748,8 +826,48 @@ fn create_round_validates_its_requests_and_stores_nothing_when_invalid() {
         store
             .list_rounds(&RoundFilter::default())
             .unwrap()
-            .is_empty()
+            .is_empty(),
+        "a refused round was stored"
     );
+    // At the limits themselves, ids and leases are accepted.
+    let longest = "r".repeat(512);
+    store
+        .create_round(&NewRound {
+            owner: Some(claim("w", Duration::from_secs(24 * 3600))),
+            logical_operation_id: "op-1".into(),
+            ..address_round(&longest)
+        })
+        .unwrap();
+    store
+        .create_round(&with_context(json!({"k": 1}), Some(json!({"t": 1}))))
+        .unwrap();
+    assert_eq!(
+        store
+            .list_rounds(&RoundFilter::default())
+            .unwrap()
+            .iter()
+            .map(|r| r.pending.round_id.len())
+            .collect::<Vec<_>>(),
+        [512, 2]
+    );
+}
+
+/// A one-request round whose request carries `meta` and `task` as its context.
+fn with_context(meta: Value, task: Option<Value>) -> NewRound {
+    let mut request = FormElicitationRequest {
+        message: "?".into(),
+        requested_schema: address_schema(),
+        context: RequestContext::default(),
+    };
+    request.context.meta = Some(meta);
+    request.context.task = task;
+    NewRound::new(
+        "rc",
+        "e",
+        "s",
+        "t",
+        BTreeMap::from([("q".to_string(), ElicitationRequest::Form(request))]),
+    )
 }
 
 #[test]
@@ -833,9 +951,11 @@ fn deadlines_are_enforced_by_the_store_decisions() {
     let err = store
         .fail("r1", &lease, FailureCode::DeadlineExceeded, "")
         .unwrap_err();
-    assert!(
-        matches!(err, ManagedInputError::State(_)),
-        "deadline_exceeded before the deadline: {err}"
+    // deadline_exceeded before the deadline is no transition the lifecycle knows.
+    assert_refused::<()>(
+        Err(&err),
+        "ManagedInputStateError",
+        ErrorCode::InvalidTransition,
     );
     clock.advance(TimeDelta::seconds(10));
     let err = store
@@ -1163,12 +1283,17 @@ fn fail_recovery_fails_the_round_for_good() {
     let reclaim = store
         .claim_round("r1", &OwnerClaim::new("replacement"))
         .unwrap_err();
-    assert!(
-        matches!(reclaim, ManagedInputError::Recovery(_)),
-        "{reclaim}"
+    assert_refused::<()>(
+        Err(&reclaim),
+        "ManagedInputRecoveryError",
+        ErrorCode::RecoveryUnavailable,
     );
     let stale = store.start_delivery("r1", &lease, "d").unwrap_err();
-    assert!(matches!(stale, ManagedInputError::Recovery(_)));
+    assert_refused::<()>(
+        Err(&stale),
+        "ManagedInputRecoveryError",
+        ErrorCode::RecoveryUnavailable,
+    );
     let reopened = db.store_with_clock(clock);
     let record = reopened.get_round("r1").unwrap().unwrap();
     assert_eq!(record, failed);
@@ -1296,18 +1421,45 @@ fn opening_refuses_paths_that_are_not_plain_database_files() {
         ":memory:".into(),
         "".into(),
     ];
-    for path in cases {
-        let err = SqliteManagedInputStore::open(&path, StoreOptions::default()).unwrap_err();
+    let refused = |path: &std::path::Path| {
+        let err = SqliteManagedInputStore::open(path, StoreOptions::default()).unwrap_err();
         assert!(
             matches!(err, OpenError::InvalidPath(_)),
             "{}: {err}",
             path.display()
         );
-    }
+    };
+    cases.iter().for_each(|p| refused(p));
     assert!(
         !db.dir.path().join("missing-dir").exists(),
         "nothing created"
     );
+    // Symbolic links, to a real database or dangling, and NUL bytes are refused; nothing is
+    // created and the link's target is left as it was.
+    let real = db.dir.path().join("real.sqlite");
+    fresh_address_round(&open(&real, StoreOptions::default()), "r1");
+    let before = std::fs::read(&real).unwrap();
+    let to_real = db.dir.path().join("to-real.sqlite");
+    std::os::unix::fs::symlink(&real, &to_real).unwrap();
+    let dangling = db.dir.path().join("dangling.sqlite");
+    std::os::unix::fs::symlink(db.dir.path().join("nowhere.sqlite"), &dangling).unwrap();
+    let nul = db.dir.path().join("a\0b.sqlite");
+    [&to_real, &dangling, &nul].iter().for_each(|p| refused(p));
+    assert!(
+        !db.dir.path().join("nowhere.sqlite").exists(),
+        "the dangling link created its target"
+    );
+    assert_eq!(
+        std::fs::read(&real).unwrap(),
+        before,
+        "the link's target changed"
+    );
+    // `..` is plain path syntax: it is resolved like any other component.
+    let sub = db.dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let up = sub.join("..").join("up.sqlite");
+    fresh_address_round(&open(&up, StoreOptions::default()), "r1");
+    assert!(db.dir.path().join("up.sqlite").is_file());
     // A SQLite file of another application is not touched.
     let foreign = db.dir.path().join("foreign.sqlite");
     rusqlite::Connection::open(&foreign)

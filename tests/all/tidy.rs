@@ -74,21 +74,88 @@ const NETWORK_CLIENTS: &[&str] = &[
     "attohttpc ",
 ];
 
+/// Whether a `cargo tree --prefix none` listing names a network client crate.
+fn network_clients(tree: &[String]) -> Vec<&String> {
+    tree.iter()
+        .filter(|l| NETWORK_CLIENTS.iter().any(|c| l.starts_with(c)))
+        .collect()
+}
+
+/// What opens a network connection in Rust source: the standard library's and tokio's sockets.
+const SOCKET_APIS: &[&str] = &[
+    "std::net",
+    "tokio::net",
+    "TcpStream",
+    "TcpListener",
+    "UdpSocket",
+    "socket2",
+];
+
+/// The socket APIs `dir`'s Rust code (comments left out) uses, as `file: api` lines.
+fn socket_uses(dir: &Path) -> Result<Vec<String>> {
+    let mut uses = Vec::new();
+    for file in rust_files(dir)? {
+        let code = strip(&std::fs::read_to_string(&file)?).code;
+        for api in SOCKET_APIS {
+            if code.contains(api) {
+                uses.push(format!("{}: {api}", file.display()));
+            }
+        }
+    }
+    Ok(uses)
+}
+
 /// An accepted URL answer only records consent: nothing in the kit, the command or the component
-/// can fetch a URL, because none of them depends on a network client.
+/// can fetch a URL. None of them depends on a network client crate, their code uses no socket
+/// API of the standard library or tokio, and the component's WASI socket and HTTP imports (if
+/// it has any) are bound to traps. Each check is shown able to fail: the same scan finds the
+/// sockets of the test suite's loopback model, and the same filter finds a client in a listing.
 #[test]
 fn nothing_shipped_can_fetch_a_url() -> Result<()> {
-    for package in ["m3", "m3-cli", "m3-guest"] {
+    for package in ["m3", "m3-cli", "m3-guest", "m3-shipping-server"] {
         let tree = normal_dependencies(package)?;
         ensure!(
             tree.first().is_some_and(|l| l.starts_with(package)),
             "unexpected cargo tree output for {package}: {tree:?}"
         );
-        let clients: Vec<&String> = tree
-            .iter()
-            .filter(|l| NETWORK_CLIENTS.iter().any(|c| l.starts_with(c)))
-            .collect();
+        let clients = network_clients(&tree);
         ensure!(clients.is_empty(), "{package} depends on {clients:?}");
+    }
+    let control = ["m3 v0.1.0".to_string(), "hyper v1.6.0".to_string()];
+    ensure!(
+        network_clients(&control).len() == 1,
+        "the filter finds no client"
+    );
+
+    let root = workspace_root();
+    for shipped in [
+        "host/src",
+        "host/cli/src",
+        "guest/src",
+        "examples/shipping-server/src",
+    ] {
+        let uses = socket_uses(&root.join(shipped))?;
+        ensure!(uses.is_empty(), "shipped code opens sockets: {uses:?}");
+    }
+    let loopback = socket_uses(&root.join("tests/support"))?;
+    ensure!(
+        loopback
+            .iter()
+            .any(|u| u.contains("fake_model.rs: std::net")),
+        "the scan should find the loopback model's sockets; is it broken? {loopback:?}"
+    );
+
+    let imports = m3::Policy::new()?.imports();
+    ensure!(!imports.is_empty(), "the component lists no imports");
+    for binding in &imports {
+        if binding.name.starts_with("wasi:sockets") || binding.name.starts_with("wasi:http") {
+            ensure!(
+                binding.provider == m3::sandbox::ImportProvider::Trap,
+                "{} is bound to {:?}",
+                binding.name,
+                binding.provider
+            );
+        }
     }
     Ok(())
 }

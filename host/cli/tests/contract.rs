@@ -581,12 +581,74 @@ fn validate_and_check_schema_work_without_a_database() {
         COMMAND_TIMEOUT,
     )
     .ok();
+    // Regression: a schema whose text repeats a key was checked by its last value; it is
+    // refused as malformed JSON, whichever value would have passed.
+    for repeated in [
+        r#"{"type": "object", "properties": {"a": {"type": "string"}}, "properties": {"b": {"type": "string"}}}"#,
+        r#"{"type": "object", "properties": {"a": {"type": "string", "type": "object"}}}"#,
+    ] {
+        let mut cmd = sb.bare();
+        cmd.args(["check-schema", "-"]);
+        let out = finish(cmd, Some(repeated), COMMAND_TIMEOUT);
+        let first = out.fails_with("ManagedInputValidationError");
+        assert!(first.contains("duplicate"), "{first}");
+    }
     assert!(!no_db.exists(), "check-schema created a database");
 
     // Validation stored nothing: the round is still pending.
     let shown = sb.show(&round_id);
     assert_eq!(shown["status"], "pending");
     assert!(shown["responses"].is_null(), "{shown}");
+}
+
+/// `validate --round` takes `pending --json`'s own output (an array) when it lists exactly one
+/// round, from a file or from stdin; an array of several rounds, or of none, is refused with a
+/// typed error and nothing is validated.
+#[test]
+fn validate_takes_the_output_of_pending_json() {
+    let sb = Sandbox::new();
+    let _run = sb.spawn_run("legacy", &[], &[]);
+    sb.wait_pending();
+    // Exactly what `pending --json` printed, byte for byte.
+    let listing = sb.m3(&["pending", "--json"]);
+    let rounds = listing.json();
+    assert_eq!(rounds.as_array().map(Vec::len), Some(1), "{rounds}");
+    let listing_file = sb.write("pending.json", &listing.stdout);
+    let listing_file = listing_file.to_str().expect("a UTF-8 path");
+    let answers = sb.write(
+        "answers.json",
+        &json!({"shipping_address": address_answer()}).to_string(),
+    );
+    let answers = answers.to_str().expect("a UTF-8 path");
+    let no_db = sb.dir.path().join("none.sqlite");
+    let validate = |round: &str, stdin: Option<&str>| {
+        let mut cmd = sb.bare();
+        cmd.arg("--db")
+            .arg(&no_db)
+            .args(["validate", "--round", round, "--responses", answers]);
+        finish(cmd, stdin, COMMAND_TIMEOUT)
+    };
+
+    let out = validate(listing_file, None);
+    out.ok();
+    assert!(
+        out.stdout.starts_with("valid: "),
+        "validate printed: {}",
+        out.stdout
+    );
+    validate("-", Some(&listing.stdout)).ok();
+
+    let two = sb.write(
+        "two.json",
+        &Value::Array(vec![rounds[0].clone(), rounds[0].clone()]).to_string(),
+    );
+    let out = validate(two.to_str().expect("a UTF-8 path"), None);
+    let first = out.fails_with("ManagedInputValidationError");
+    assert!(first.contains("an array of 2 rounds"), "{first}");
+    assert!(out.stdout.is_empty(), "nothing on stdout: {}", out.stdout);
+    let empty = sb.write("empty.json", "[]");
+    validate(empty.to_str().expect("a UTF-8 path"), None).fails_with("ManagedInputValidationError");
+    assert!(!no_db.exists(), "validate created a database");
 }
 
 /// `show` shows the stored answers; `show --redacted` carries no answer value; `show --json`
