@@ -33,9 +33,57 @@ fn main() {
             target: m3_build_support::UNKNOWN,
             profile: "policy",
             default_features: false,
+            features: &[],
             cfgs: &["getrandom_backend=\"custom\""],
             sources: &["guest/src", "guest/Cargo.toml", "wit"],
         },
     );
     println!("cargo:rustc-env=M3_POLICY_WASM_PATH={}", policy.display());
+
+    // The test feature `mutations`: one component per broken rule (see `src/mutation.rs`).
+    if std::env::var_os("CARGO_FEATURE_MUTATIONS").is_some() {
+        build_mutants(root, &bytes);
+    }
+}
+
+/// The guest features of the mutation check, each breaking one rule, and the variable naming
+/// the built component.
+const MUTANTS: [(&str, &str); 4] = [
+    (
+        "mutate-idempotency-conflict",
+        "M3_MUTANT_IDEMPOTENCY_CONFLICT",
+    ),
+    ("mutate-lease-fencing", "M3_MUTANT_LEASE_FENCING"),
+    ("mutate-terminal-refusal", "M3_MUTANT_TERMINAL_REFUSAL"),
+    ("mutate-withdrawn-closure", "M3_MUTANT_WITHDRAWN_CLOSURE"),
+];
+
+fn build_mutants(root: &Path, engine: &[u8]) {
+    let mut seen: Vec<Vec<u8>> = vec![engine.to_vec()];
+    for (feature, variable) in MUTANTS {
+        let artifact = variable.to_lowercase();
+        let path = m3_build_support::build_component_with(
+            root,
+            &m3_build_support::ComponentBuild {
+                package: "m3-guest",
+                lib_name: "m3_guest",
+                artifact: &artifact,
+                target: m3_build_support::WASIP2,
+                profile: "mutant",
+                default_features: true,
+                features: &[feature],
+                cfgs: &[],
+                sources: &["guest/src", "guest/Cargo.toml", "wit"],
+            },
+        );
+        let bytes = std::fs::read(&path).expect("reading a mutant component");
+        // Each mutant differs from the engine and from every other one: a stale copy would
+        // make the mutation check test the wrong rule.
+        assert!(
+            !seen.contains(&bytes),
+            "the {feature} component is identical to another one"
+        );
+        seen.push(bytes);
+        println!("cargo:rustc-env={variable}_PATH={}", path.display());
+    }
 }

@@ -57,6 +57,7 @@ pub mod lease;
 pub mod lifecycle;
 #[cfg(feature = "engine")]
 pub mod mcp;
+pub mod mutation;
 #[cfg(feature = "engine")]
 pub mod probe;
 #[cfg(feature = "engine")]

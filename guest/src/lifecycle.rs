@@ -52,7 +52,9 @@ pub fn allows(from: Status, to: Status) -> bool {
 /// Refuses any change to a round that already ended. A round failed with
 /// `recovery-unavailable` gets a recovery error: it can never be answered or reclaimed.
 pub fn ensure_open(record: &ManagedInputRecord) -> Outcome<()> {
-    if !is_terminal(record.status) {
+    if !is_terminal(record.status)
+        || crate::mutation::broken(crate::mutation::Rule::TerminalRefusal)
+    {
         return Ok(());
     }
     let round = &record.pending.round_id;

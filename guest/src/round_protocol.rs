@@ -12,6 +12,7 @@ use crate::m3::managed_input::types::{
     LifecycleTimestamps, ManagedInputRecord, NewRound, OwnerClaim, PendingRound, RequestContext,
     Status, Timestamp,
 };
+use crate::mutation;
 use crate::{canonical, lease, lifecycle, responses, schema, strict_json, time};
 
 /// Default deadline of a round: 24 hours after creation.
@@ -444,7 +445,9 @@ fn submit(
     if record.idempotency_key.as_deref() == Some(idempotency_key.as_str()) {
         let submitted = responses::validate_responses(&record.pending.requests, &text)?;
         let stored = record.responses.as_deref().unwrap_or_default();
-        if canonical::same_responses(&submitted, stored) {
+        if canonical::same_responses(&submitted, stored)
+            || mutation::broken(mutation::Rule::IdempotencyConflict)
+        {
             return Ok(Write::Unchanged);
         }
         return Err(conflict(

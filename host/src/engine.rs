@@ -96,6 +96,10 @@ impl ComponentRuntime {
         SHARED
             .get_or_init(|| {
                 let dir = component_cache::default_cache_dir();
+                if let Some(mutant) = crate::mutation::component() {
+                    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(mutant));
+                    return Self::new(mutant, &digest, dir.as_deref()).map(Arc::new);
+                }
                 Self::new(GUEST_WASM, GUEST_WASM_SHA256, dir.as_deref()).map(Arc::new)
             })
             .clone()

@@ -59,6 +59,7 @@ pub mod fault;
 pub mod guest_imports;
 pub mod instance;
 pub mod kit;
+pub(crate) mod mutation;
 pub mod policy;
 pub mod process;
 pub mod record;

@@ -459,7 +459,9 @@ impl CodexSession {
 
     /// Fails the open round with `request-withdrawn` if it still waits for its answer.
     fn withdraw_waiting(&mut self, message: &str, out: &mut Vec<Action>) {
-        if self.open.as_ref().is_some_and(OpenRound::waiting) {
+        if self.open.as_ref().is_some_and(OpenRound::waiting)
+            && !crate::mutation::broken(crate::mutation::Rule::WithdrawnClosure)
+        {
             self.open = None;
             out.push(Action::FailRound {
                 code: FailureCode::RequestWithdrawn,

@@ -16,6 +16,7 @@ use crate::m3::managed_input::types::{
 use crate::mcp::era::{self, Era, EraChoice, ProbeOutcome};
 use crate::mcp::message::{self, Incoming, RpcError};
 use crate::mcp::{legacy, mrtr, request};
+use crate::mutation;
 use serde_json::{Value, json};
 
 /// How long a server may take to answer `initialize` before the session gives up on it.
@@ -497,7 +498,10 @@ impl ScriptedSession {
         else {
             return;
         };
-        if !round.waiting() || params.get("requestId") != Some(server_request_id) {
+        if !round.waiting()
+            || params.get("requestId") != Some(server_request_id)
+            || mutation::broken(mutation::Rule::WithdrawnClosure)
+        {
             return;
         }
         round.withdrawn = true;
@@ -749,7 +753,10 @@ impl ScriptedSession {
             (s.kind, s.name.clone())
         };
         let what = format!("{} `{name}`", kind_name(kind));
-        if let Some(round) = open.as_ref().filter(|r| r.waiting()) {
+        if let Some(round) = open
+            .as_ref()
+            .filter(|r| r.waiting() && !mutation::broken(mutation::Rule::WithdrawnClosure))
+        {
             // The server answered the call while its request was still open: it stopped
             // waiting for the answer, which is now never delivered. Its request still waits
             // on the server's side: the kit answers it `cancel`, so nothing there hangs.

@@ -43,6 +43,8 @@ pub struct ComponentBuild<'a> {
     pub profile: &'a str,
     /// Whether the package's default features are on.
     pub default_features: bool,
+    /// Further features of the package to turn on.
+    pub features: &'a [&'a str],
     /// `--cfg` values for every crate of the nested build (for example
     /// `getrandom_backend="custom"`).
     pub cfgs: &'a [&'a str],
@@ -72,6 +74,7 @@ pub fn build_component(
             target: WASIP2,
             profile: "guest",
             default_features: true,
+            features: &[],
             cfgs: &[],
             sources,
         },
@@ -116,9 +119,13 @@ pub fn build_component_with(workspace_root: &Path, build: &ComponentBuild<'_>) -
             });
         }
         None => {
+            // Builds sharing a profile write the same file: another build script (of a
+            // concurrent outer build) must not replace it between our build and our read.
+            let lock = build_lock(workspace_root, &out_dir);
             let built = run_nested_build(workspace_root, &out_dir, build);
             let bytes = std::fs::read(&built)
                 .unwrap_or_else(|e| panic!("reading {}: {e}", built.display()));
+            drop(lock);
             let component = if build.target == WASIP2 {
                 bytes
             } else {
@@ -146,6 +153,22 @@ fn guest_target_dir(root: &Path, out_dir: &Path) -> PathBuf {
         .or_else(|| out_dir.ancestors().nth(4).map(Path::to_path_buf))
         .unwrap_or_else(|| root.join("target"));
     outer_target.join("wasm-guest")
+}
+
+/// An exclusive lock on the nested target directory, held while a component is built and read.
+fn build_lock(root: &Path, out_dir: &Path) -> std::fs::File {
+    let dir = guest_target_dir(root, out_dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    let path = dir.join("m3-build-support.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+    file.lock()
+        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    file
 }
 
 fn ensure_target_installed(target: &str, cargo_env: &[(&str, String)]) {
@@ -185,6 +208,9 @@ fn run_nested_build(root: &Path, out_dir: &Path, build: &ComponentBuild<'_>) -> 
         .arg(&target_dir);
     if !build.default_features {
         command.arg("--no-default-features");
+    }
+    if !build.features.is_empty() {
+        command.args(["--features", &build.features.join(",")]);
     }
     if !build.cfgs.is_empty() {
         let flags: Vec<String> = build

@@ -36,8 +36,9 @@ pub struct Database {
     synchronous: Synchronous,
     /// One long-lived connection held for the store's life: the last per-operation connection
     /// closing then does not checkpoint and delete the WAL every time, and `PRAGMA data_version`
-    /// on it tells when any other connection (of this process or another) committed. It never
-    /// writes and never holds a transaction open.
+    /// on it tells when any other connection (of this process or another) committed. It runs the
+    /// opening checks, pragmas and migrations when the store opens; after that only the
+    /// `data_version` poll, never holding a transaction open.
     keeper: Mutex<Connection>,
 }
 
@@ -206,6 +207,9 @@ fn create_private(path: &Path) -> Result<(), OpenError> {
 
 /// Refuses paths that would open something other than the plain file the caller named.
 pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
+    if crate::mutation::broken(crate::mutation::HostRule::PathRefusals) {
+        return Ok(());
+    }
     let text = path.as_os_str().as_encoded_bytes();
     if text.is_empty() {
         return Err(OpenError::InvalidPath("the path is empty".into()));

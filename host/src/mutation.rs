@@ -1,0 +1,92 @@
+//! The mutation check's switch (`tests/all/mutations.rs`). With the test-only cargo feature
+//! `mutations`, a process whose environment names a mutation (`M3_MUTATION=lease-fencing`) runs
+//! with that one rule broken: a guest rule by loading a component built with the rule broken
+//! (`build.rs`, the guest's `mutation.rs`), a host rule by skipping it here. Without the feature
+//! nothing is built and [`broken`] is always `false`.
+
+/// A rule the host itself holds, which the mutation check can break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostRule {
+    /// Database paths that are not plain files are refused before SQLite sees them.
+    PathRefusals,
+}
+
+/// Whether this process runs with `rule` broken.
+#[inline]
+pub(crate) fn broken(rule: HostRule) -> bool {
+    #[cfg(feature = "mutations")]
+    return armed::name() == Some(armed::host_rule_name(rule));
+    #[cfg(not(feature = "mutations"))]
+    {
+        let _ = rule;
+        false
+    }
+}
+
+/// The component to run instead of the engine when a guest rule is broken: its bytes.
+#[inline]
+pub(crate) fn component() -> Option<&'static [u8]> {
+    #[cfg(feature = "mutations")]
+    return armed::component();
+    #[cfg(not(feature = "mutations"))]
+    None
+}
+
+#[cfg(feature = "mutations")]
+mod armed {
+    use super::HostRule;
+    use std::sync::OnceLock;
+
+    /// Every mutation by name, with its component (`None`: a host rule).
+    const MUTATIONS: [(&str, Option<&[u8]>); 5] = [
+        (
+            "idempotency-conflict",
+            Some(include_bytes!(env!("M3_MUTANT_IDEMPOTENCY_CONFLICT_PATH"))),
+        ),
+        (
+            "lease-fencing",
+            Some(include_bytes!(env!("M3_MUTANT_LEASE_FENCING_PATH"))),
+        ),
+        (
+            "terminal-refusal",
+            Some(include_bytes!(env!("M3_MUTANT_TERMINAL_REFUSAL_PATH"))),
+        ),
+        (
+            "withdrawn-closure",
+            Some(include_bytes!(env!("M3_MUTANT_WITHDRAWN_CLOSURE_PATH"))),
+        ),
+        ("path-refusals", None),
+    ];
+
+    pub(super) fn host_rule_name(rule: HostRule) -> &'static str {
+        match rule {
+            HostRule::PathRefusals => "path-refusals",
+        }
+    }
+
+    /// The mutation this process runs with. An unknown name ends the process: a misspelt
+    /// mutation must never look like a caught one.
+    pub(super) fn name() -> Option<&'static str> {
+        static NAME: OnceLock<Option<&'static str>> = OnceLock::new();
+        *NAME.get_or_init(|| {
+            let wanted = std::env::var("M3_MUTATION")
+                .ok()
+                .filter(|n| !n.is_empty())?;
+            match MUTATIONS.iter().find(|(name, _)| *name == wanted) {
+                Some((name, _)) => Some(*name),
+                None => {
+                    eprintln!("M3_MUTATION={wanted} names no mutation");
+                    std::process::exit(97);
+                }
+            }
+        })
+    }
+
+    pub(super) fn component() -> Option<&'static [u8]> {
+        let name = name()?;
+        MUTATIONS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, bytes)| *bytes)
+    }
+}
