@@ -181,8 +181,9 @@ impl SqliteManagedInputStore {
         Ok(Self { db, pool, options })
     }
 
-    /// A watch over commits to this store's file by any other connection or process (the worker
-    /// waits on it for answers submitted elsewhere).
+    /// A watch over commits to this store's file by any other connection or process, for
+    /// embedders that wait for answers submitted elsewhere (the worker has its own poller,
+    /// `worker/changes.rs`).
     pub fn watch(&self) -> rusqlite::Result<crate::sqlite::watch::ChangeWatch> {
         crate::sqlite::watch::ChangeWatch::new(self.db.clone())
     }

@@ -99,7 +99,7 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
         let snapshot = handle.snapshot()?;
         if snapshot.lifecycle == ExecutionStatus::Finished {
             return Err(anyhow!(
-                "the execution finished before it asked for input: {}",
+                "ManagedInputStateError: the execution finished before it asked for input: {}",
                 snapshot.outcome.map(|o| o.to_string()).unwrap_or_default()
             ));
         }
@@ -152,7 +152,9 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
     let record = m3::ManagedInputStore::get_round(
         store
             .managed_input_store()?
-            .ok_or_else(|| anyhow!("no managed-input store"))?
+            .ok_or_else(|| {
+                anyhow!("StorageError: the execution store resolves no managed-input store")
+            })?
             .as_ref(),
         &pending.round_id,
     )?;

@@ -98,7 +98,7 @@ pub fn show(cli: &Cli, round_id: &str, redacted: bool) -> Result<ExitCode> {
     // The component's typed error (`round_not_found`) for a round that does not exist.
     let projection = store.redacted_responses(round_id)?.unwrap_or_default();
     let Some(record) = store.get_round(round_id)? else {
-        bail!("the round {round_id} disappeared while it was read");
+        bail!("ManagedInputStateError: the round {round_id} disappeared while it was read");
     };
     let value = if redacted {
         json::record(&record, Some(&projection))

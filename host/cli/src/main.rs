@@ -105,7 +105,8 @@ enum Command {
     },
     /// Validate answers against a pending round in the sandbox, with no database.
     Validate {
-        /// A pending round as `pending --json` prints it.
+        /// A pending round: `pending --json`'s output when it lists exactly one round (a
+        /// one-element array), or one element of that array (`-`: stdin).
         #[arg(long, value_name = "FILE")]
         round: PathBuf,
         /// The answers: a JSON object of request key -> `{"action", "content"}` (`-`: stdin).

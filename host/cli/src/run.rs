@@ -266,9 +266,9 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
     let agent = kit.agents([spec])?.remove(0);
     let output = Output::new(cli, args.no_prompt);
     let handle = agent.submit(submission)?;
-    let rounds = store
-        .managed_input_store()?
-        .ok_or_else(|| anyhow!("the execution store resolves no managed-input store"))?;
+    let rounds = store.managed_input_store()?.ok_or_else(|| {
+        anyhow!("StorageError: the execution store resolves no managed-input store")
+    })?;
     let ended = drive(&handle, rounds.as_ref(), &output)?;
     drop(kit);
     store.close();

@@ -7,7 +7,8 @@ use rusqlite::Connection;
 /// Migrations in order; index `i` takes the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
     // 1: rounds, with the columns the host indexes and the component's document. Only `status`
-    // is both indexed and changed by transitions, so a transition rewrites one index entry.
+    // is both indexed and changed by transitions (here one index entry per transition;
+    // migration 3's index by execution and status makes it two).
     "CREATE TABLE managed_input_rounds (
         round_id            TEXT PRIMARY KEY NOT NULL,
         execution_id        TEXT NOT NULL,
