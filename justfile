@@ -34,3 +34,8 @@ bench-peers:
     cargo bench -p m3 --bench peers_validation
     cargo bench -p m3 --bench peers_scale
     cargo bench -p m3-cli --bench startup
+
+# Writes the stored-format fixture of the current format (once per format; never rewrites one).
+fixture:
+    cargo build -p m3-tests --bins
+    ./target/debug/m3-test-write-fixture tests/fixtures "$PWD/target/debug/m3-test-shipping-server" "$PWD/target/debug/m3-test-fault-worker"

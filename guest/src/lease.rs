@@ -41,22 +41,38 @@ pub fn is_live(lease: &Lease, now: &Timestamp) -> bool {
     !time::at_or_after(now, &lease.expires_at)
 }
 
-/// Accepts a worker write only from the current, live lease holder.
+/// Accepts a worker write to a round only from the current, live lease holder.
 pub fn authorize(record: &ManagedInputRecord, presented: &Lease, now: &Timestamp) -> Outcome<()> {
+    authorize_held(
+        &format!("round {}", record.pending.round_id),
+        record.lease.as_ref(),
+        presented,
+        now,
+    )
+}
+
+/// The one lease rule, for rounds and executions alike: a write is accepted only when
+/// `subject` holds a lease (`held`) with the presented owner and token (compared in constant
+/// time) that has not expired at `now`.
+pub fn authorize_held(
+    subject: &str,
+    held: Option<&Lease>,
+    presented: &Lease,
+    now: &Timestamp,
+) -> Outcome<()> {
     if crate::mutation::broken(crate::mutation::Rule::LeaseFencing) {
         return Ok(());
     }
-    let round = &record.pending.round_id;
-    let Some(held) = &record.lease else {
+    let Some(held) = held else {
         return Err(conflict(
             ErrorCode::LeaseMismatch,
-            format!("round {round} has no worker lease"),
+            format!("{subject} has no worker lease"),
         ));
     };
     if held.owner_id != presented.owner_id {
         return Err(conflict(
             ErrorCode::LeaseMismatch,
-            format!("round {round} is owned by another worker"),
+            format!("{subject} is owned by another worker"),
         ));
     }
     if !constant_time_eq(
@@ -65,18 +81,95 @@ pub fn authorize(record: &ManagedInputRecord, presented: &Lease, now: &Timestamp
     ) {
         return Err(conflict(
             ErrorCode::LeaseMismatch,
-            format!("round {round}: the lease token is not the current one"),
+            format!("{subject}: the lease token is not the current one"),
         ));
     }
     if !is_live(held, now) {
         return Err(conflict(
             ErrorCode::LeaseExpired,
-            format!("round {round}: the lease has expired"),
+            format!("{subject}: the lease has expired"),
         ));
     }
     Ok(())
 }
 
+/// Whether `presented` names the holder of `held` (owner and token; the token compared in
+/// constant time), whatever the expiry.
+pub fn same_holder(held: &Lease, presented: &Lease) -> bool {
+    held.owner_id == presented.owner_id
+        && constant_time_eq(
+            held.lease_token.as_bytes(),
+            presented.lease_token.as_bytes(),
+        )
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::m3::managed_input::types::ManagedInputError;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp {
+            seconds,
+            nanoseconds: 0,
+        }
+    }
+
+    fn lease(owner: &str, token: &str, expires: i64) -> Lease {
+        Lease {
+            owner_id: owner.into(),
+            lease_token: token.into(),
+            expires_at: at(expires),
+        }
+    }
+
+    fn code(result: Outcome<()>) -> Option<ErrorCode> {
+        match result {
+            Ok(()) => None,
+            Err(ManagedInputError::Conflict(detail)) => Some(detail.code),
+            Err(other) => panic!("not a conflict: {other:?}"),
+        }
+    }
+
+    /// The one rule rounds and executions share: owner, token, then expiry; the presented
+    /// expiry never matters (the stored one does).
+    #[test]
+    fn a_write_is_accepted_only_from_the_live_holder() {
+        let held = lease("w", "0123456789abcdef", 10);
+        let check = |presented: &Lease, now| {
+            code(authorize_held(
+                "execution e",
+                Some(&held),
+                presented,
+                &at(now),
+            ))
+        };
+        assert_eq!(check(&lease("w", "0123456789abcdef", 0), 9), None);
+        assert_eq!(
+            check(&lease("w", "0123456789abcdef", 99), 10),
+            Some(ErrorCode::LeaseExpired)
+        );
+        assert_eq!(
+            check(&lease("w", "0123456789abcdeX", 10), 9),
+            Some(ErrorCode::LeaseMismatch)
+        );
+        assert_eq!(
+            check(&lease("w", "0123", 10), 9),
+            Some(ErrorCode::LeaseMismatch)
+        );
+        assert_eq!(
+            check(&lease("x", "0123456789abcdef", 10), 9),
+            Some(ErrorCode::LeaseMismatch)
+        );
+        assert_eq!(
+            code(authorize_held("execution e", None, &held, &at(0))),
+            Some(ErrorCode::LeaseMismatch)
+        );
+        assert!(same_holder(&held, &lease("w", "0123456789abcdef", 0)));
+        assert!(!same_holder(&held, &lease("w", "0123456789abcde", 10)));
+    }
 }

@@ -71,6 +71,8 @@ pub mod runtime;
 pub mod schema;
 #[cfg(feature = "engine")]
 pub mod store_protocol;
+#[cfg(feature = "engine")]
+pub mod stored;
 pub mod strict_json;
 pub mod submission;
 pub mod time;

@@ -1,12 +1,14 @@
-//! How a record is kept in the host's store: indexed columns plus the component's own document.
+//! How a record is kept in the host's store: indexed columns plus the component's own document
+//! (`stored::round`, never the WIT type itself).
 
 use crate::errors::{Outcome, storage};
 use crate::m3::managed_input::store::RoundRow;
 use crate::m3::managed_input::types::{ErrorCode, ManagedInputRecord};
+use crate::stored::{self, round::RoundDocument};
 
 /// The row for `record` at `version`.
 pub fn to_row(record: &ManagedInputRecord, version: u64) -> Outcome<RoundRow> {
-    let document = serde_json::to_string(record)
+    let document = stored::encode(&RoundDocument::from(record))
         .map_err(|_| storage(ErrorCode::CorruptRecord, "a record could not be encoded"))?;
     Ok(RoundRow {
         round_id: record.pending.round_id.clone(),
@@ -22,15 +24,16 @@ pub fn to_row(record: &ManagedInputRecord, version: u64) -> Outcome<RoundRow> {
     })
 }
 
-/// The record kept in `row`. A document that does not decode, or disagrees with its row, is a
-/// corrupt record: the store refuses to act on it.
+/// The record kept in `row`. A document that does not decode, is of a newer format, or
+/// disagrees with its row, is a corrupt record: the store refuses to act on it.
 pub fn from_row(row: &RoundRow) -> Outcome<ManagedInputRecord> {
-    let record: ManagedInputRecord = serde_json::from_str(&row.document).map_err(|_| {
+    let document: RoundDocument = stored::decode(&row.document).map_err(|unreadable| {
         storage(
             ErrorCode::CorruptRecord,
-            format!("round {}: stored record does not decode", row.round_id),
+            unreadable.describe(&format!("round {}", row.round_id)),
         )
     })?;
+    let record = ManagedInputRecord::from(document);
     if record.pending.round_id != row.round_id || record.status != row.status {
         return Err(storage(
             ErrorCode::CorruptRecord,

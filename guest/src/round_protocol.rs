@@ -554,9 +554,10 @@ fn fail_recovery(
     }
     match (&report.lease, &record.lease) {
         (Some(presented), _) => {
-            let held = record.lease.as_ref().filter(|held| {
-                held.owner_id == presented.owner_id && held.lease_token == presented.lease_token
-            });
+            let held = record
+                .lease
+                .as_ref()
+                .filter(|held| lease::same_holder(held, presented));
             if held.is_none() {
                 return Err(conflict(
                     ErrorCode::LeaseMismatch,

@@ -69,6 +69,8 @@ pub mod sandbox;
 pub mod sqlite;
 pub mod store;
 pub mod submission;
+#[doc(hidden)]
+pub mod testing;
 pub mod worker;
 
 pub use clock::{Clock, ManualClock, SystemClock};

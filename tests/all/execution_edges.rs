@@ -323,12 +323,9 @@ fn a_passed_deadline_is_an_operation_timeout_carrying_the_result() {
     );
 }
 
-/// A worker killed while its round is pending: another live kit recovers it within two lease
-/// periods, with nobody running `recover`.
-#[test]
-fn a_live_kit_recovers_a_killed_worker_s_round_within_two_lease_periods() {
-    let db = TempDb::new();
-    let lease = Duration::from_millis(1_000);
+/// A worker process (`m3-test-fault-worker kit`) whose execution waits on a pending round of the
+/// shipping server, with leases of `lease`; and that round's id.
+fn worker_waiting_on_a_round(db: &TempDb, lease: Duration) -> (std::process::Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_m3-test-fault-worker"))
         .args([
             "kit",
@@ -346,6 +343,16 @@ fn a_live_kit_recovers_a_killed_worker_s_round_within_two_lease_periods() {
     )
     .unwrap();
     let round_id = line.split_whitespace().nth(1).unwrap().to_string();
+    (child, round_id)
+}
+
+/// A worker killed while its round is pending: another live kit recovers it within two lease
+/// periods, with nobody running `recover`.
+#[test]
+fn a_live_kit_recovers_a_killed_worker_s_round_within_two_lease_periods() {
+    let db = TempDb::new();
+    let lease = Duration::from_millis(1_000);
+    let (mut child, round_id) = worker_waiting_on_a_round(&db, lease);
     // A live kit on the same database, with the same lease; it touches its store once.
     let (_store, live) = kit_on(
         &db,
@@ -664,4 +671,76 @@ fn prompts_and_resources_elicit_rounds_of_their_kind_in_both_eras() {
             "{era}"
         );
     }
+}
+
+/// A worker that stands still past its execution's lease (SIGSTOP) cannot carry on when it
+/// wakes: its renewal and its outcome are refused like a round's (the lease expired), and the
+/// execution and its round end failed `recovery_unavailable`, whoever notices first (the worker
+/// itself or its kit's recovery). Nothing is left answerable.
+#[test]
+fn a_worker_frozen_past_its_lease_cannot_carry_on() {
+    let db = TempDb::new();
+    let lease = Duration::from_millis(500);
+    let (mut child, round_id) = worker_waiting_on_a_round(&db, lease);
+    let pid = child.id().to_string();
+    let signal = |name: &str| {
+        assert!(
+            Command::new("kill")
+                .args([name, &pid])
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    signal("-STOP");
+    let store = db.store();
+    // Frozen: its leases run out while nobody recovers (no other kit is open).
+    let frozen_at = Instant::now();
+    while frozen_at.elapsed() < lease * 3 {
+        std::thread::sleep(lease / 4);
+    }
+    let before = store.get_round(&round_id).unwrap().unwrap();
+    assert_eq!(before.status, ManagedInputStatus::Pending);
+    assert!(before.lease.unwrap().expires_at < chrono::Utc::now());
+    signal("-CONT");
+    let woke = Instant::now();
+    let execution_id = before.pending.execution_id.clone();
+    let failed = loop {
+        let record = store.get_round(&round_id).unwrap().unwrap();
+        let state = m3::testing::execution_state(
+            &SqliteExecutionStore::open(&db.path).unwrap(),
+            &execution_id,
+        )
+        .unwrap();
+        if record.status == ManagedInputStatus::Failed
+            && state.lifecycle == ExecutionStatus::Finished
+        {
+            break (record, state);
+        }
+        assert!(
+            woke.elapsed() < Duration::from_secs(30),
+            "the woken worker left round {:?} and execution {:?}",
+            record.status,
+            state.lifecycle
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        failed.0.failure.map(|f| f.code),
+        Some(FailureCode::RecoveryUnavailable)
+    );
+    let outcome = failed.1.outcome.expect("finished");
+    assert_eq!(
+        outcome.failure.and_then(|f| f.code),
+        Some(FailureCode::RecoveryUnavailable)
+    );
+    assert_refused(
+        store
+            .submit_responses(&round_id, &address(), "late")
+            .as_ref(),
+        "ManagedInputRecoveryError",
+        ErrorCode::RecoveryUnavailable,
+    );
 }

@@ -22,6 +22,7 @@ mod redaction;
 mod sandbox;
 mod scripted_session;
 mod store_contract;
+mod stored_format;
 mod submission;
 mod tidy;
 mod watch;

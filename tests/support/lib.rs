@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod fake_model;
+pub mod fixture;
 pub mod peers;
 
 /// A temporary directory holding one database file.

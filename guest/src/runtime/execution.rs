@@ -13,12 +13,12 @@ use crate::m3::managed_input::types::{
     Cursor, ErrorCode, ExecutionStatus, PendingRound, Status, Timestamp,
 };
 use crate::store_protocol::{begin, store_error};
-use crate::{execution_rules, lease, time};
-use serde::{Deserialize, Serialize};
+use crate::{execution_rules, lease, stored, time};
 
-/// What the component keeps in an execution row's document.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ExecutionDocument {
+/// What the component keeps about an execution, in the WIT types the runtime works with. It is
+/// stored as a `stored::execution::ExecutionDocument` (see [`load`] and [`save`]).
+#[derive(Debug, Clone)]
+pub struct ExecutionData {
     /// The submission.
     pub spec: ExecutionSpec,
     /// A cancel was requested.
@@ -28,9 +28,38 @@ pub struct ExecutionDocument {
     /// The final outcome, once finished.
     pub outcome: Option<ExecutionOutcome>,
     /// What the worker started (its child's process group, its scratch directory), so that
-    /// recovery can end it if the worker dies. Absent in documents of older versions.
-    #[serde(default)]
+    /// recovery can end it if the worker dies.
     pub spawned: Option<crate::m3::managed_input::process::Spawned>,
+    /// The token of the current lease (owner and expiry are the row's).
+    pub lease_token: Option<String>,
+}
+
+impl ExecutionData {
+    fn encode(&self, execution_id: &str) -> Outcome<String> {
+        let document = stored::execution::ExecutionDocument {
+            format: stored::FORMAT,
+            spec: (&self.spec).into(),
+            cancel_requested: self.cancel_requested,
+            tool_results: self.tool_results.iter().map(Into::into).collect(),
+            outcome: self.outcome.as_ref().map(Into::into),
+            spawned: self.spawned.as_ref().map(Into::into),
+            lease_token: self.lease_token.clone(),
+        };
+        stored::encode(&document).map_err(|e| corrupt(execution_id, &e))
+    }
+
+    fn decode(text: &str, execution_id: &str) -> Outcome<Self> {
+        let document: stored::execution::ExecutionDocument =
+            stored::decode(text).map_err(|e| corrupt(execution_id, &e))?;
+        Ok(ExecutionData {
+            spec: document.spec.into(),
+            cancel_requested: document.cancel_requested,
+            tool_results: document.tool_results.into_iter().map(Into::into).collect(),
+            outcome: document.outcome.map(Into::into),
+            spawned: document.spawned.map(Into::into),
+            lease_token: document.lease_token,
+        })
+    }
 }
 
 /// An execution row read inside a transaction.
@@ -38,14 +67,17 @@ pub struct ExecutionDocument {
 pub struct LoadedExecution {
     /// The row as stored.
     pub row: ExecutionRow,
-    /// Its document.
-    pub document: ExecutionDocument,
+    /// Its document, decoded.
+    pub data: ExecutionData,
 }
 
-fn corrupt(execution_id: &str) -> crate::m3::managed_input::types::ManagedInputError {
+fn corrupt(
+    execution_id: &str,
+    unreadable: &stored::Unreadable,
+) -> crate::m3::managed_input::types::ManagedInputError {
     crate::errors::storage(
         ErrorCode::CorruptRecord,
-        format!("execution {execution_id} has an unreadable document"),
+        unreadable.describe(&format!("execution {execution_id}")),
     )
 }
 
@@ -54,8 +86,8 @@ pub fn load(tx: &Transaction, execution_id: &str) -> Outcome<Option<LoadedExecut
     let Some(row) = tx.get_execution(execution_id).map_err(store_error)? else {
         return Ok(None);
     };
-    let document = serde_json::from_str(&row.document).map_err(|_| corrupt(execution_id))?;
-    Ok(Some(LoadedExecution { row, document }))
+    let data = ExecutionData::decode(&row.document, execution_id)?;
+    Ok(Some(LoadedExecution { row, data }))
 }
 
 fn load_existing(tx: &Transaction, execution_id: &str) -> Outcome<LoadedExecution> {
@@ -71,8 +103,7 @@ pub fn save(
     let expected = loaded.row.version;
     loaded.row.version += 1;
     loaded.row.updated_at = now;
-    loaded.row.document =
-        serde_json::to_string(&loaded.document).map_err(|_| corrupt(&loaded.row.execution_id))?;
+    loaded.row.document = loaded.data.encode(&loaded.row.execution_id)?;
     if !tx
         .compare_and_set_execution(&loaded.row, expected)
         .map_err(store_error)?
@@ -103,7 +134,7 @@ pub fn waiting_for_input(tx: &Transaction, row: &ExecutionRow) -> Outcome<bool> 
 }
 
 /// What a caller sees of a row (`waiting`: see [`waiting_for_input`]).
-pub fn state_of(row: &ExecutionRow, document: &ExecutionDocument, waiting: bool) -> ExecutionState {
+pub fn state_of(row: &ExecutionRow, data: &ExecutionData, waiting: bool) -> ExecutionState {
     let lifecycle = match row.status {
         ExecutionStatus::Queued => ExecutionLifecycle::Queued,
         ExecutionStatus::Running if waiting => ExecutionLifecycle::WaitingForInput,
@@ -113,8 +144,8 @@ pub fn state_of(row: &ExecutionRow, document: &ExecutionDocument, waiting: bool)
     ExecutionState {
         execution_id: row.execution_id.clone(),
         lifecycle,
-        outcome: document.outcome.clone(),
-        cancel_requested: document.cancel_requested && row.status != ExecutionStatus::Finished,
+        outcome: data.outcome.clone(),
+        cancel_requested: data.cancel_requested && row.status != ExecutionStatus::Finished,
         created_at: row.created_at,
         updated_at: row.updated_at,
     }
@@ -139,23 +170,27 @@ pub fn insert(spec: ExecutionSpec, owner_id: &str) -> Outcome<ExecutionState> {
     lease::check_ttl(spec.lease_ttl_ms)?;
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let lease_expires_at = time::add_millis(&now, spec.lease_ttl_ms);
-    let document = ExecutionDocument {
+    let execution_id = new_execution_id()?;
+    // The submitter's hold: its owner and expiry are what recovery reads; the token is never
+    // presented (the worker that claims the execution gets a lease of its own).
+    let hold = lease::grant(owner_id, spec.lease_ttl_ms, &now)?;
+    let data = ExecutionData {
         spec,
         cancel_requested: false,
         tool_results: Vec::new(),
         outcome: None,
         spawned: None,
+        lease_token: Some(hold.lease_token),
     };
     let row = ExecutionRow {
-        execution_id: new_execution_id()?,
+        document: data.encode(&execution_id)?,
+        execution_id,
         status: ExecutionStatus::Queued,
         version: 1,
-        owner_id: Some(owner_id.to_string()),
-        lease_expires_at: Some(lease_expires_at),
+        owner_id: Some(hold.owner_id),
+        lease_expires_at: Some(hold.expires_at),
         created_at: now,
         updated_at: now,
-        document: serde_json::to_string(&document).map_err(|_| corrupt("new"))?,
     };
     if !tx.insert_execution(&row).map_err(store_error)? {
         return Err(crate::errors::conflict(
@@ -164,7 +199,7 @@ pub fn insert(spec: ExecutionSpec, owner_id: &str) -> Outcome<ExecutionState> {
         ));
     }
     tx.commit().map_err(store_error)?;
-    Ok(state_of(&row, &document, false))
+    Ok(state_of(&row, &data, false))
 }
 
 /// `snapshot`.
@@ -172,7 +207,7 @@ pub fn snapshot(execution_id: &str) -> Outcome<ExecutionState> {
     let tx = begin(TransactionMode::Read)?;
     let loaded = load_existing(&tx, execution_id)?;
     let waiting = waiting_for_input(&tx, &loaded.row)?;
-    Ok(state_of(&loaded.row, &loaded.document, waiting))
+    Ok(state_of(&loaded.row, &loaded.data, waiting))
 }
 
 /// `list-executions`.
@@ -187,10 +222,9 @@ pub fn list(
         .map_err(store_error)?;
     let mut states = Vec::with_capacity(rows.len());
     for row in rows {
-        let document: ExecutionDocument =
-            serde_json::from_str(&row.document).map_err(|_| corrupt(&row.execution_id))?;
+        let data = ExecutionData::decode(&row.document, &row.execution_id)?;
         let waiting = waiting_for_input(&tx, &row)?;
-        states.push(state_of(&row, &document, waiting));
+        states.push(state_of(&row, &data, waiting));
     }
     Ok(states)
 }
@@ -251,40 +285,41 @@ pub fn request_cancel(execution_id: &str) -> Outcome<ExecutionState> {
     let now = time::now();
     let mut loaded = load_existing(&tx, execution_id)?;
     match loaded.row.status {
-        ExecutionStatus::Finished => return Ok(state_of(&loaded.row, &loaded.document, false)),
+        ExecutionStatus::Finished => return Ok(state_of(&loaded.row, &loaded.data, false)),
         ExecutionStatus::Queued => {
             loaded.row.status = ExecutionStatus::Finished;
-            loaded.document.outcome = Some(cancelled_outcome(Vec::new()));
+            loaded.data.outcome = Some(cancelled_outcome(Vec::new()));
         }
-        ExecutionStatus::Running => loaded.document.cancel_requested = true,
+        ExecutionStatus::Running => loaded.data.cancel_requested = true,
     }
-    let document = loaded.document.clone();
+    let data = loaded.data.clone();
     let row = save(&tx, loaded, now)?;
     let waiting = waiting_for_input(&tx, &row)?;
     tx.commit().map_err(store_error)?;
-    Ok(state_of(&row, &document, waiting))
+    Ok(state_of(&row, &data, waiting))
 }
 
-/// The worker's hold on a running execution.
+/// The worker's hold on a running execution: the same lease rules as a round's
+/// (`lease::authorize`): owner and token must match, and it must not have expired.
 #[derive(Debug, Clone)]
 pub struct ExecutionLease {
     /// The execution.
     pub execution_id: String,
-    /// The worker.
-    pub owner_id: String,
+    /// The lease the claim granted (renewals move its expiry).
+    pub lease: crate::m3::managed_input::types::Lease,
     /// Lease length.
     pub ttl_ms: u64,
 }
 
 /// What claiming found.
 pub enum Claim {
-    /// The worker now runs it.
-    Run(Box<ExecutionDocument>),
+    /// The worker now runs it, under this lease.
+    Run(Box<ExecutionData>, ExecutionLease),
     /// It had already finished.
     Finished(ExecutionState),
 }
 
-/// Takes a queued execution for `owner_id` (status `running`, leased).
+/// Takes a queued execution for `owner_id` (status `running`, with a fresh lease).
 pub fn claim(execution_id: &str, owner_id: &str) -> Outcome<Claim> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
@@ -292,55 +327,80 @@ pub fn claim(execution_id: &str, owner_id: &str) -> Outcome<Claim> {
     let outcome = execution_rules::claim(execution_id, loaded.as_ref().map(|l| l.row.status))?;
     let mut loaded = loaded.ok_or_else(|| execution_rules::not_found(execution_id))?;
     if outcome == ClaimOutcome::Finished {
-        return Ok(Claim::Finished(state_of(
-            &loaded.row,
-            &loaded.document,
-            false,
-        )));
+        return Ok(Claim::Finished(state_of(&loaded.row, &loaded.data, false)));
     }
-    let ttl = loaded.document.spec.lease_ttl_ms;
-    lease::check_ttl(ttl)?;
+    let ttl = loaded.data.spec.lease_ttl_ms;
+    let granted = lease::grant(owner_id, ttl, &now)?;
     loaded.row.status = ExecutionStatus::Running;
-    loaded.row.owner_id = Some(owner_id.to_string());
-    loaded.row.lease_expires_at = Some(time::add_millis(&now, ttl));
-    let document = loaded.document.clone();
+    loaded.row.owner_id = Some(granted.owner_id.clone());
+    loaded.row.lease_expires_at = Some(granted.expires_at);
+    loaded.data.lease_token = Some(granted.lease_token.clone());
+    let data = loaded.data.clone();
     save(&tx, loaded, now)?;
     tx.commit().map_err(store_error)?;
-    Ok(Claim::Run(Box::new(document)))
+    let held = ExecutionLease {
+        execution_id: execution_id.to_string(),
+        lease: granted,
+        ttl_ms: ttl,
+    };
+    Ok(Claim::Run(Box::new(data), held))
 }
 
-fn load_owned(tx: &Transaction, held: &ExecutionLease) -> Outcome<LoadedExecution> {
-    let loaded = load_existing(tx, &held.execution_id)?;
-    if loaded.row.status != ExecutionStatus::Running
-        || loaded.row.owner_id.as_deref() != Some(held.owner_id.as_str())
-    {
-        return Err(crate::errors::recovery(
-            ErrorCode::RecoveryUnavailable,
-            format!(
-                "execution {} is no longer run by this worker",
-                held.execution_id
-            ),
-        ));
+/// The lease stored on a running execution's row, if it has one.
+fn stored_lease(loaded: &LoadedExecution) -> Option<crate::m3::managed_input::types::Lease> {
+    match (
+        &loaded.row.owner_id,
+        &loaded.data.lease_token,
+        loaded.row.lease_expires_at,
+    ) {
+        (Some(owner_id), Some(token), Some(expires_at))
+            if loaded.row.status == ExecutionStatus::Running =>
+        {
+            Some(crate::m3::managed_input::types::Lease {
+                owner_id: owner_id.clone(),
+                lease_token: token.clone(),
+                expires_at,
+            })
+        }
+        _ => None,
     }
+}
+
+/// Loads the execution `held` names, accepting it only from the current, live lease holder.
+fn load_owned(
+    tx: &Transaction,
+    held: &ExecutionLease,
+    now: &Timestamp,
+) -> Outcome<LoadedExecution> {
+    let loaded = load_existing(tx, &held.execution_id)?;
+    lease::authorize_held(
+        &format!("execution {}", held.execution_id),
+        stored_lease(&loaded).as_ref(),
+        &held.lease,
+        now,
+    )?;
     Ok(loaded)
 }
 
-/// Extends the worker's lease; returns whether a cancel was requested.
-pub fn renew(held: &ExecutionLease) -> Outcome<bool> {
+/// Extends the worker's lease (refused once it has expired, like a round's); returns whether a
+/// cancel was requested.
+pub fn renew(held: &mut ExecutionLease) -> Outcome<bool> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let mut loaded = load_owned(&tx, held)?;
-    let cancel = loaded.document.cancel_requested;
-    loaded.row.lease_expires_at = Some(time::add_millis(&now, held.ttl_ms));
+    let mut loaded = load_owned(&tx, held, &now)?;
+    let cancel = loaded.data.cancel_requested;
+    let expires_at = time::add_millis(&now, held.ttl_ms);
+    loaded.row.lease_expires_at = Some(expires_at);
     save(&tx, loaded, now)?;
     tx.commit().map_err(store_error)?;
+    held.lease.expires_at = expires_at;
     Ok(cancel)
 }
 
 /// Whether a cancel was requested (a read).
 pub fn cancel_requested(execution_id: &str) -> Outcome<bool> {
     let tx = begin(TransactionMode::Read)?;
-    Ok(load(&tx, execution_id)?.is_some_and(|l| l.document.cancel_requested))
+    Ok(load(&tx, execution_id)?.is_some_and(|l| l.data.cancel_requested))
 }
 
 /// What a waiting worker looks at after a wake-up.
@@ -354,7 +414,7 @@ pub struct Observed {
 /// Reads the cancel flag and the round `round_id` in one read transaction.
 pub fn observe(execution_id: &str, round_id: Option<&str>) -> Outcome<Observed> {
     let tx = begin(TransactionMode::Read)?;
-    let cancel_requested = load(&tx, execution_id)?.is_some_and(|l| l.document.cancel_requested);
+    let cancel_requested = load(&tx, execution_id)?.is_some_and(|l| l.data.cancel_requested);
     let round = match round_id {
         Some(id) => tx
             .get(id)
@@ -377,8 +437,8 @@ pub fn record_spawned(
 ) -> Outcome<()> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let mut loaded = load_owned(&tx, held)?;
-    loaded.document.spawned = Some(spawned);
+    let mut loaded = load_owned(&tx, held, &now)?;
+    loaded.data.spawned = Some(spawned);
     save(&tx, loaded, now)?;
     tx.commit().map_err(store_error)
 }
@@ -387,8 +447,8 @@ pub fn record_spawned(
 pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Outcome<()> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let mut loaded = load_owned(&tx, held)?;
-    loaded.document.tool_results.push(result);
+    let mut loaded = load_owned(&tx, held, &now)?;
+    loaded.data.tool_results.push(result);
     save(&tx, loaded, now)?;
     tx.commit().map_err(store_error)
 }
@@ -402,16 +462,17 @@ pub fn finish(held: &ExecutionLease, mut outcome: ExecutionOutcome) -> Outcome<E
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
     fail_open_rounds(&tx, held, &outcome, &now)?;
-    let mut loaded = load_owned(&tx, held)?;
-    outcome.tool_results = std::mem::take(&mut loaded.document.tool_results);
-    loaded.document.tool_results = outcome.tool_results.clone();
-    loaded.document.outcome = Some(outcome);
+    let mut loaded = load_owned(&tx, held, &now)?;
+    outcome.tool_results = std::mem::take(&mut loaded.data.tool_results);
+    loaded.data.tool_results = outcome.tool_results.clone();
+    loaded.data.outcome = Some(outcome);
     loaded.row.status = ExecutionStatus::Finished;
     loaded.row.lease_expires_at = None;
-    let document = loaded.document.clone();
+    loaded.data.lease_token = None;
+    let data = loaded.data.clone();
     let row = save(&tx, loaded, now)?;
     tx.commit().map_err(store_error)?;
-    Ok(state_of(&row, &document, false))
+    Ok(state_of(&row, &data, false))
 }
 
 /// The statuses of a round that has not ended.
@@ -460,7 +521,7 @@ fn fail_open_rounds(
             .map_err(store_error)?;
         for row in rows {
             let record = crate::record::from_row(&row)?;
-            let Some(lease) = record.lease.filter(|l| l.owner_id == held.owner_id) else {
+            let Some(lease) = record.lease.filter(|l| l.owner_id == held.lease.owner_id) else {
                 continue;
             };
             let round_id = &record.pending.round_id;
@@ -499,13 +560,14 @@ pub fn finish_abandoned(
     now: Timestamp,
 ) -> Outcome<ExecutionState> {
     let mut outcome = outcome;
-    outcome.tool_results = loaded.document.tool_results.clone();
-    loaded.document.outcome = Some(outcome);
+    outcome.tool_results = loaded.data.tool_results.clone();
+    loaded.data.outcome = Some(outcome);
     loaded.row.status = ExecutionStatus::Finished;
     loaded.row.lease_expires_at = None;
-    let document = loaded.document.clone();
+    loaded.data.lease_token = None;
+    let data = loaded.data.clone();
     let row = save(tx, loaded, now)?;
-    Ok(state_of(&row, &document, false))
+    Ok(state_of(&row, &data, false))
 }
 
 pub use crate::execution_rules::check_execution_id;

@@ -31,6 +31,36 @@ pub fn abandon(
     owner_id: &str,
     reason: &str,
 ) -> Outcome<crate::exports::m3::managed_input::runtime::ExecutionState> {
+    let reason = crate::errors::bounded(reason);
+    give_up(
+        execution_id,
+        owner_id,
+        &format!("the worker's component instance stopped ({reason}); its request died with it"),
+        &format!("the worker's component instance stopped ({reason})"),
+    )
+}
+
+/// A worker's own recovery of the execution it held when it can no longer finish it (its lease
+/// expired before it could record the outcome, and nobody has recovered it yet): what recovery
+/// would do once it looked, done at once.
+pub fn give_up_expired(
+    execution_id: &str,
+    owner_id: &str,
+) -> Outcome<crate::exports::m3::managed_input::runtime::ExecutionState> {
+    give_up(
+        execution_id,
+        owner_id,
+        "the worker's lease expired before it finished; its request died with it",
+        "the worker's lease expired before it could record the outcome",
+    )
+}
+
+fn give_up(
+    execution_id: &str,
+    owner_id: &str,
+    round_message: &str,
+    execution_message: &str,
+) -> Outcome<crate::exports::m3::managed_input::runtime::ExecutionState> {
     use crate::exports::m3::managed_input::round_protocol::{Operation, RecoveryReport as Report};
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
@@ -50,9 +80,6 @@ pub fn abandon(
             ));
         }
     };
-    let reason = crate::errors::bounded(reason);
-    let message =
-        format!("the worker's component instance stopped ({reason}); its request died with it");
     for status in execution::OPEN_STATUSES {
         let rows = tx
             .list(&RoundFilter {
@@ -72,7 +99,7 @@ pub fn abandon(
                 &round.pending.round_id,
                 Operation::FailRecovery(Report {
                     lease: Some(lease),
-                    message: message.clone(),
+                    message: round_message.to_string(),
                 }),
                 &now,
             )?;
@@ -83,7 +110,7 @@ pub fn abandon(
         failure: Some(ExecutionFailure {
             kind: FailureKind::RoundFailed,
             code: Some(FailureCode::RecoveryUnavailable),
-            message: format!("the worker's component instance stopped ({reason})"),
+            message: execution_message.to_string(),
         }),
         tool_results: Vec::new(),
         final_message: None,
@@ -184,7 +211,7 @@ pub fn recover() -> Outcome<RecoveryReport> {
             }
             Err(e) => return Err(e),
         };
-        report.left_behind.extend(loaded.document.spawned.clone());
+        report.left_behind.extend(loaded.data.spawned.clone());
         let message = if loaded.row.status == ExecutionStatus::Queued {
             "the process that submitted the execution is gone and no worker started it"
         } else {

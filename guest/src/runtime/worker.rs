@@ -23,7 +23,7 @@ use crate::m3::managed_input::events::{self, Event};
 use crate::m3::managed_input::process::{self, SpawnSpec, Spawned};
 use crate::m3::managed_input::types::{DeadlineChoice, NewRound, OwnerClaim};
 use crate::m3::managed_input::types::{
-    ErrorCode, FailureCode, HarnessMetadata, Lease, Status, Timestamp,
+    ErrorCode, FailureCode, HarnessMetadata, Lease, ManagedInputError, Status, Timestamp,
 };
 use crate::mcp::era::EraChoice;
 use crate::mcp::framing::{FramingError, LineBuffer};
@@ -219,16 +219,11 @@ pub fn run(execution_id: &str, owner_id: &str) -> Outcome<ExecutionState> {
             "owner id must not be empty",
         ));
     }
-    let document = match execution::claim(execution_id, owner_id)? {
+    let (data, held) = match execution::claim(execution_id, owner_id)? {
         Claim::Finished(state) => return Ok(state),
-        Claim::Run(document) => *document,
+        Claim::Run(data, held) => (*data, held),
     };
-    let held = ExecutionLease {
-        execution_id: execution_id.to_string(),
-        owner_id: owner_id.to_string(),
-        ttl_ms: document.spec.lease_ttl_ms,
-    };
-    let outcome = match Worker::new(held.clone(), document.spec) {
+    let outcome = match Worker::new(held.clone(), data.spec) {
         Ok(mut worker) => {
             let outcome = worker.drive();
             worker.shut_down();
@@ -237,7 +232,16 @@ pub fn run(execution_id: &str, owner_id: &str) -> Outcome<ExecutionState> {
         Err(outcome) => outcome,
     };
     process::kill();
-    execution::finish(&held, outcome)
+    match execution::finish(&held, outcome) {
+        // The lease ran out before the outcome could be recorded (the worker stood still past
+        // it): the outcome is lost, as recovery would decide, and the execution and its rounds
+        // fail now rather than at the next recovery pass.
+        Err(ManagedInputError::Conflict(detail)) if detail.code == ErrorCode::LeaseExpired => {
+            super::recovery::give_up_expired(execution_id, owner_id)
+                .map_err(|_| ManagedInputError::Conflict(detail))
+        }
+        finished => finished,
+    }
 }
 
 /// The round the worker waits on.
@@ -696,7 +700,7 @@ impl Worker {
             round_index,
             round_limit: self.spec.round_limit,
             owner: Some(OwnerClaim {
-                owner_id: self.held.owner_id.clone(),
+                owner_id: self.held.lease.owner_id.clone(),
                 lease_ttl_ms: self.spec.lease_ttl_ms,
             }),
             operation_parameters: operation.arguments.to_string(),
@@ -850,7 +854,7 @@ impl Worker {
     /// Renews the execution's lease and the open round's; remembers when they expire.
     fn renew_leases(&mut self) -> Result<(), crate::m3::managed_input::types::ManagedInputError> {
         let renewed_at = time::now();
-        execution::renew(&self.held)?;
+        execution::renew(&mut self.held)?;
         self.leases_expire = time::add_millis(&renewed_at, self.spec.lease_ttl_ms);
         if let Some(slot) = &mut self.slot {
             slot.lease =

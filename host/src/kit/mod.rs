@@ -606,6 +606,21 @@ impl Agent {
         self.inner.model()
     }
 
+    /// Stores a submission as a queued execution held by the kit, and runs nothing
+    /// ([`crate::testing::submit_without_running`]).
+    pub(crate) fn store_only(&self, submission: Submission) -> Result<String, ExecutionError> {
+        let kit = &self.inner.kit;
+        let mut env = kit.inner.env.clone();
+        env.extend(submission.server.env.clone());
+        let (_, execution_id) = kit.store_submission(
+            &self.inner.spec,
+            self.inner.model.clone(),
+            &submission,
+            &env,
+        )?;
+        Ok(execution_id)
+    }
+
     /// Submits work; the execution starts at once on the kit's worker runtime.
     pub fn submit(&self, submission: Submission) -> Result<ExecutionHandle, ExecutionError> {
         let inner = self.runtime.block_on(self.inner.submit(submission))?;

@@ -1,0 +1,306 @@
+//! The stored document of an execution (format 1): its submission, cancel flag, results so far,
+//! outcome, what its worker started, and the token of its worker's lease.
+
+use super::values::{FailureCode, OperationKind};
+use crate::exports::m3::managed_input::runtime as wit;
+use crate::m3::managed_input::process as wit_process;
+use serde::{Deserialize, Serialize};
+
+/// An execution's document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionDocument {
+    /// The format it was written in (absent: 1).
+    #[serde(default = "super::first_format")]
+    pub format: u32,
+    /// The submission.
+    pub spec: ExecutionSpec,
+    /// A cancel was requested.
+    pub cancel_requested: bool,
+    /// Tool results so far (kept as they arrive, so a crash keeps them).
+    pub tool_results: Vec<ToolResult>,
+    /// The final outcome, once finished.
+    pub outcome: Option<ExecutionOutcome>,
+    /// What the worker started (absent in early documents).
+    #[serde(default)]
+    pub spawned: Option<Spawned>,
+    /// The token of the lease on the row (owner and expiry are the row's columns); absent in
+    /// early documents and while nobody holds the execution.
+    #[serde(default)]
+    pub lease_token: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionSpec {
+    pub harness: String,
+    pub codex: Option<CodexSettings>,
+    pub model: Option<String>,
+    pub prompt: String,
+    pub script: String,
+    pub server: ServerBinding,
+    pub tools: Vec<String>,
+    pub human_input: HumanInputMode,
+    pub plan: Option<String>,
+    pub round_limit: u32,
+    pub lease_ttl_ms: u64,
+    pub lease_renew_ms: u64,
+    pub round_deadline_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CodexSettings {
+    pub binary: String,
+    pub model_provider: Option<ModelProvider>,
+    pub turn_deadline_ms: u64,
+    pub request_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelProvider {
+    pub name: String,
+    pub base_url: String,
+    pub wire_api: String,
+    pub requires_openai_auth: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerBinding {
+    pub name: String,
+    pub command: String,
+    pub args: Vec<String>,
+    pub cwd: Option<String>,
+    pub era: EraChoice,
+    pub env_names: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum EraChoice {
+    Auto,
+    Legacy,
+    Modern,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum HumanInputMode {
+    Fail,
+    Managed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub tool: String,
+    pub result: String,
+    pub kind: Option<OperationKind>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionOutcome {
+    pub kind: OutcomeKind,
+    pub failure: Option<ExecutionFailure>,
+    pub tool_results: Vec<ToolResult>,
+    pub final_message: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum OutcomeKind {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionFailure {
+    pub kind: FailureKind,
+    pub code: Option<FailureCode>,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum FailureKind {
+    OperationTimeout,
+    RoundFailed,
+    ServerError,
+    InvalidSubmission,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Spawned {
+    pub scratch: String,
+    pub process_group: u32,
+    pub started_at: u64,
+}
+
+impl From<&wit::ExecutionSpec> for ExecutionSpec {
+    fn from(s: &wit::ExecutionSpec) -> Self {
+        ExecutionSpec {
+            harness: s.harness.clone(),
+            codex: s.codex.as_ref().map(|c| CodexSettings {
+                binary: c.binary.clone(),
+                model_provider: c.model_provider.as_ref().map(|p| ModelProvider {
+                    name: p.name.clone(),
+                    base_url: p.base_url.clone(),
+                    wire_api: p.wire_api.clone(),
+                    requires_openai_auth: p.requires_openai_auth,
+                }),
+                turn_deadline_ms: c.turn_deadline_ms,
+                request_timeout_ms: c.request_timeout_ms,
+            }),
+            model: s.model.clone(),
+            prompt: s.prompt.clone(),
+            script: s.script.clone(),
+            server: ServerBinding {
+                name: s.server.name.clone(),
+                command: s.server.command.clone(),
+                args: s.server.args.clone(),
+                cwd: s.server.cwd.clone(),
+                era: match s.server.era {
+                    wit::EraChoice::Auto => EraChoice::Auto,
+                    wit::EraChoice::Legacy => EraChoice::Legacy,
+                    wit::EraChoice::Modern => EraChoice::Modern,
+                },
+                env_names: s.server.env_names.clone(),
+            },
+            tools: s.tools.clone(),
+            human_input: match s.human_input {
+                wit::HumanInputMode::Fail => HumanInputMode::Fail,
+                wit::HumanInputMode::Managed => HumanInputMode::Managed,
+            },
+            plan: s.plan.clone(),
+            round_limit: s.round_limit,
+            lease_ttl_ms: s.lease_ttl_ms,
+            lease_renew_ms: s.lease_renew_ms,
+            round_deadline_ms: s.round_deadline_ms,
+        }
+    }
+}
+
+impl From<ExecutionSpec> for wit::ExecutionSpec {
+    fn from(s: ExecutionSpec) -> Self {
+        wit::ExecutionSpec {
+            harness: s.harness,
+            codex: s.codex.map(|c| wit::CodexSettings {
+                binary: c.binary,
+                model_provider: c.model_provider.map(|p| wit::ModelProvider {
+                    name: p.name,
+                    base_url: p.base_url,
+                    wire_api: p.wire_api,
+                    requires_openai_auth: p.requires_openai_auth,
+                }),
+                turn_deadline_ms: c.turn_deadline_ms,
+                request_timeout_ms: c.request_timeout_ms,
+            }),
+            model: s.model,
+            prompt: s.prompt,
+            script: s.script,
+            server: wit::ServerBinding {
+                name: s.server.name,
+                command: s.server.command,
+                args: s.server.args,
+                cwd: s.server.cwd,
+                era: match s.server.era {
+                    EraChoice::Auto => wit::EraChoice::Auto,
+                    EraChoice::Legacy => wit::EraChoice::Legacy,
+                    EraChoice::Modern => wit::EraChoice::Modern,
+                },
+                env_names: s.server.env_names,
+            },
+            tools: s.tools,
+            human_input: match s.human_input {
+                HumanInputMode::Fail => wit::HumanInputMode::Fail,
+                HumanInputMode::Managed => wit::HumanInputMode::Managed,
+            },
+            plan: s.plan,
+            round_limit: s.round_limit,
+            lease_ttl_ms: s.lease_ttl_ms,
+            lease_renew_ms: s.lease_renew_ms,
+            round_deadline_ms: s.round_deadline_ms,
+        }
+    }
+}
+
+impl From<&wit::ToolResult> for ToolResult {
+    fn from(r: &wit::ToolResult) -> Self {
+        ToolResult {
+            tool: r.tool.clone(),
+            result: r.result.clone(),
+            kind: r.kind.map(OperationKind::from),
+        }
+    }
+}
+
+impl From<ToolResult> for wit::ToolResult {
+    fn from(r: ToolResult) -> Self {
+        wit::ToolResult {
+            tool: r.tool,
+            result: r.result,
+            kind: r.kind.map(Into::into),
+        }
+    }
+}
+
+impl From<&wit::ExecutionOutcome> for ExecutionOutcome {
+    fn from(o: &wit::ExecutionOutcome) -> Self {
+        ExecutionOutcome {
+            kind: match o.kind {
+                wit::OutcomeKind::Succeeded => OutcomeKind::Succeeded,
+                wit::OutcomeKind::Failed => OutcomeKind::Failed,
+                wit::OutcomeKind::Cancelled => OutcomeKind::Cancelled,
+            },
+            failure: o.failure.as_ref().map(|f| ExecutionFailure {
+                kind: match f.kind {
+                    wit::FailureKind::OperationTimeout => FailureKind::OperationTimeout,
+                    wit::FailureKind::RoundFailed => FailureKind::RoundFailed,
+                    wit::FailureKind::ServerError => FailureKind::ServerError,
+                    wit::FailureKind::InvalidSubmission => FailureKind::InvalidSubmission,
+                },
+                code: f.code.map(FailureCode::from),
+                message: f.message.clone(),
+            }),
+            tool_results: o.tool_results.iter().map(ToolResult::from).collect(),
+            final_message: o.final_message.clone(),
+        }
+    }
+}
+
+impl From<ExecutionOutcome> for wit::ExecutionOutcome {
+    fn from(o: ExecutionOutcome) -> Self {
+        wit::ExecutionOutcome {
+            kind: match o.kind {
+                OutcomeKind::Succeeded => wit::OutcomeKind::Succeeded,
+                OutcomeKind::Failed => wit::OutcomeKind::Failed,
+                OutcomeKind::Cancelled => wit::OutcomeKind::Cancelled,
+            },
+            failure: o.failure.map(|f| wit::ExecutionFailure {
+                kind: match f.kind {
+                    FailureKind::OperationTimeout => wit::FailureKind::OperationTimeout,
+                    FailureKind::RoundFailed => wit::FailureKind::RoundFailed,
+                    FailureKind::ServerError => wit::FailureKind::ServerError,
+                    FailureKind::InvalidSubmission => wit::FailureKind::InvalidSubmission,
+                },
+                code: f.code.map(Into::into),
+                message: f.message,
+            }),
+            tool_results: o.tool_results.into_iter().map(Into::into).collect(),
+            final_message: o.final_message,
+        }
+    }
+}
+
+impl From<&wit_process::Spawned> for Spawned {
+    fn from(s: &wit_process::Spawned) -> Self {
+        Spawned {
+            scratch: s.scratch.clone(),
+            process_group: s.process_group,
+            started_at: s.started_at,
+        }
+    }
+}
+
+impl From<Spawned> for wit_process::Spawned {
+    fn from(s: Spawned) -> Self {
+        wit_process::Spawned {
+            scratch: s.scratch,
+            process_group: s.process_group,
+            started_at: s.started_at,
+        }
+    }
+}
