@@ -22,7 +22,7 @@ soak factor="10":
 
 # Benchmarks: print tables, write target/bench/{engine,executions,component-size,cli}.json
 bench:
-    cargo bench -p m3 --bench engine
+    cargo bench -p m3 --bench engine --features internals
     cargo bench -p m3 --bench executions
     cargo bench -p m3 --bench component_size
     cargo bench -p m3-cli --bench startup
@@ -31,7 +31,7 @@ bench:
 bench-peers:
     bash host/benches/peers/install.sh
     cargo bench -p m3 --bench peers_rounds
-    cargo bench -p m3 --bench peers_validation
+    cargo bench -p m3 --bench peers_validation --features internals
     cargo bench -p m3 --bench peers_scale
     cargo bench -p m3-cli --bench startup
 

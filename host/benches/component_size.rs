@@ -1,6 +1,6 @@
 //! The size report (`cargo bench -p m3 --bench component_size`, part of `just bench`).
 //!
-//! For the two components this crate builds, the engine (`GUEST_WASM`, world `engine`) and the
+//! For the two components this crate builds, the engine (`m3::health::engine_component()`, world `engine`) and the
 //! policy-only component (`POLICY_COMPONENT`, world `policy-only`, for other hosts), it reports
 //! the size in bytes and gzip-compressed (when `gzip` is on PATH), what each imports, the time
 //! wasmtime takes to compile it, and for the policy-only component the time to instantiate it
@@ -11,7 +11,6 @@ mod common;
 
 use common::{BenchResult, Table, target_dir};
 use m3::POLICY_COMPONENT;
-use m3::engine::GUEST_WASM;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -120,7 +119,10 @@ fn main() -> BenchResult<()> {
         &["component", "bytes", "gzip -9", "compile", "imports"],
     );
     let mut report = serde_json::Map::new();
-    for (name, bytes) in [("engine", GUEST_WASM), ("policy-only", POLICY_COMPONENT)] {
+    for (name, bytes) in [
+        ("engine", m3::health::engine_component()),
+        ("policy-only", POLICY_COMPONENT),
+    ] {
         let compile = time(|| wasm(Component::new(&engine, bytes)))?;
         let component = wasm(Component::new(&engine, bytes))?;
         let imports = imports(&engine, &component);

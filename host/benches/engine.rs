@@ -27,12 +27,16 @@ use chrono::Utc;
 use common::fixture::{every_kind_answer, every_kind_schema};
 use common::stats::{Stats, fmt_rate, fmt_time, secs, sync_name};
 use common::{BenchResult, RunArgs, Table, target_dir};
-use m3::bindings::m3::managed_input::store::{RoundRow, StoreError, TransactionMode};
-use m3::component_cache::{self, CacheOutcome};
-use m3::engine::{ComponentRuntime, GUEST_WASM, GUEST_WASM_SHA256, engine_config};
-use m3::guest_imports::HostState;
-use m3::sqlite::database::Database;
-use m3::sqlite::transaction::Transaction;
+use m3::testing::internals::bindings::m3::managed_input::store::{
+    RoundRow, StoreError, TransactionMode,
+};
+use m3::testing::internals::component_cache::{self, CacheOutcome};
+use m3::testing::internals::engine::{
+    ComponentRuntime, GUEST_WASM, GUEST_WASM_SHA256, engine_config,
+};
+use m3::testing::internals::guest_imports::HostState;
+use m3::testing::internals::sqlite::database::Database;
+use m3::testing::internals::sqlite::transaction::Transaction;
 use m3::{
     ElicitationRequest, GuestLimits, ManagedInputStatus, ManagedInputStore, NewRound,
     OperationKind, OwnerClaim, PendingElicitationRound, Policy, SqliteManagedInputStore,
@@ -547,7 +551,7 @@ fn lifecycle_bench(
         let dir = scratch.join(format!("lifecycle-{}", sync_name(sync).to_lowercase()));
         std::fs::create_dir_all(&dir)?;
         let store_path = dir.join("store.sqlite");
-        let store = SqliteManagedInputStore::open_with_runtime(
+        let store = m3::testing::internals::open_with_runtime(
             &store_path,
             StoreOptions {
                 busy_timeout_ms: BUSY_TIMEOUT.as_millis() as u64,
@@ -728,12 +732,14 @@ fn validation_breakdown(
         Vec::with_capacity(samples),
     );
     for i in 0..plan.validation_warmup + samples {
-        let (t_to, wit_round) = timed(|| m3::convert::pending_round(black_box(&round)));
+        let (t_to, wit_round) =
+            timed(|| m3::testing::internals::convert::pending_round(black_box(&round)));
         let (t_call, validated) = timed(|| {
             policy.call_validate_responses(&mut store, &wit_round, black_box(&form.answer_text))
         });
         let validated = validated?.map_err(|e| format!("validation failed: {e:?}"))?;
-        let (t_from, back) = timed(|| m3::convert::responses_back(black_box(&validated)));
+        let (t_from, back) =
+            timed(|| m3::testing::internals::convert::responses_back(black_box(&validated)));
         black_box(back.map_err(|e| e.to_string())?);
         let (t_empty, same) = timed(|| policy.call_same_responses(&mut store, &[], &[]));
         black_box(same?);
@@ -853,7 +859,7 @@ struct ColdStartResult {
 /// A store for one instance, made exactly as `m3::instance` makes it.
 fn new_store(engine: &Engine, limits: GuestLimits) -> Store<HostState> {
     let state = HostState::new(Arc::new(SystemClock), None, limits.max_memory);
-    m3::instance::bounded_store(engine, state, limits)
+    m3::testing::internals::instance::bounded_store(engine, state, limits)
 }
 
 fn timed<T>(f: impl FnOnce() -> T) -> (f64, T) {
@@ -914,7 +920,7 @@ fn cold_start_bench(plan: &Plan, scratch: &Path) -> BenchResult<ColdStartResult>
     let runtime = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&cache_dir))?;
     let limits = GuestLimits::default();
     let form = &forms()[0];
-    let wit_round = m3::convert::pending_round(&form.pending_round());
+    let wit_round = m3::testing::internals::convert::pending_round(&form.pending_round());
     let mut store_new = Vec::new();
     let mut instantiate = Vec::new();
     let mut first_validation = Vec::new();

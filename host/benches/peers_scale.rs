@@ -72,7 +72,6 @@ mod common;
 use chrono::Utc;
 use common::stats::{Stats, stats_json};
 use common::{BenchResult, RunArgs, Table, shipping_server_binary, target_dir};
-use m3::worker::Executions;
 use m3::{
     AgentSpec, AsyncExecutionHandle, AsyncMcpTestKit, ElicitationResponse, ExecutionHandle,
     ExecutionStatus, ExecutionStore, HumanInput, ManagedInputStatus, ManagedInputStore, McpEra,
@@ -1403,7 +1402,7 @@ fn measure_store(plan: &Plan, path: &Path, built: BuiltStore) -> BenchResult<Rou
 
     let started = Instant::now();
     let execution_store = SqliteExecutionStore::open(path)?;
-    let executions: Arc<Executions> = execution_store.executions()?;
+    let executions: Arc<m3::Executions> = execution_store.executions()?;
     let first = executions.pending_round(&with[0])?;
     let first_call_ms = started.elapsed().as_secs_f64() * 1e3;
     if first.is_none() {

@@ -34,7 +34,7 @@ use chrono::Utc;
 use common::fixture::{every_kind_answer, every_kind_schema};
 use common::stats::{Stats, fmt_rate, fmt_time, secs, sync_name};
 use common::{BenchResult, RunArgs, Table, target_dir};
-use m3::sqlite::database::Database;
+use m3::testing::internals::sqlite::database::Database;
 use m3::{
     ElicitationRequest, ErrorCode, ManagedInputError, ManagedInputStatus, ManagedInputStore,
     NewRound, OperationKind, OwnerClaim, PendingElicitationRound, Policy, PreparedRound,
@@ -800,14 +800,14 @@ fn storage_bench(
     for sync in [Synchronous::Full, Synchronous::Normal] {
         let dir = scratch.join(format!("storage-{}", sync_name(sync).to_lowercase()));
         std::fs::create_dir_all(&dir)?;
-        let store = SqliteManagedInputStore::open_with_runtime(
+        let store = m3::testing::internals::open_with_runtime(
             dir.join("store.sqlite"),
             StoreOptions {
                 busy_timeout_ms: BUSY_TIMEOUT.as_millis() as u64,
                 synchronous: sync,
                 ..StoreOptions::default()
             },
-            m3::engine::ComponentRuntime::shared()?,
+            m3::testing::internals::engine::ComponentRuntime::shared()?,
         )?;
         let mut lifecycles = Lifecycles {
             store,

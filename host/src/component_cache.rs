@@ -9,7 +9,6 @@
 //! again and the mismatch reported. Anything that does not pass these checks is ignored and the
 //! component is compiled in memory instead.
 
-use sha2::{Digest, Sha256};
 use std::fs;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -60,11 +59,6 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     dirs::cache_dir().map(|d| d.join("m3").join("components"))
 }
 
-/// The SHA-256 of a component, hex.
-pub fn sha256_hex(wasm: &[u8]) -> String {
-    hex::encode(Sha256::digest(wasm))
-}
-
 /// The file name of a component's compiled artifact for this engine, from the component's
 /// SHA-256 (hex) and the engine's compatibility hash.
 pub fn artifact_name(engine: &Engine, wasm_sha256: &str) -> String {
@@ -79,7 +73,7 @@ pub fn artifact_name(engine: &Engine, wasm_sha256: &str) -> String {
 pub const KEEP_ARTIFACTS: usize = 4;
 
 /// Loads `wasm` compiled for `engine`, from the cache at `dir` when possible. `wasm_sha256` must
-/// be [`sha256_hex`] of `wasm` (the embedded component's is computed at build time): it names
+/// be the SHA-256 (hex) of `wasm` (the embedded component's is computed at build time): it names
 /// the artifact.
 pub fn load(
     engine: &Engine,

@@ -15,11 +15,6 @@ use wasmtime::{Config, Engine};
 /// The guest component, built by `build.rs` from `guest/`.
 pub static GUEST_WASM: &[u8] = include_bytes!(env!("M3_GUEST_WASM_PATH"));
 
-/// The policy-only component (WIT world `policy-only`: exports `policy`, `round-protocol` and
-/// `execution-rules`, imports only `wasi:random`), built by `build.rs` from the same guest crate
-/// for size. For embedding in other component hosts; this crate itself runs [`GUEST_WASM`].
-pub static POLICY_COMPONENT: &[u8] = include_bytes!(env!("M3_POLICY_WASM_PATH"));
-
 /// SHA-256 (hex) of [`GUEST_WASM`], computed by `build.rs`.
 pub const GUEST_WASM_SHA256: &str = env!("M3_GUEST_WASM_SHA256");
 

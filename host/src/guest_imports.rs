@@ -62,6 +62,9 @@ pub struct HostState {
     pub host_returned: bool,
     /// The most fuel used between two refills since the host last reset it (diagnostics).
     pub fuel_peak: u64,
+    /// The forbidden import the component called (`interface#function`), if it called one: its
+    /// trap is then a `ForbiddenImport`, told by this, not by the trap's message.
+    pub forbidden_import: Option<String>,
     /// The execution's child process and events (`None` outside `run-execution`: the
     /// `process` import then refuses and `events.next` only times out).
     pub io: Option<crate::worker::io::ExecutionIo>,
@@ -81,6 +84,7 @@ impl HostState {
             db,
             host_returned: false,
             fuel_peak: 0,
+            forbidden_import: None,
             io: None,
         }
     }

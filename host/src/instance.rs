@@ -75,7 +75,7 @@ pub(crate) fn classify(error: &wasmtime::Error, state: &HostState) -> EngineErro
         Some(wasmtime::Trap::OutOfFuel)
     ) {
         EngineErrorKind::ComputeBudgetExceeded
-    } else if message.contains("unknown import") {
+    } else if state.forbidden_import.is_some() {
         EngineErrorKind::ForbiddenImport
     } else {
         EngineErrorKind::Trap
@@ -148,11 +148,6 @@ impl InstancePool {
     pub fn last_fuel_used(&self) -> u64 {
         self.last_fuel_used
             .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// The database this pool's instances use.
-    pub fn database(&self) -> Option<&Arc<Database>> {
-        self.db.as_ref()
     }
 
     fn instantiate(&self) -> Result<Instance, EngineError> {

@@ -46,35 +46,41 @@
 //! # }
 //! ```
 
-pub mod bindings;
-pub mod clock;
-pub mod component_cache;
-pub mod convert;
-pub mod engine;
+// Everything below the API is private to the crate: the generated bindings, the component
+// plumbing, the imports, the SQLite backend and the processes. The API is the re-exports below
+// (the specification's names in plain Rust types), `health` and `embedding`; `testing` is for
+// m3's own tests and tools, outside the API. `tests/all/tidy.rs` keeps it so.
+#![deny(private_interfaces, private_bounds, unnameable_types)]
+
+mod bindings;
+mod clock;
+mod component_cache;
+mod convert;
 #[doc = include_str!("../../EMBEDDING.md")]
 pub mod embedding {}
-pub mod error;
-pub mod execution_store;
-pub mod fault;
-pub mod guest_imports;
-pub mod instance;
-pub mod kit;
-pub(crate) mod mutation;
-pub mod policy;
-pub mod process;
-pub mod record;
-pub mod response;
-pub mod round;
-pub mod sandbox;
-pub mod sqlite;
-pub mod store;
-pub mod submission;
+mod engine;
+mod error;
+mod execution_store;
+mod fault;
+mod guest_imports;
+pub mod health;
+mod instance;
+mod kit;
+mod mutation;
+mod policy;
+mod process;
+mod record;
+mod response;
+mod round;
+mod sandbox;
+mod sqlite;
+mod store;
+mod submission;
 #[doc(hidden)]
 pub mod testing;
-pub mod worker;
+mod worker;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::POLICY_COMPONENT;
 pub use error::{
     EngineError, EngineErrorKind, ErrorCode, ErrorDetail, ManagedInputConflict, ManagedInputError,
     ManagedInputRecoveryError, ManagedInputStateError, ManagedInputValidationError, OpenError,
@@ -91,7 +97,7 @@ pub use kit::{
     ModelProvider, OperationTimeout, OutcomeKind, PermissionPolicy, PlanEntry, PlanMatch, Script,
     ScriptStep, StdioServer, TimeoutCause, ToolResult,
 };
-pub use policy::{Policy, PreparedRound};
+pub use policy::{POLICY_COMPONENT, Policy, PreparedRound};
 pub use record::{
     FailureCode, HarnessMetadata, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord,
     ManagedInputStatus, RoundFailure, RoundFilter,
@@ -101,6 +107,8 @@ pub use round::{
     Deadline, ElicitationRequest, FormElicitationRequest, NewRound, OperationKind, OwnerClaim,
     PendingElicitationRound, RequestContext, UrlElicitationRequest,
 };
+pub use sandbox::{ImportBinding, ImportProvider, SandboxProbe};
 pub use sqlite::database::Synchronous;
 pub use store::{ManagedInputStore, SqliteManagedInputStore, StoreOptions, StoreResult};
 pub use submission::{HumanInput, ModelValidationError, Submission};
+pub use worker::{Executions, RecoveryReport};

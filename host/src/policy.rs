@@ -1,6 +1,5 @@
 //! The component's pure validation rules (`policy` export), callable without a database.
 
-use crate::bindings::exports::m3::managed_input::sandbox_probe::Probe;
 use crate::clock::SystemClock;
 use crate::convert;
 use crate::engine::ComponentRuntime;
@@ -12,6 +11,11 @@ use crate::sandbox::{self, ImportBinding};
 use crate::submission::{self, HumanInput, ModelValidationError};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// The policy-only component (WIT world `policy-only`: exports `policy`, `round-protocol` and
+/// `execution-rules`, imports only `wasi:random`), built by `build.rs` from the same guest crate
+/// for size: the same rules as [`Policy`], for embedding in other component hosts (EMBEDDING.md).
+pub static POLICY_COMPONENT: &[u8] = include_bytes!(env!("M3_POLICY_WASM_PATH"));
 
 /// Largest response map [`Policy::validate_responses_json`] passes to the component.
 pub const MAX_RESPONSES_BYTES: usize = 1024 * 1024;
@@ -41,7 +45,7 @@ impl Policy {
     }
 
     /// Rules from an explicit component runtime (benchmarks, embedders with their own cache).
-    pub fn with_runtime(runtime: Arc<ComponentRuntime>, limits: GuestLimits) -> Self {
+    pub(crate) fn with_runtime(runtime: Arc<ComponentRuntime>, limits: GuestLimits) -> Self {
         let clock = Arc::new(SystemClock);
         Self {
             pool: InstancePool::new(runtime.clone(), clock, None, limits),
@@ -173,10 +177,14 @@ impl Policy {
     }
 
     /// Runs one sandbox probe inside the component (see the WIT `sandbox-probe`).
-    pub fn probe(&self, which: Probe, amount: u64) -> Result<String, EngineError> {
+    pub fn probe(
+        &self,
+        which: crate::sandbox::SandboxProbe,
+        amount: u64,
+    ) -> Result<String, EngineError> {
         self.pool.call(|b, s| {
             b.m3_managed_input_sandbox_probe()
-                .call_run(s, which, amount)
+                .call_run(s, which.into(), amount)
         })
     }
 

@@ -28,6 +28,41 @@ pub struct ImportBinding {
     pub provider: ImportProvider,
 }
 
+/// A probe of the sandbox, run inside the component ([`crate::Policy::probe`]): each tries one
+/// thing the sandbox must refuse (or, for `Random`, allow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxProbe {
+    /// Read the environment (`wasi:cli/environment`): traps.
+    Environment,
+    /// Read the WASI wall clock: traps.
+    WallClock,
+    /// Write to standard output: traps.
+    Stdout,
+    /// Read a file: traps (there is no preopened directory).
+    Filesystem,
+    /// Read `wasi:random`: allowed, returns normally.
+    Random,
+    /// Compute forever: traps at the compute budget.
+    Spin,
+    /// Allocate the given number of bytes: traps above the memory limit.
+    Allocate,
+}
+
+impl From<SandboxProbe> for bindings::exports::m3::managed_input::sandbox_probe::Probe {
+    fn from(probe: SandboxProbe) -> Self {
+        use bindings::exports::m3::managed_input::sandbox_probe::Probe;
+        match probe {
+            SandboxProbe::Environment => Probe::Environment,
+            SandboxProbe::WallClock => Probe::WallClock,
+            SandboxProbe::Stdout => Probe::Stdout,
+            SandboxProbe::Filesystem => Probe::Filesystem,
+            SandboxProbe::Random => Probe::Random,
+            SandboxProbe::Spin => Probe::Spin,
+            SandboxProbe::Allocate => Probe::Allocate,
+        }
+    }
+}
+
 /// The binding policy for one import name.
 pub fn provider_for(name: &str) -> ImportProvider {
     if name.starts_with("m3:managed-input/") {
@@ -65,6 +100,34 @@ fn link_random_and_traps(
     random::random::add_to_linker::<HostState, WasiRandom>(linker, |s| &mut s.random)?;
     random::insecure::add_to_linker::<HostState, WasiRandom>(linker, |s| &mut s.random)?;
     random::insecure_seed::add_to_linker::<HostState, WasiRandom>(linker, |s| &mut s.random)?;
+    // Every function of a forbidden interface traps and records which one was called, so a
+    // trap is told to be a forbidden import by the host's state, not by its message.
+    let engine = linker.engine().clone();
+    for (name, item) in component.component_type().imports(&engine) {
+        if provider_for(name) != ImportProvider::Trap {
+            continue;
+        }
+        let wasmtime::component::types::ComponentItem::ComponentInstance(instance) = item.ty else {
+            continue;
+        };
+        let mut defined = linker.instance(name)?;
+        for (function, export) in instance.exports(&engine) {
+            if !matches!(
+                export.ty,
+                wasmtime::component::types::ComponentItem::ComponentFunc(_)
+            ) {
+                continue;
+            }
+            let called = format!("{name}#{function}");
+            defined.func_new(function, move |mut ctx, _, _, _| {
+                ctx.data_mut().forbidden_import = Some(called.clone());
+                Err(wasmtime::Error::msg(format!(
+                    "forbidden import `{called}`: the sandbox gives the component no such capability"
+                )))
+            })?;
+        }
+    }
+    // What is left (resource types of those interfaces) is defined inertly.
     linker.define_unknown_imports_as_traps(component)?;
     Ok(())
 }

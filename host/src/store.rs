@@ -161,7 +161,7 @@ impl SqliteManagedInputStore {
     }
 
     /// Opens the store with an explicit component runtime (benchmarks, embedders).
-    pub fn open_with_runtime(
+    pub(crate) fn open_with_runtime(
         path: impl AsRef<Path>,
         options: StoreOptions,
         runtime: Arc<ComponentRuntime>,
@@ -179,13 +179,6 @@ impl SqliteManagedInputStore {
             options.guest_limits,
         );
         Ok(Self { db, pool, options })
-    }
-
-    /// A watch over commits to this store's file by any other connection or process, for
-    /// embedders that wait for answers submitted elsewhere (the worker has its own poller,
-    /// `worker/changes.rs`).
-    pub fn watch(&self) -> rusqlite::Result<crate::sqlite::watch::ChangeWatch> {
-        crate::sqlite::watch::ChangeWatch::new(self.db.clone())
     }
 
     /// Like [`ManagedInputStore::list_rounds`], but one record that cannot be read does not

@@ -11,8 +11,7 @@ pub fn execution_state(
     store: &dyn ExecutionStore,
     execution_id: &str,
 ) -> Result<ExecutionState, ExecutionError> {
-    let state = store.executions()?.snapshot(execution_id)?;
-    Ok(crate::kit::execution::state_back(&state))
+    Ok(store.executions()?.snapshot(execution_id)?)
 }
 
 /// Every stored execution's state, oldest first, read without a kit.
@@ -31,4 +30,131 @@ pub fn submit_without_running(
     submission: crate::submission::Submission,
 ) -> Result<String, ExecutionError> {
     agent.store_only(submission)
+}
+
+/// The worker's change signal on a database (`worker/changes.rs`: one `data_version` poller per
+/// database), for the tests of that one path.
+#[derive(Debug)]
+pub struct ChangeSignal {
+    subscription: crate::worker::changes::Subscription,
+}
+
+impl ChangeSignal {
+    /// Subscribes to commits on `executions`' database by other connections and processes.
+    /// Call it inside a tokio runtime (the poller is a task on it).
+    pub fn on(executions: &crate::worker::Executions) -> Self {
+        Self {
+            subscription: executions.changes(),
+        }
+    }
+
+    /// Waits up to `timeout` for a commit not yet reported; whether one came.
+    pub async fn wait(&mut self, timeout: std::time::Duration) -> bool {
+        matches!(
+            tokio::time::timeout(timeout, self.subscription.receiver.changed()).await,
+            Ok(Ok(()))
+        )
+    }
+}
+
+/// Stores opened on an explicit component runtime, and the modules below the API, for the
+/// benchmarks that measure them (cargo feature `internals`, never in a shipped build).
+#[cfg(feature = "internals")]
+pub mod internals {
+    /// The generated bindings.
+    pub mod bindings {
+        pub use crate::bindings::*;
+    }
+    /// The compiled-artifact cache.
+    pub mod component_cache {
+        pub use crate::component_cache::*;
+    }
+    /// WIT <-> public types.
+    pub mod convert {
+        pub use crate::convert::*;
+    }
+    /// The compiled component.
+    pub mod engine {
+        pub use crate::engine::*;
+    }
+    /// The host's import implementations.
+    pub mod guest_imports {
+        pub use crate::guest_imports::*;
+    }
+    /// Instances and their limits.
+    pub mod instance {
+        pub use crate::instance::*;
+    }
+    /// The SQLite backend.
+    pub mod sqlite {
+        pub use crate::sqlite::*;
+    }
+    /// Executions, hosted.
+    pub mod worker {
+        pub use crate::worker::*;
+    }
+
+    /// [`crate::SqliteManagedInputStore::open`] on `runtime`.
+    pub fn open_with_runtime(
+        path: impl AsRef<std::path::Path>,
+        options: crate::StoreOptions,
+        runtime: std::sync::Arc<crate::engine::ComponentRuntime>,
+    ) -> Result<crate::SqliteManagedInputStore, crate::OpenError> {
+        crate::SqliteManagedInputStore::open_with_runtime(path, options, runtime)
+    }
+}
+
+/// The engine component compiled through the artifact cache at `cache_dir` (for the cache's
+/// tests): where the compiled code came from.
+#[derive(Debug)]
+pub struct CompiledEngine {
+    /// Where the compiled code came from.
+    pub cache: crate::component_cache::CacheOutcome,
+}
+
+/// Compiles (or loads) the engine component with the cache at `cache_dir`, as every process does
+/// on first use, but without sharing the result.
+pub fn compile_engine(
+    cache_dir: Option<&std::path::Path>,
+) -> Result<CompiledEngine, crate::error::EngineError> {
+    let runtime = crate::engine::ComponentRuntime::new(
+        crate::engine::GUEST_WASM,
+        crate::engine::GUEST_WASM_SHA256,
+        cache_dir,
+    )?;
+    Ok(CompiledEngine {
+        cache: runtime.cache,
+    })
+}
+
+/// The child processes of executions: spawning, the environment they get, their process group
+/// and scratch directory (for the tests of those promises).
+pub mod process {
+    pub use crate::process::child::is_running;
+    pub use crate::process::{ChildProcess, ProcessError, ProcessEvent, ProcessSpec, ScratchDir};
+}
+
+/// Runs execution `execution_id` as worker `owner_id` to its end (blocking, on a runtime of its
+/// own), as a second worker would try to.
+pub fn run_as_worker(
+    executions: &crate::worker::Executions,
+    execution_id: &str,
+    owner_id: &str,
+) -> Result<ExecutionState, crate::error::ManagedInputError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            crate::error::ManagedInputError::Engine(crate::error::EngineError {
+                kind: crate::error::EngineErrorKind::Load,
+                message: format!("no runtime: {e}"),
+            })
+        })?;
+    let state = runtime.block_on(executions.run(
+        execution_id,
+        owner_id,
+        std::collections::BTreeMap::new(),
+        std::sync::Arc::new(tokio::sync::Notify::new()),
+    ))?;
+    Ok(crate::kit::execution::state_back(&state))
 }

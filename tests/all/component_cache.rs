@@ -1,8 +1,8 @@
 //! The compiled-component cache: private to the user, keyed on the wasm and the engine, and never
 //! loaded from a place someone else could have written.
 
-use m3::component_cache::CacheOutcome;
-use m3::engine::{ComponentRuntime, GUEST_WASM, GUEST_WASM_SHA256};
+use m3::health::{CacheOutcome, ENGINE_COMPONENT_SHA256 as GUEST_WASM_SHA256};
+use m3::testing::compile_engine;
 use std::os::unix::fs::PermissionsExt;
 
 fn mode(path: &std::path::Path) -> u32 {
@@ -15,7 +15,7 @@ fn the_cache_is_private_reused_and_never_trusted_when_others_could_write_it() {
     let dir = root.path().join("m3").join("components");
 
     // First load compiles and stores, in a directory created 0700, a file written 0600.
-    let first = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    let first = compile_engine(Some(&dir)).unwrap();
     let CacheOutcome::Stored(artifact) = first.cache.clone() else {
         panic!("{:?}", first.cache)
     };
@@ -31,18 +31,18 @@ fn the_cache_is_private_reused_and_never_trusted_when_others_could_write_it() {
     );
 
     // Second load maps the stored artifact.
-    let second = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    let second = compile_engine(Some(&dir)).unwrap();
     assert_eq!(second.cache, CacheOutcome::Hit(artifact.clone()));
 
     // An artifact others could have written is not loaded: it is compiled again and replaced.
     std::fs::set_permissions(&artifact, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let replaced = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    let replaced = compile_engine(Some(&dir)).unwrap();
     assert_eq!(replaced.cache, CacheOutcome::Stored(artifact.clone()));
     assert_eq!(mode(&artifact), 0o600);
 
     // A directory others can write is never used at all.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let bypassed = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    let bypassed = compile_engine(Some(&dir)).unwrap();
     assert!(
         matches!(&bypassed.cache, CacheOutcome::Bypassed(reason) if reason.contains("other users")),
         "{:?}",
@@ -52,7 +52,7 @@ fn the_cache_is_private_reused_and_never_trusted_when_others_could_write_it() {
     // A symlink in place of the directory is refused too, even to a private, valid cache (so
     // only the symlink check can refuse it).
     let private = root.path().join("private");
-    let direct = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&private)).unwrap();
+    let direct = compile_engine(Some(&private)).unwrap();
     assert!(
         matches!(direct.cache, CacheOutcome::Stored(_)),
         "{:?}",
@@ -61,7 +61,7 @@ fn the_cache_is_private_reused_and_never_trusted_when_others_could_write_it() {
     assert_eq!(mode(&private), 0o700);
     let link = root.path().join("link");
     std::os::unix::fs::symlink(&private, &link).unwrap();
-    let via_link = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&link)).unwrap();
+    let via_link = compile_engine(Some(&link)).unwrap();
     assert!(
         matches!(&via_link.cache, CacheOutcome::Bypassed(reason) if reason.contains("symlink")),
         "{:?}",
@@ -76,7 +76,7 @@ fn the_cache_is_private_reused_and_never_trusted_when_others_could_write_it() {
 fn a_tampered_artifact_is_never_loaded() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("components");
-    let first = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    let first = compile_engine(Some(&dir)).unwrap();
     let CacheOutcome::Stored(artifact) = first.cache.clone() else {
         panic!("{:?}", first.cache)
     };
@@ -86,7 +86,7 @@ fn a_tampered_artifact_is_never_loaded() {
         *byte ^= 0xff;
     }
     std::fs::write(&artifact, &bytes).unwrap();
-    let again = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    let again = compile_engine(Some(&dir)).unwrap();
     assert!(
         matches!(&again.cache, CacheOutcome::Recompiled(why) if why.contains("digest")),
         "{:?}",
@@ -94,12 +94,12 @@ fn a_tampered_artifact_is_never_loaded() {
     );
     assert!(again.cache.notice().is_some());
     assert_ne!(std::fs::read(&artifact).unwrap(), bytes, "stored again");
-    let third = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    let third = compile_engine(Some(&dir)).unwrap();
     assert_eq!(third.cache, CacheOutcome::Hit(artifact.clone()));
 
     // A new key (as if another installation wrote the artifact): refused, compiled again.
     std::fs::remove_file(dir.join("key")).unwrap();
-    let rekeyed = ComponentRuntime::new(GUEST_WASM, GUEST_WASM_SHA256, Some(&dir)).unwrap();
+    let rekeyed = compile_engine(Some(&dir)).unwrap();
     assert!(
         matches!(&rekeyed.cache, CacheOutcome::Recompiled(_)),
         "{:?}",
@@ -116,12 +116,7 @@ fn a_cache_under_a_parent_others_can_write_is_not_used() {
     let parent = root.path().join("shared");
     std::fs::create_dir(&parent).unwrap();
     std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let runtime = ComponentRuntime::new(
-        GUEST_WASM,
-        GUEST_WASM_SHA256,
-        Some(&parent.join("components")),
-    )
-    .unwrap();
+    let runtime = compile_engine(Some(&parent.join("components"))).unwrap();
     assert!(
         matches!(&runtime.cache, CacheOutcome::Bypassed(why) if why.contains("other users")),
         "{:?}",
@@ -129,12 +124,7 @@ fn a_cache_under_a_parent_others_can_write_is_not_used() {
     );
     // A sticky one (like /tmp) is fine: others cannot rename what is ours.
     std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let runtime = ComponentRuntime::new(
-        GUEST_WASM,
-        GUEST_WASM_SHA256,
-        Some(&parent.join("components")),
-    )
-    .unwrap();
+    let runtime = compile_engine(Some(&parent.join("components"))).unwrap();
     assert!(
         matches!(runtime.cache, CacheOutcome::Stored(_)),
         "{:?}",

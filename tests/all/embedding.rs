@@ -498,10 +498,10 @@ fn the_policy_component_imports_only_wasi_random() -> Result<()> {
     );
     // Built without the engine: far smaller than it.
     ensure!(
-        m3::POLICY_COMPONENT.len() * 2 < m3::engine::GUEST_WASM.len(),
+        m3::POLICY_COMPONENT.len() * 2 < m3::health::engine_component().len(),
         "the policy-only component ({} bytes) is not well under the engine ({} bytes)",
         m3::POLICY_COMPONENT.len(),
-        m3::engine::GUEST_WASM.len()
+        m3::health::engine_component().len()
     );
     Ok(())
 }

@@ -409,42 +409,38 @@ fn a_live_kit_recovers_a_killed_worker_s_round_within_two_lease_periods() {
 #[test]
 fn a_queued_execution_whose_submitter_died_is_recovered() {
     let db = TempDb::new();
-    let store = SqliteExecutionStore::open(&db.path).unwrap();
-    let executions = store.executions().unwrap();
-    // Stored as a submitter would, and never run: the submitter "dies" here.
-    let spec = m3::bindings::exports::m3::managed_input::runtime::ExecutionSpec {
-        harness: "scripted".into(),
-        codex: None,
-        model: None,
-        prompt: "Book.".into(),
-        script: json!({"steps": [{"tool": "shipping:book_shipment"}]}).to_string(),
-        server: m3::bindings::exports::m3::managed_input::runtime::ServerBinding {
-            name: "shipping".into(),
-            command: SHIPPING_SERVER.into(),
-            args: Vec::new(),
-            cwd: None,
-            era: m3::bindings::exports::m3::managed_input::runtime::EraChoice::Auto,
-            env_names: Vec::new(),
-        },
-        tools: vec!["shipping:book_shipment".into()],
-        human_input: m3::bindings::exports::m3::managed_input::runtime::HumanInputMode::Managed,
-        plan: None,
-        round_limit: 10,
-        lease_ttl_ms: 300,
-        lease_renew_ms: 100,
-        round_deadline_ms: None,
-    };
-    let queued = executions
-        .submit(&spec, "submitter-that-dies")
+    // Stored as a submitter would, and never run: the submitter "dies" here (its kit is
+    // dropped with the execution still queued).
+    let queued = {
+        let (_store, submitter) = kit_on(
+            &db,
+            KitOptions {
+                lease_ttl: Duration::from_secs(3),
+                lease_renew: Duration::from_secs(1),
+            },
+        );
+        let agent = submitter
+            .agents([AgentSpec::scripted(Script::call(
+                "shipping:book_shipment",
+                json!({"item": "book"}),
+            ))])
+            .unwrap()
+            .remove(0);
+        m3::testing::submit_without_running(
+            &agent,
+            Submission::new("Book.", StdioServer::new("shipping", SHIPPING_SERVER))
+                .tools(["shipping:book_shipment"])
+                .human_input(HumanInput::Managed),
+        )
         .unwrap()
-        .execution_id;
+    };
     let (_store, kit) = kit_on(&db, KitOptions::default());
     assert_eq!(
         kit.recover().unwrap(),
         (0, 0),
         "a submitter's live hold is left alone"
     );
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(Duration::from_millis(3_100));
     assert_eq!(kit.recover().unwrap(), (0, 1));
     let handle = kit.execution(&queued).unwrap();
     let result = handle.result(Some(WAIT)).unwrap();
@@ -576,7 +572,7 @@ fn store_executions(db: &TempDb) -> usize {
         .unwrap()
         .executions()
         .unwrap()
-        .list(None, None)
+        .states(None)
         .unwrap()
         .len()
 }

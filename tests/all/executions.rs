@@ -765,10 +765,7 @@ fn a_killed_worker_s_round_is_recovered_and_a_live_one_is_not() {
         .unwrap()
         .snapshot(&execution_id)
         .unwrap();
-    assert_eq!(
-        m3::kit::execution::state_back(&state).lifecycle,
-        ExecutionStatus::Finished
-    );
+    assert_eq!(state.lifecycle, ExecutionStatus::Finished);
     // The live worker's round is untouched and still answerable.
     assert_eq!(
         db.store()
@@ -816,15 +813,11 @@ fn pending_elicitation_refuses_an_ambiguous_execution() {
         "nothing was stored"
     );
     // A second worker cannot run it while its worker does.
-    let second =
-        tokio::runtime::Runtime::new()
-            .unwrap()
-            .block_on(executions.executions().unwrap().run(
-                handle.execution_id(),
-                "second-worker",
-                BTreeMap::new(),
-                Arc::new(tokio::sync::Notify::new()),
-            ));
+    let second = m3::testing::run_as_worker(
+        &executions.executions().unwrap(),
+        handle.execution_id(),
+        "second-worker",
+    );
     match second {
         Err(ManagedInputError::State(e)) => assert_eq!(e.code(), ErrorCode::ExecutionNotRunnable),
         other => panic!("expected ManagedInputStateError, got {other:?}"),
@@ -899,10 +892,7 @@ fn dropping_the_kit_cancels_its_executions_and_reaps_their_servers() {
         .unwrap()
         .snapshot(&execution_id)
         .unwrap();
-    assert_eq!(
-        m3::kit::execution::state_back(&state).lifecycle,
-        ExecutionStatus::Finished
-    );
+    assert_eq!(state.lifecycle, ExecutionStatus::Finished);
 }
 
 /// A neighbour holding the database's write lock for longer than the busy timeout (but less

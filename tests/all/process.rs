@@ -1,8 +1,8 @@
 //! The host's process capability: children get exactly the environment they are given and a
 //! private scratch directory, and are killed with their process group and reaped on every exit.
 
-use m3::process::child::is_running;
-use m3::process::{ChildProcess, ProcessError, ProcessEvent, ProcessSpec, ScratchDir};
+use m3::testing::process::is_running;
+use m3::testing::process::{ChildProcess, ProcessError, ProcessEvent, ProcessSpec, ScratchDir};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

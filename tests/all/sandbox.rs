@@ -5,8 +5,8 @@
 //! works; payloads too large for the store are refused before they are copied into the guest.
 
 use anyhow::{Context, Result, bail, ensure};
-use m3::bindings::exports::m3::managed_input::sandbox_probe::Probe;
-use m3::sandbox::ImportProvider;
+use m3::ImportProvider;
+use m3::SandboxProbe as Probe;
 use m3::{
     DEFAULT_COMPUTE_BUDGET, ElicitationRequest, EngineError, EngineErrorKind, ErrorCode,
     GuestLimits, ManagedInputError, ManagedInputStatus, ManagedInputStore, NewRound, OperationKind,

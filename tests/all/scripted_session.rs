@@ -2,7 +2,7 @@
 //! bundled shipping server over real pipes, through the host's process capability. The test's
 //! driver stands in for the runtime: it answers each opened round and performs the actions.
 
-use m3::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir};
+use m3::testing::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir};
 use m3_guest::m3::managed_input::types::{ElicitationAction, ElicitationResponse, FailureCode};
 use m3_guest::mcp::era::{Era, EraChoice};
 use m3_guest::mcp::framing::LineBuffer;

@@ -1479,7 +1479,7 @@ fn schema_migrations_are_versioned_and_a_newer_schema_is_refused() {
         conn.query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap()
     };
-    assert_eq!(version(&db.path), m3::sqlite::migrations::SCHEMA_VERSION);
+    assert_eq!(version(&db.path), m3::health::SCHEMA_VERSION);
     // Reopening an up-to-date file migrates nothing and keeps the data.
     assert!(db.store().get_round("r1").unwrap().is_some());
     // A file written by a newer build is refused, untouched.
@@ -1497,7 +1497,7 @@ fn schema_migrations_are_versioned_and_a_newer_schema_is_refused() {
         .execute_batch("VACUUM")
         .unwrap();
     SqliteManagedInputStore::open(&empty, StoreOptions::default()).unwrap();
-    assert_eq!(version(&empty), m3::sqlite::migrations::SCHEMA_VERSION);
+    assert_eq!(version(&empty), m3::health::SCHEMA_VERSION);
 }
 
 /// Regression (found by the scale benchmark at 10^6 rounds): an execution's rounds in one status

@@ -150,7 +150,7 @@ fn nothing_shipped_can_fetch_a_url() -> Result<()> {
     for binding in &imports {
         if binding.name.starts_with("wasi:sockets") || binding.name.starts_with("wasi:http") {
             ensure!(
-                binding.provider == m3::sandbox::ImportProvider::Trap,
+                binding.provider == m3::ImportProvider::Trap,
                 "{} is bound to {:?}",
                 binding.name,
                 binding.provider
@@ -815,5 +815,191 @@ fn host_source_holds_no_mcp_protocol_names() -> Result<()> {
     // The check can fail: the component's MCP client does use these words.
     let guest = std::fs::read_to_string(workspace_root().join("guest/src/mcp/mrtr.rs"))?;
     ensure!(strip(&guest).code_and_strings.contains("requestState"));
+    Ok(())
+}
+
+/// The names a source file gives to generated binding types and modules: whatever its `use`
+/// statements bring in from `crate::bindings` (a module alias such as `wit`, or the types
+/// themselves), plus the paths `bindings::` and `crate::bindings`.
+fn generated_names(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::from(["bindings".to_string()]);
+    for statement in code.split(';') {
+        let statement = statement.trim();
+        let Some(path) = statement
+            .strip_prefix("use ")
+            .or_else(|| statement.strip_prefix("pub use "))
+            .or_else(|| statement.strip_prefix("pub(crate) use "))
+        else {
+            continue;
+        };
+        let path: String = path.split_whitespace().collect::<Vec<_>>().join(" ");
+        if !path.starts_with("crate::bindings") && !path.starts_with("bindings::") {
+            continue;
+        }
+        let tail = path.rsplit("::").next().unwrap_or_default();
+        let items = tail.trim_start_matches('{').trim_end_matches('}');
+        for item in items.split(',') {
+            let item = item.trim();
+            let name = match item.split_once(" as ") {
+                Some((_, alias)) => alias.trim(),
+                None => item,
+            };
+            if !name.is_empty() && name != "self" && name != "*" {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// Public signatures in `code` (items, methods and fields declared `pub`, not `pub(crate)`)
+/// that name a generated type: `(line, signature)`.
+fn generated_in_public_signatures(code: &str) -> Vec<(usize, String)> {
+    let names = generated_names(code);
+    let mut found = Vec::new();
+    let lines: Vec<&str> = code.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        if !trimmed.starts_with("pub ")
+            || trimmed.starts_with("pub use")
+            || trimmed.starts_with("pub mod")
+        {
+            continue;
+        }
+        // The signature: up to the body, the end of a declaration, or a field's end.
+        let mut signature = String::new();
+        for next in &lines[i..] {
+            signature.push_str(next.trim());
+            signature.push(' ');
+            if next.contains('{')
+                || next.trim_end().ends_with(';')
+                || next.trim_end().ends_with(',')
+            {
+                break;
+            }
+        }
+        let head = signature.split('{').next().unwrap_or_default();
+        // A module name counts where a path goes through it; a type name anywhere.
+        let leaks = names.iter().any(|name| {
+            let is_module = name.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+            token_positions(head, name).into_iter().any(|at| {
+                let whole = !head[..at].chars().next_back().is_some_and(is_ident_char);
+                whole && (!is_module || head[at + name.len()..].starts_with("::"))
+            })
+        });
+        if leaks {
+            found.push((i + 1, head.trim().to_string()));
+        }
+    }
+    found
+}
+
+/// The host files that define the public API: the modules `lib.rs` re-exports from (`pub use
+/// module::...`) and its public modules (`testing` aside, which is outside the API); for a
+/// folder module, `mod.rs` and the files it re-exports from.
+fn public_api_files(src: &Path) -> Result<Vec<PathBuf>> {
+    let lib = strip(&std::fs::read_to_string(src.join("lib.rs"))?).code;
+    let mut modules = BTreeSet::new();
+    for statement in lib.split(';') {
+        let statement = statement.trim();
+        if let Some(path) = statement.strip_prefix("pub use ") {
+            modules.insert(
+                path.split("::")
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string(),
+            );
+        } else if let Some(name) = statement.rsplit("pub mod ").next()
+            && statement.contains("pub mod ")
+            && name != "testing"
+            && !name.contains('{')
+        {
+            modules.insert(name.trim().to_string());
+        }
+    }
+    let mut files = vec![src.join("lib.rs")];
+    for module in modules {
+        let file = src.join(format!("{module}.rs"));
+        if file.exists() {
+            files.push(file);
+            continue;
+        }
+        let folder = src.join(&module);
+        let root = folder.join("mod.rs");
+        ensure!(
+            root.exists(),
+            "lib.rs re-exports from {module}, which has no file"
+        );
+        let code = strip(&std::fs::read_to_string(&root)?).code;
+        for statement in code.split(';') {
+            if let Some(path) = statement.trim().strip_prefix("pub use ") {
+                let sub = folder.join(format!(
+                    "{}.rs",
+                    path.split("::").next().unwrap_or_default().trim()
+                ));
+                if sub.exists() && !files.contains(&sub) {
+                    files.push(sub);
+                }
+            }
+        }
+        files.push(root);
+    }
+    Ok(files)
+}
+
+/// Planted leaks are found: a generated type through a module alias, through a type imported by
+/// name, and through the full path; private items and plain types are not flagged.
+#[test]
+fn the_generated_type_check_finds_a_planted_leak() {
+    let planted = "use crate::bindings::exports::m3::managed_input::runtime as wit;\n\
+                   use crate::bindings::m3::managed_input::types::{Timestamp, Status as WitStatus};\n\
+                   pub struct Public {\n    pub at: Timestamp,\n    pub name: String,\n}\n\
+                   impl Public {\n    pub fn state(&self) -> wit::ExecutionState {\n        todo()\n    }\n\
+                   pub(crate) fn inner(&self) -> wit::ExecutionSpec {\n        todo()\n    }\n\
+                   pub fn status(&self) -> Option<WitStatus> {\n        None\n    }\n\
+                   pub fn full(&self) -> crate::bindings::m3::managed_input::types::Cursor {\n        todo()\n    }\n\
+                   pub fn plain(&self) -> ExecutionState {\n        todo()\n    }\n}\n";
+    let found: Vec<usize> = generated_in_public_signatures(planted)
+        .into_iter()
+        .map(|(line, _)| line)
+        .collect();
+    assert_eq!(
+        found,
+        vec![4, 8, 14, 17],
+        "{:#?}",
+        generated_in_public_signatures(planted)
+    );
+}
+
+/// No generated binding type in the public API. `lib.rs` denies `private_interfaces`,
+/// `private_bounds` and `unnameable_types`, which keeps the host's own internal types out of
+/// public signatures; but the generated types are `pub` inside the private `bindings` module,
+/// which those lints let through (a planted `pub fn` returning `wit::ExecutionState` builds), so
+/// this scan is what holds them out: every public signature of the files that define the API.
+#[test]
+fn no_generated_type_in_the_public_api() -> Result<()> {
+    let src = workspace_root().join("host/src");
+    let lib = strip(&std::fs::read_to_string(src.join("lib.rs"))?).code;
+    ensure!(
+        lib.contains("#![deny(private_interfaces, private_bounds, unnameable_types)]"),
+        "lib.rs no longer denies private types in public signatures"
+    );
+    ensure!(
+        lib.lines().any(|l| l.trim() == "mod bindings;"),
+        "the generated bindings are no longer a private module"
+    );
+    let mut leaks = Vec::new();
+    for file in public_api_files(&src)? {
+        let code = strip(&std::fs::read_to_string(&file)?).code;
+        for (line, signature) in generated_in_public_signatures(&code) {
+            leaks.push(format!("{}:{line}: {signature}", file.display()));
+        }
+    }
+    ensure!(
+        leaks.is_empty(),
+        "generated types in the public API:\n{}",
+        leaks.join("\n")
+    );
     Ok(())
 }

@@ -1,6 +1,6 @@
-//! Cross-connection and cross-process change notification: a worker waiting for an answer learns
-//! of a commit made by another store object or another process (`PRAGMA data_version` on the
-//! store's keeper connection).
+//! Cross-connection and cross-process change notification through the one path the worker uses
+//! (`worker/changes.rs`, one `data_version` poller per database): a worker waiting for an answer
+//! learns of a commit made by another store object or another process, and of nothing else.
 
 use m3::*;
 use m3_tests::*;
@@ -9,23 +9,29 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_m3-test-fault-worker");
+const QUIET: Duration = Duration::from_millis(150);
 
-#[test]
-fn a_commit_by_another_store_object_is_noticed_and_reads_are_not() {
+fn signal(db: &TempDb) -> (SqliteExecutionStore, m3::testing::ChangeSignal) {
+    let store = SqliteExecutionStore::open(&db.path).unwrap();
+    let signal = m3::testing::ChangeSignal::on(&store.executions().unwrap());
+    (store, signal)
+}
+
+#[tokio::test]
+async fn a_commit_by_another_store_object_is_noticed_and_reads_are_not() {
     let db = TempDb::new();
-    let waiting = db.store();
-    create(&waiting, &address_round("r1"));
-    let mut watch = waiting.watch().unwrap();
-    assert!(!watch.changed().unwrap());
+    create(&db.store(), &address_round("r1"));
+    let (_store, mut watch) = signal(&db);
+    assert!(!watch.wait(QUIET).await, "nothing happened yet");
     // Reads, by anyone, are not changes.
-    waiting.get_round("r1").unwrap();
+    db.store().get_round("r1").unwrap();
     db.store().list_rounds(&RoundFilter::default()).unwrap();
-    assert!(!watch.changed().unwrap());
+    assert!(!watch.wait(QUIET).await, "reads are not changes");
     // A rejected submission writes nothing.
     let other = db.store();
     assert!(other.submit_responses_json("r1", "{}", "k").is_err());
     assert!(
-        !watch.changed().unwrap(),
+        !watch.wait(QUIET).await,
         "an invalid answer committed nothing"
     );
     let answer = BTreeMap::from([(
@@ -33,19 +39,18 @@ fn a_commit_by_another_store_object_is_noticed_and_reads_are_not() {
         ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
     )]);
     other.submit_responses("r1", &answer, "k").unwrap();
-    assert!(watch.changed().unwrap());
-    assert!(!watch.changed().unwrap(), "reported once");
+    assert!(
+        watch.wait(Duration::from_secs(20)).await,
+        "the commit was not noticed"
+    );
+    assert!(!watch.wait(QUIET).await, "reported once");
 }
 
 #[tokio::test]
 async fn a_commit_by_another_process_wakes_a_waiting_worker() {
     let db = TempDb::new();
-    let store = db.store();
-    let mut watch = store.watch().unwrap();
-    assert!(
-        !watch.wait(Duration::from_millis(50)).await.unwrap(),
-        "nothing happened yet"
-    );
+    let (_store, mut watch) = signal(&db);
+    assert!(!watch.wait(QUIET).await, "nothing happened yet");
     let started = Instant::now();
     let child = std::process::Command::new(WORKER)
         .arg(&db.path)
@@ -53,7 +58,7 @@ async fn a_commit_by_another_process_wakes_a_waiting_worker() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let woke = watch.wait(Duration::from_secs(20)).await.unwrap();
+    let woke = watch.wait(Duration::from_secs(20)).await;
     let latency = started.elapsed();
     let status = tokio::task::spawn_blocking(move || {
         let mut child = child;
@@ -65,5 +70,5 @@ async fn a_commit_by_another_process_wakes_a_waiting_worker() {
     assert!(status.success());
     assert!(woke, "the other process's commit was not noticed");
     println!("woke {latency:?} after starting the other process (includes its start-up)");
-    assert!(store.get_round("r1").unwrap().is_some());
+    assert!(db.store().get_round("r1").unwrap().is_some());
 }

@@ -22,7 +22,7 @@ pub enum World {
 pub fn write(cli: &Cli, world: World, file: &Path) -> Result<ExitCode> {
     let (name, bytes) = match world {
         World::PolicyOnly => ("policy-only", m3::POLICY_COMPONENT),
-        World::Engine => ("engine", m3::engine::GUEST_WASM),
+        World::Engine => ("engine", m3::health::engine_component()),
     };
     std::fs::write(file, bytes)
         .map_err(|e| anyhow::anyhow!("StorageError: {} cannot be written: {e}", file.display()))?;

@@ -2,8 +2,6 @@
 
 use crate::{Cli, print_json};
 use anyhow::Result;
-use m3::component_cache;
-use m3::engine::ComponentRuntime;
 use serde_json::{Value, json};
 use std::process::ExitCode;
 
@@ -83,7 +81,7 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
     let database = match cli
         .db
         .exists()
-        .then(|| m3::sqlite::database::health(&cli.db))
+        .then(|| m3::health::database_health(&cli.db))
     {
         Some(Ok(h)) => {
             let readable =
@@ -123,7 +121,7 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
                 "integrity": null,
                 "m3_database": null,
                 "schema_version": null,
-                "supported_schema_version": m3::sqlite::migrations::SCHEMA_VERSION,
+                "supported_schema_version": m3::health::SCHEMA_VERSION,
                 "unreadable_records": [],
                 "files_readable_by_others": loose_files(&cli.db),
                 "error": e.to_string(),
@@ -135,19 +133,19 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
             "integrity": null,
             "m3_database": null,
             "schema_version": null,
-            "supported_schema_version": m3::sqlite::migrations::SCHEMA_VERSION,
+            "supported_schema_version": m3::health::SCHEMA_VERSION,
             "unreadable_records": [],
             "files_readable_by_others": [],
             "error": null,
         }),
     };
-    let cache_dir = component_cache::default_cache_dir().map(|d| d.display().to_string());
-    let component = match ComponentRuntime::shared() {
+    let cache_dir = m3::health::component_cache_dir().map(|d| d.display().to_string());
+    let component = match m3::health::load_engine() {
         Ok(runtime) => json!({
             "loaded": true,
-            "cache": format!("{:?}", runtime.cache),
+            "cache": format!("{runtime:?}"),
             "cache_dir": cache_dir,
-            "wasm_sha256": m3::engine::GUEST_WASM_SHA256,
+            "wasm_sha256": m3::health::ENGINE_COMPONENT_SHA256,
             "error": null,
         }),
         Err(e) => {
@@ -156,7 +154,7 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
                 "loaded": false,
                 "cache": null,
                 "cache_dir": cache_dir,
-                "wasm_sha256": m3::engine::GUEST_WASM_SHA256,
+                "wasm_sha256": m3::health::ENGINE_COMPONENT_SHA256,
                 "error": e.to_string(),
             })
         }

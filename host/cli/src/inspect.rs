@@ -4,7 +4,6 @@
 use crate::{Cli, json, print_json};
 use anyhow::{Result, bail};
 use comfy_table::Table;
-use m3::kit::execution::state_back;
 use m3::{ExecutionState, ManagedInputRecord, ManagedInputStatus, ManagedInputStore, RoundFilter};
 use serde_json::Value;
 use std::process::ExitCode;
@@ -145,11 +144,7 @@ fn executions_table(states: &[ExecutionState]) -> Table {
 
 /// `m3 executions`.
 pub fn executions(cli: &Cli) -> Result<ExitCode> {
-    let states: Vec<ExecutionState> = crate::recovered_executions(cli)?
-        .list(None, None)?
-        .iter()
-        .map(state_back)
-        .collect();
+    let states: Vec<ExecutionState> = crate::recovered_executions(cli)?.states(None)?;
     if cli.json {
         print_json(
             &Value::Array(states.iter().map(json::execution).collect()),
@@ -166,7 +161,7 @@ pub fn executions(cli: &Cli) -> Result<ExitCode> {
 /// `m3 status`.
 pub fn status(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
     let executions = crate::recovered_executions(cli)?;
-    let state = state_back(&executions.snapshot(execution_id)?);
+    let state = executions.snapshot(execution_id)?;
     let records = list_rounds(cli, None, Some(execution_id))?;
     if cli.json {
         let mut value = json::execution(&state);
@@ -200,7 +195,7 @@ pub fn status(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
 
 /// `m3 cancel`.
 pub fn cancel(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
-    let state = state_back(&crate::executions(cli)?.request_cancel(execution_id)?);
+    let state = crate::executions(cli)?.request_cancel(execution_id)?;
     if cli.json {
         print_json(&json::execution(&state), false);
     } else if state.cancel_requested {

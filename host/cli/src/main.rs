@@ -168,9 +168,7 @@ fn main() -> ExitCode {
     };
     let code = report(outcome);
     // Said last, so that an error's first stderr line stays the typed error.
-    if let Some(notice) =
-        m3::engine::ComponentRuntime::shared_if_loaded().and_then(|runtime| runtime.cache.notice())
-    {
+    if let Some(notice) = m3::health::engine_if_loaded().and_then(|cache| cache.notice()) {
         eprintln!("notice: {notice}");
     }
     code
@@ -222,7 +220,7 @@ fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// The executions on `--db`.
-pub fn executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::worker::Executions>> {
+pub fn executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::Executions>> {
     use m3::ExecutionStore;
     let store = m3::SqliteExecutionStore::open(&cli.db)?;
     Ok(store.executions()?)
@@ -231,7 +229,7 @@ pub fn executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::worker::Execut
 /// The executions on `--db`, after a recovery pass, for the commands that list what waits:
 /// a round whose worker is gone is failed (`recovery_unavailable`) before it could be listed as
 /// answerable. What was recovered is said on stderr.
-pub fn recovered_executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::worker::Executions>> {
+pub fn recovered_executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::Executions>> {
     let executions = executions(cli)?;
     let report = executions.recover()?;
     if report.rounds_failed + report.executions_failed > 0 {

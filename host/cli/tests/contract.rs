@@ -1246,7 +1246,10 @@ fn component_writes_the_embedded_components() {
     let out = sandbox.m3(&["component", "--world", "engine", engine.to_str().unwrap()]);
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stdout.contains("wrote the engine component"));
-    assert_eq!(std::fs::read(&engine).unwrap(), m3::engine::GUEST_WASM);
+    assert_eq!(
+        std::fs::read(&engine).unwrap(),
+        m3::health::engine_component()
+    );
     assert!(!sandbox.db.exists(), "component created a database");
 
     let missing = sandbox.dir.path().join("no/such/dir/x.wasm");

@@ -18,7 +18,6 @@
 //! does print the answer and its key, so the scan can see them) and must still hold no lease
 //! token.
 
-use m3::bindings::exports::m3::managed_input::runtime as wit;
 use m3::{
     ElicitationRequest, ElicitationResponse, ManagedInputLease, ManagedInputStore, NewRound,
     OwnerClaim, SqliteExecutionStore,
@@ -221,36 +220,34 @@ fn valid(note: &str) -> Value {
 
 /// A queued execution for the rounds to belong to (never run: no worker is started).
 fn submit_execution(db: &Path) -> String {
-    let executions = SqliteExecutionStore::open(db)
-        .and_then(|s| m3::ExecutionStore::executions(&s))
-        .expect("open the executions");
-    let spec = wit::ExecutionSpec {
-        harness: "scripted".into(),
-        codex: None,
-        model: None,
-        prompt: "register a profile".into(),
-        script: json!({"steps": [{"tool": "profiles:register", "arguments": {}}]}).to_string(),
-        server: wit::ServerBinding {
-            name: "profiles".into(),
-            command: M3.into(),
-            args: vec!["shipping-server".into()],
-            cwd: None,
-            era: wit::EraChoice::Auto,
-            env_names: Vec::new(),
+    let store = std::sync::Arc::new(SqliteExecutionStore::open(db).expect("open the executions"));
+    // Queued for the whole test: its submitter's hold must not expire meanwhile.
+    let kit = m3::McpTestKit::with_options(
+        store,
+        BTreeMap::<String, String>::new(),
+        m3::KitOptions {
+            lease_ttl: Duration::from_secs(3_600),
+            lease_renew: Duration::from_secs(5),
         },
-        tools: vec!["profiles:register".into()],
-        human_input: wit::HumanInputMode::Managed,
-        plan: None,
-        round_limit: 10,
-        // Queued for the whole test: its submitter's hold must not expire meanwhile.
-        lease_ttl_ms: 3_600_000,
-        lease_renew_ms: 5_000,
-        round_deadline_ms: None,
-    };
-    executions
-        .submit(&spec, "redaction-test")
-        .unwrap_or_else(|e| panic!("submit: {e:?}"))
-        .execution_id
+    )
+    .expect("a kit");
+    let agent = kit
+        .agents([m3::AgentSpec::scripted(m3::Script::call(
+            "profiles:register",
+            json!({}),
+        ))])
+        .expect("an agent")
+        .remove(0);
+    m3::testing::submit_without_running(
+        &agent,
+        m3::Submission::new(
+            "register a profile",
+            m3::StdioServer::new("profiles", M3).args(["shipping-server"]),
+        )
+        .tools(["profiles:register"])
+        .human_input(m3::HumanInput::Managed),
+    )
+    .unwrap_or_else(|e| panic!("submit: {e:?}"))
 }
 
 #[test]

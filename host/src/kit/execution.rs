@@ -268,7 +268,7 @@ fn timestamp(t: &crate::bindings::m3::managed_input::types::Timestamp) -> DateTi
 }
 
 /// WIT -> public execution state.
-pub fn state_back(s: &wit::ExecutionState) -> ExecutionState {
+pub(crate) fn state_back(s: &wit::ExecutionState) -> ExecutionState {
     use wit::ExecutionLifecycle as W;
     ExecutionState {
         execution_id: s.execution_id.clone(),

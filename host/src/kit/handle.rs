@@ -2,7 +2,7 @@
 
 use super::execution::{
     ExecutionError, ExecutionResult, ExecutionState, ExecutionStatus, FailureKind,
-    OperationTimeout, TimeoutCause, state_back,
+    OperationTimeout, TimeoutCause,
 };
 use crate::error::ManagedInputError;
 use crate::response::ElicitationResponse;
@@ -183,9 +183,7 @@ impl AsyncExecutionHandle {
 }
 
 fn snapshot(shared: &Shared) -> Result<ExecutionState, ExecutionError> {
-    Ok(state_back(
-        &shared.executions.snapshot(&shared.execution_id)?,
-    ))
+    Ok(shared.executions.snapshot(&shared.execution_id)?)
 }
 
 /// An execution, for blocking callers.

@@ -7,4 +7,3 @@ pub mod database;
 pub mod execution_rows;
 pub mod migrations;
 pub mod transaction;
-pub mod watch;

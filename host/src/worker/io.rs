@@ -46,11 +46,6 @@ impl ExecutionIo {
         }
     }
 
-    /// The child's process id, while it runs.
-    pub fn child_pid(&self) -> Option<u32> {
-        self.child.as_ref().map(ChildProcess::pid)
-    }
-
     /// Kills and reaps the child (every exit path of a worker ends here).
     pub async fn reap(&mut self) {
         if let Some(mut child) = self.child.take() {

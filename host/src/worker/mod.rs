@@ -13,6 +13,8 @@ use crate::convert;
 use crate::error::{EngineError, EngineErrorKind, ManagedInputError};
 use crate::guest_imports::HostState;
 use crate::instance::bounded_store;
+use crate::kit::ExecutionState;
+use crate::kit::execution::state_back;
 use crate::round::PendingElicitationRound;
 use crate::store::{SqliteManagedInputStore, StoreResult};
 use changes::DatabaseChanges;
@@ -30,7 +32,19 @@ pub enum SubmitFailure {
     Failed(ManagedInputError),
 }
 
-/// The executions of one database.
+/// What a recovery pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct RecoveryReport {
+    /// Rounds failed `recovery_unavailable` (their worker is gone).
+    pub rounds_failed: u32,
+    /// Executions finished failed (their worker, or their submitter, is gone).
+    pub executions_failed: u32,
+    /// Records that could not be read, counted and left as they are.
+    pub records_unreadable: u32,
+}
+
+/// The stored executions of one database, without a kit: read them, cancel them, recover the
+/// ones whose worker is gone. (Submitting and running is the kit's.)
 #[derive(Debug)]
 pub struct Executions {
     store: Arc<SqliteManagedInputStore>,
@@ -64,7 +78,7 @@ impl Executions {
 
     /// Checks and stores a submission as a queued execution held by `owner_id` (the submitter,
     /// whose worker runs it) for one lease.
-    pub fn submit(
+    pub(crate) fn submit(
         &self,
         spec: &wit::ExecutionSpec,
         owner_id: &str,
@@ -81,16 +95,23 @@ impl Executions {
     }
 
     /// The execution's state.
-    pub fn snapshot(&self, execution_id: &str) -> StoreResult<wit::ExecutionState> {
-        self.store
+    pub fn snapshot(&self, execution_id: &str) -> StoreResult<ExecutionState> {
+        let state = self
+            .store
             .pool()
             .call(|b, s| b.m3_managed_input_runtime().call_snapshot(s, execution_id))?
-            .map_err(|e| convert::error_back(&e))
+            .map_err(|e| convert::error_back(&e))?;
+        Ok(state_back(&state))
+    }
+
+    /// Every execution, oldest first, at most `limit`.
+    pub fn states(&self, limit: Option<u32>) -> StoreResult<Vec<ExecutionState>> {
+        Ok(self.list(None, limit)?.iter().map(state_back).collect())
     }
 
     /// Executions with `status` (all when `None`), oldest first, at most `limit` (paged through
     /// the component, so a long listing never outgrows one call's budget).
-    pub fn list(
+    pub(crate) fn list(
         &self,
         status: Option<crate::bindings::m3::managed_input::types::ExecutionStatus>,
         limit: Option<u32>,
@@ -169,21 +190,24 @@ impl Executions {
             .map_err(|e| convert::error_back(&e))
     }
 
-    /// Asks for the execution to be cancelled.
-    pub fn request_cancel(&self, execution_id: &str) -> StoreResult<wit::ExecutionState> {
-        self.store
+    /// Asks for the execution to be cancelled: a queued one finishes `cancelled` at once, a
+    /// running one's worker carries the cancel out.
+    pub fn request_cancel(&self, execution_id: &str) -> StoreResult<ExecutionState> {
+        let state = self
+            .store
             .pool()
             .call(|b, s| {
                 b.m3_managed_input_runtime()
                     .call_request_cancel(s, execution_id)
             })?
-            .map_err(|e| convert::error_back(&e))
+            .map_err(|e| convert::error_back(&e))?;
+        Ok(state_back(&state))
     }
 
     /// Fails the rounds and executions whose workers are gone.
     /// Then ends what their dead workers left behind: the child process groups (when still
     /// the same) and the scratch directories.
-    pub fn recover(&self) -> StoreResult<wit::RecoveryReport> {
+    pub fn recover(&self) -> StoreResult<RecoveryReport> {
         let report = self
             .store
             .pool()
@@ -196,14 +220,18 @@ impl Executions {
                 std::path::Path::new(&left.scratch),
             );
         }
-        Ok(report)
+        Ok(RecoveryReport {
+            rounds_failed: report.rounds_failed,
+            executions_failed: report.executions_failed,
+            records_unreadable: report.records_unreadable,
+        })
     }
 
     /// Drives the queued execution `execution_id` to its end as worker `owner_id`. Its child
     /// gets exactly `env`; `wake` is notified by whoever commits an answer or a cancel request
     /// in this process (commits from elsewhere are noticed through the database). The child is
     /// killed and reaped however the call ends.
-    pub async fn run(
+    pub(crate) async fn run(
         &self,
         execution_id: &str,
         owner_id: &str,

@@ -1,0 +1,38 @@
+//! What `m3 doctor` reports, for any tool that wants the same: a database file's health read
+//! without changing it, the schema version this build writes, and the engine component (its
+//! digest, and where its compiled code came from).
+
+use crate::error::EngineError;
+use std::path::{Path, PathBuf};
+
+pub use crate::component_cache::CacheOutcome;
+pub use crate::sqlite::database::Health as DatabaseHealth;
+pub use crate::sqlite::migrations::SCHEMA_VERSION;
+
+/// The engine component's bytes (WIT world `engine`), as embedded in this build.
+pub fn engine_component() -> &'static [u8] {
+    crate::engine::GUEST_WASM
+}
+
+/// The SHA-256 of [`engine_component`], in hex.
+pub const ENGINE_COMPONENT_SHA256: &str = crate::engine::GUEST_WASM_SHA256;
+
+/// Reads the health of the database file at `path` (opened read-only).
+pub fn database_health(path: &Path) -> rusqlite::Result<DatabaseHealth> {
+    crate::sqlite::database::health(path)
+}
+
+/// Where compiled components are cached (`$M3_CACHE_DIR` or the user's cache directory).
+pub fn component_cache_dir() -> Option<PathBuf> {
+    crate::component_cache::default_cache_dir()
+}
+
+/// Loads the engine component (once per process) and says where its compiled code came from.
+pub fn load_engine() -> Result<CacheOutcome, EngineError> {
+    Ok(crate::engine::ComponentRuntime::shared()?.cache.clone())
+}
+
+/// Where the engine's compiled code came from, if this process has loaded it.
+pub fn engine_if_loaded() -> Option<CacheOutcome> {
+    crate::engine::ComponentRuntime::shared_if_loaded().map(|r| r.cache.clone())
+}
