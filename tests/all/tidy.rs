@@ -813,7 +813,7 @@ fn host_source_holds_no_mcp_protocol_names() -> Result<()> {
         found.join("\n")
     );
     // The check can fail: the component's MCP client does use these words.
-    let guest = std::fs::read_to_string(workspace_root().join("guest/src/mcp/mrtr.rs"))?;
+    let guest = std::fs::read_to_string(workspace_root().join("guest/src/engine/mcp/mrtr.rs"))?;
     ensure!(strip(&guest).code_and_strings.contains("requestState"));
     Ok(())
 }

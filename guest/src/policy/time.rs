@@ -30,12 +30,6 @@ pub fn at_or_after(a: &Timestamp, b: &Timestamp) -> bool {
     to_nanos(a) >= to_nanos(b)
 }
 
-/// The current UTC time from the host.
-#[cfg(feature = "engine")]
-pub fn now() -> Timestamp {
-    crate::m3::managed_input::clock::now()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
