@@ -8,10 +8,11 @@ use crate::error::{
     ManagedInputStateError, ManagedInputValidationError, StorageError,
 };
 use crate::record::{
-    FailureCode, HarnessMetadata, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord,
-    ManagedInputStatus, RoundFailure, RoundFilter,
+    FailureCode, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord, ManagedInputStatus,
+    RoundFailure, RoundFilter,
 };
 use crate::response::{ElicitationAction, ElicitationResponse, RedactedResponse};
+use crate::round::HarnessMetadata;
 use crate::round::{
     Deadline, ElicitationRequest, FormElicitationRequest, NewRound, OperationKind, OwnerClaim,
     PendingElicitationRound, RequestContext, UrlElicitationRequest,

@@ -67,7 +67,7 @@ pub struct HostState {
     pub forbidden_import: Option<String>,
     /// The execution's child process and events (`None` outside `run-execution`: the
     /// `process` import then refuses and `events.next` only times out).
-    pub io: Option<crate::worker::io::ExecutionIo>,
+    pub process: crate::worker::io::ProcessContext,
 }
 
 impl HostState {
@@ -85,13 +85,22 @@ impl HostState {
             host_returned: false,
             fuel_peak: 0,
             forbidden_import: None,
-            io: None,
+            process: crate::worker::io::ProcessContext::default(),
         }
     }
 
-    fn returning<T>(&mut self, value: T) -> T {
+    /// The state as the `clock` and `store` imports see it. Every m3 import is reached through
+    /// a projection like this one, which marks that the host is about to return to the
+    /// component (the call hook then refills its compute budget): the one place that happens.
+    pub(crate) fn for_import(&mut self) -> &mut Self {
         self.host_returned = true;
-        value
+        self
+    }
+
+    /// The `process` and `events` capabilities, marked the same way.
+    pub(crate) fn for_process(&mut self) -> &mut crate::worker::io::ProcessContext {
+        self.host_returned = true;
+        &mut self.process
     }
 }
 
@@ -122,7 +131,7 @@ impl HostTransaction for HostState {
             Ok(tx) => Ok(self.table.push(tx)?),
             Err(e) => Err(e),
         };
-        Ok(self.returning(result))
+        Ok(result)
     }
 
     fn get(
@@ -131,7 +140,7 @@ impl HostTransaction for HostState {
         round_id: String,
     ) -> wasmtime::Result<Result<Option<RoundRow>, StoreError>> {
         let result = self.table.get(&tx)?.get(&round_id);
-        Ok(self.returning(result))
+        Ok(result)
     }
 
     fn list(
@@ -140,7 +149,7 @@ impl HostTransaction for HostState {
         filter: RoundFilter,
     ) -> wasmtime::Result<Result<Vec<RoundRow>, StoreError>> {
         let result = self.table.get(&tx)?.list(&filter);
-        Ok(self.returning(result))
+        Ok(result)
     }
 
     fn insert(
@@ -149,7 +158,7 @@ impl HostTransaction for HostState {
         row: RoundRow,
     ) -> wasmtime::Result<Result<bool, StoreError>> {
         let result = self.table.get(&tx)?.insert(&row);
-        Ok(self.returning(result))
+        Ok(result)
     }
 
     fn compare_and_set(
@@ -159,7 +168,7 @@ impl HostTransaction for HostState {
         expected_version: u64,
     ) -> wasmtime::Result<Result<bool, StoreError>> {
         let result = self.table.get(&tx)?.compare_and_set(&row, expected_version);
-        Ok(self.returning(result))
+        Ok(result)
     }
 
     fn get_execution(
@@ -168,7 +177,7 @@ impl HostTransaction for HostState {
         execution_id: String,
     ) -> wasmtime::Result<Result<Option<ExecutionRow>, StoreError>> {
         let result = self.table.get(&tx)?.get_execution(&execution_id);
-        Ok(self.returning(result))
+        Ok(result)
     }
 
     fn list_executions(
@@ -182,7 +191,7 @@ impl HostTransaction for HostState {
             .table
             .get(&tx)?
             .list_executions(status, limit, after.as_ref());
-        Ok(self.returning(result))
+        Ok(result)
     }
 
     fn insert_execution(
@@ -191,7 +200,7 @@ impl HostTransaction for HostState {
         row: ExecutionRow,
     ) -> wasmtime::Result<Result<bool, StoreError>> {
         let result = self.table.get(&tx)?.insert_execution(&row);
-        Ok(self.returning(result))
+        Ok(result)
     }
 
     fn compare_and_set_execution(
@@ -204,20 +213,19 @@ impl HostTransaction for HostState {
             .table
             .get(&tx)?
             .compare_and_set_execution(&row, expected_version);
-        Ok(self.returning(result))
+        Ok(result)
     }
 
     fn commit(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<Result<(), StoreError>> {
         crate::fault::hit("commit.before");
         let result = self.table.get_mut(&tx)?.commit();
         crate::fault::hit("commit.after");
-        Ok(self.returning(result))
+        Ok(result)
     }
 
     fn drop(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<()> {
         // Dropping the connection rolls back anything not committed.
         self.table.delete(tx)?;
-        self.host_returned = true;
         Ok(())
     }
 }

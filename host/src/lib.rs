@@ -60,6 +60,7 @@ mod convert;
 pub mod embedding {}
 mod engine;
 mod error;
+mod execution;
 mod execution_store;
 mod fault;
 mod guest_imports;
@@ -73,6 +74,7 @@ mod record;
 mod response;
 mod round;
 mod sandbox;
+mod server;
 mod sqlite;
 mod store;
 mod submission;
@@ -86,28 +88,31 @@ pub use error::{
     ManagedInputRecoveryError, ManagedInputStateError, ManagedInputValidationError, OpenError,
     StorageError,
 };
+pub use execution::{
+    ExecutionFailure, ExecutionOutcome, ExecutionResult, ExecutionState, ExecutionStatus,
+    FailureKind, OperationTimeout, OutcomeKind, TimeoutCause, ToolResult,
+};
 pub use execution_store::{
     ExecutionStore, ExecutionStoreError, InMemoryExecutionStore, SqliteExecutionStore,
 };
 pub use instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
 pub use kit::{
     Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, CodexOptions,
-    ExecutionError, ExecutionFailure, ExecutionHandle, ExecutionOutcome, ExecutionResult,
-    ExecutionState, ExecutionStatus, FailureKind, Harness, KitOptions, McpEra, McpTestKit,
-    ModelProvider, OperationTimeout, OutcomeKind, PermissionPolicy, PlanEntry, PlanMatch, Script,
-    ScriptStep, StdioServer, TimeoutCause, ToolResult,
+    ExecutionError, ExecutionHandle, Harness, KitOptions, McpTestKit, ModelProvider,
+    PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
 };
 pub use policy::{POLICY_COMPONENT, Policy, PreparedRound};
 pub use record::{
-    FailureCode, HarnessMetadata, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord,
-    ManagedInputStatus, RoundFailure, RoundFilter,
+    FailureCode, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord, ManagedInputStatus,
+    RoundFailure, RoundFilter,
 };
 pub use response::{ElicitationAction, ElicitationResponse, RedactedResponse};
 pub use round::{
-    Deadline, ElicitationRequest, FormElicitationRequest, NewRound, OperationKind, OwnerClaim,
-    PendingElicitationRound, RequestContext, UrlElicitationRequest,
+    Deadline, ElicitationRequest, FormElicitationRequest, HarnessMetadata, NewRound, OperationKind,
+    OwnerClaim, PendingElicitationRound, RequestContext, UrlElicitationRequest,
 };
 pub use sandbox::{ImportBinding, ImportProvider, SandboxProbe};
+pub use server::{McpEra, StdioServer};
 pub use sqlite::database::Synchronous;
 pub use store::{ManagedInputStore, SqliteManagedInputStore, StoreOptions, StoreResult};
 pub use submission::{HumanInput, ModelValidationError, Submission};

@@ -1,7 +1,7 @@
 //! What the store keeps about a round: status, lease, answers and lifecycle.
 
 use crate::response::ElicitationResponse;
-use crate::round::PendingElicitationRound;
+use crate::round::{HarnessMetadata, PendingElicitationRound};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -130,17 +130,6 @@ impl fmt::Debug for ManagedInputLease {
             .field("expires_at", &self.expires_at)
             .finish()
     }
-}
-
-/// Harness session metadata.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HarnessMetadata {
-    /// The harness's session id.
-    pub session_id: Option<String>,
-    /// The native resume token.
-    pub resume_token: Option<String>,
-    /// The harness turn id.
-    pub turn_id: Option<String>,
 }
 
 /// When each lifecycle step happened.

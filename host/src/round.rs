@@ -186,7 +186,7 @@ pub struct NewRound {
     /// The operation's parameters (a JSON object).
     pub operation_parameters: serde_json::Map<String, Value>,
     /// Harness session metadata.
-    pub harness: crate::record::HarnessMetadata,
+    pub harness: HarnessMetadata,
 }
 
 impl NewRound {
@@ -223,4 +223,15 @@ impl NewRound {
         self.owner = Some(owner);
         self
     }
+}
+
+/// Harness session metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HarnessMetadata {
+    /// The harness's session id.
+    pub session_id: Option<String>,
+    /// The native resume token.
+    pub resume_token: Option<String>,
+    /// The harness turn id.
+    pub turn_id: Option<String>,
 }

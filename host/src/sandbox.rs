@@ -5,6 +5,7 @@
 
 use crate::bindings;
 use crate::guest_imports::HostState;
+use crate::worker::io::ProcessContext;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime_wasi::random::WasiRandom;
 
@@ -78,18 +79,28 @@ pub fn provider_for(name: &str) -> ImportProvider {
 /// executions: `process` and `events` included (async host functions, so stores made from this
 /// linker are called with `call_async`).
 pub fn link(linker: &mut Linker<HostState>, component: &Component) -> wasmtime::Result<()> {
-    bindings::Engine::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    use bindings::m3::managed_input::{events, process};
+    link_clock_and_store(linker)?;
+    process::add_to_linker::<HostState, HasSelf<ProcessContext>>(linker, HostState::for_process)?;
+    events::add_to_linker::<HostState, HasSelf<ProcessContext>>(linker, HostState::for_process)?;
     link_random_and_traps(linker, component)
 }
 
 /// Like [`link`] for stores that only make synchronous calls (the store API, policy checks,
 /// submissions): `clock` and `store` are linked; `process` and `events` trap if called.
 pub fn link_sync(linker: &mut Linker<HostState>, component: &Component) -> wasmtime::Result<()> {
-    use bindings::m3::managed_input::{clock, store, types};
-    types::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
-    clock::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
-    store::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    link_clock_and_store(linker)?;
     link_random_and_traps(linker, component)
+}
+
+/// The `clock` and `store` imports, each reached through [`HostState::for_import`] (which
+/// marks the return to the component for the compute budget's refill).
+fn link_clock_and_store(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    use bindings::m3::managed_input::{clock, store, types};
+    types::add_to_linker::<HostState, HasSelf<HostState>>(linker, HostState::for_import)?;
+    clock::add_to_linker::<HostState, HasSelf<HostState>>(linker, HostState::for_import)?;
+    store::add_to_linker::<HostState, HasSelf<HostState>>(linker, HostState::for_import)?;
+    Ok(())
 }
 
 fn link_random_and_traps(

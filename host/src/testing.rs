@@ -2,8 +2,9 @@
 //! need them (a fixture read without a kit, a queued execution nobody runs). Not part of the API:
 //! anything here may change in any release.
 
+use crate::execution::ExecutionState;
 use crate::execution_store::ExecutionStore;
-use crate::kit::{ExecutionError, ExecutionState};
+use crate::kit::ExecutionError;
 
 /// The state of execution `execution_id` as stored, read without a kit (a kit recovers what it
 /// finds expired; this reads only).
@@ -17,10 +18,7 @@ pub fn execution_state(
 /// Every stored execution's state, oldest first, read without a kit.
 pub fn execution_states(store: &dyn ExecutionStore) -> Result<Vec<ExecutionState>, ExecutionError> {
     let states = store.executions()?.list(None, None)?;
-    Ok(states
-        .iter()
-        .map(crate::kit::execution::state_back)
-        .collect())
+    Ok(states.iter().map(crate::execution::state_back).collect())
 }
 
 /// Stores `submission` as a queued execution held by `agent`'s kit, without starting a worker
@@ -156,5 +154,5 @@ pub fn run_as_worker(
         std::collections::BTreeMap::new(),
         std::sync::Arc::new(tokio::sync::Notify::new()),
     ))?;
-    Ok(crate::kit::execution::state_back(&state))
+    Ok(crate::execution::state_back(&state))
 }

@@ -1003,3 +1003,118 @@ fn no_generated_type_in_the_public_api() -> Result<()> {
     );
     Ok(())
 }
+
+/// The module a host file is (`kit/mod.rs` is `kit`, `worker/io.rs` is `worker::io`).
+fn host_module(rel: &str) -> String {
+    rel.trim_end_matches(".rs")
+        .trim_end_matches("/mod")
+        .replace('/', "::")
+}
+
+/// Which host modules each host module uses (`crate::a::b` and `super::x` paths, tests aside),
+/// the generated bindings left out (their resource types name the host's on purpose).
+fn host_module_uses(src: &Path) -> Result<std::collections::BTreeMap<String, BTreeSet<String>>> {
+    let mut sources = std::collections::BTreeMap::new();
+    for file in rust_files(src)? {
+        let rel = file.strip_prefix(src)?.to_string_lossy().replace('\\', "/");
+        let module = host_module(&rel);
+        if module == "lib" || module == "bindings" {
+            continue;
+        }
+        let code = strip(&std::fs::read_to_string(&file)?).code;
+        let code = code
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        sources.insert(module, code);
+    }
+    let modules: BTreeSet<String> = sources.keys().cloned().collect();
+    let mut uses = std::collections::BTreeMap::new();
+    for (module, code) in &sources {
+        let mut used = BTreeSet::new();
+        let parent = module.rsplit_once("::").map(|(p, _)| p.to_string());
+        for (prefix, base) in [("crate::", None), ("super::", parent.clone())] {
+            for (at, _) in code.match_indices(prefix) {
+                if code[..at].chars().next_back().is_some_and(is_ident_char) {
+                    continue;
+                }
+                let path: String = code[at + prefix.len()..]
+                    .chars()
+                    .take_while(|c| is_ident_char(*c) || *c == ':')
+                    .collect();
+                let parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+                let full: Vec<String> = match (&base, prefix) {
+                    (Some(base), "super::") => std::iter::once(base.clone())
+                        .chain(parts.iter().map(|p| p.to_string()))
+                        .collect(),
+                    (None, "super::") => continue,
+                    _ => parts.iter().map(|p| p.to_string()).collect(),
+                };
+                // The longest prefix of the path that is a module.
+                for k in (1..=full.len()).rev() {
+                    let candidate = full[..k].join("::");
+                    if modules.contains(&candidate) {
+                        let inside =
+                            module == &candidate || module.starts_with(&format!("{candidate}::"));
+                        if !inside {
+                            used.insert(candidate);
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        uses.insert(module.clone(), used);
+    }
+    Ok(uses)
+}
+
+/// Groups of modules that use each other in a circle.
+fn circles(uses: &std::collections::BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    // Reachability by repeated expansion: small graphs, plain code.
+    let reach = |from: &String| {
+        let mut seen = BTreeSet::new();
+        let mut todo: Vec<String> = uses[from].iter().cloned().collect();
+        while let Some(next) = todo.pop() {
+            if seen.insert(next.clone()) {
+                todo.extend(uses.get(&next).into_iter().flatten().cloned());
+            }
+        }
+        seen
+    };
+    let reached: std::collections::BTreeMap<&String, BTreeSet<String>> =
+        uses.keys().map(|m| (m, reach(m))).collect();
+    let mut groups: Vec<Vec<String>> = Vec::new();
+    for module in uses.keys() {
+        if !reached[module].contains(module) || groups.iter().any(|g| g.contains(module)) {
+            continue;
+        }
+        let group: Vec<String> = uses
+            .keys()
+            .filter(|other| reached[module].contains(*other) && reached[*other].contains(module))
+            .cloned()
+            .collect();
+        groups.push(group);
+    }
+    groups
+}
+
+/// `host/src` reads top-down: no two host modules use each other, directly or through others.
+#[test]
+fn host_modules_use_each_other_in_no_circle() -> Result<()> {
+    let uses = host_module_uses(&workspace_root().join("host/src"))?;
+    ensure!(uses.len() > 20, "the host's modules were not found");
+    let found = circles(&uses);
+    ensure!(found.is_empty(), "host modules in a circle: {found:?}");
+    // The check sees a circle when there is one.
+    let mut planted = uses.clone();
+    planted.get_mut("round").unwrap().insert("record".into());
+    planted.get_mut("record").unwrap().insert("round".into());
+    ensure!(
+        circles(&planted) == vec![vec!["record".to_string(), "round".to_string()]],
+        "a planted circle was not found: {:?}",
+        circles(&planted)
+    );
+    Ok(())
+}

@@ -1,10 +1,10 @@
 //! Execution handles: read the pending round, answer it, watch and cancel the execution.
 
-use super::execution::{
-    ExecutionError, ExecutionResult, ExecutionState, ExecutionStatus, FailureKind,
-    OperationTimeout, TimeoutCause,
-};
+use super::ExecutionError;
 use crate::error::ManagedInputError;
+use crate::execution::{
+    ExecutionResult, ExecutionState, ExecutionStatus, FailureKind, OperationTimeout, TimeoutCause,
+};
 use crate::response::ElicitationResponse;
 use crate::round::PendingElicitationRound;
 use crate::worker::Executions;

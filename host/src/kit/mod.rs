@@ -13,20 +13,17 @@
 //! the store, submitted by any process.
 
 pub mod agent;
-pub mod execution;
+mod error;
 pub mod handle;
-pub mod server;
 
 pub use agent::{
     AgentSpec, CodexOptions, Harness, ModelProvider, PermissionPolicy, PlanEntry, PlanMatch,
     Script, ScriptStep,
 };
-pub use execution::{
-    ExecutionError, ExecutionFailure, ExecutionOutcome, ExecutionResult, ExecutionState,
-    ExecutionStatus, FailureKind, OperationTimeout, OutcomeKind, TimeoutCause, ToolResult,
-};
+pub use error::ExecutionError;
 pub use handle::{AsyncExecutionHandle, ExecutionHandle};
-pub use server::{McpEra, StdioServer};
+
+use crate::server::McpEra;
 
 use crate::bindings::exports::m3::managed_input::runtime as wit;
 use crate::execution_store::ExecutionStore;
@@ -607,7 +604,7 @@ impl Agent {
     }
 
     /// Stores a submission as a queued execution held by the kit, and runs nothing
-    /// ([`crate::testing::submit_without_running`]).
+    /// (for the hook of m3's own tests).
     pub(crate) fn store_only(&self, submission: Submission) -> Result<String, ExecutionError> {
         let kit = &self.inner.kit;
         let mut env = kit.inner.env.clone();

@@ -26,9 +26,6 @@ impl Synchronous {
     }
 }
 
-/// `PRAGMA application_id` of an m3 database ("M3MI").
-pub const APPLICATION_ID: i64 = 0x4d33_4d49;
-
 /// A database file shared by every operation of one store object.
 pub struct Database {
     path: PathBuf,
@@ -173,7 +170,7 @@ fn check_header(path: &Path) -> Result<(), OpenError> {
     let application_id = i64::from(i32::from_be_bytes([
         header[68], header[69], header[70], header[71],
     ]));
-    if application_id != 0 && application_id != APPLICATION_ID {
+    if application_id != 0 && application_id != super::migrations::APPLICATION_ID {
         return Err(OpenError::Incompatible(format!(
             "{} is a SQLite database of another application (application_id {application_id})",
             path.display()
@@ -291,6 +288,6 @@ pub fn health(path: &Path) -> rusqlite::Result<Health> {
         integrity,
         schema_version,
         supported_version: super::migrations::SCHEMA_VERSION,
-        is_m3_database: application_id == APPLICATION_ID,
+        is_m3_database: application_id == super::migrations::APPLICATION_ID,
     })
 }

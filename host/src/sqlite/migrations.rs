@@ -1,6 +1,7 @@
 //! Versioned schema migrations, tracked in `PRAGMA user_version`.
 
-use super::database::APPLICATION_ID;
+/// `PRAGMA application_id` of an m3 database ("M3MI").
+pub const APPLICATION_ID: i64 = 0x4d33_4d49;
 use crate::error::OpenError;
 use rusqlite::Connection;
 

@@ -4,7 +4,6 @@
 
 use crate::bindings::m3::managed_input::events::{self, Event};
 use crate::bindings::m3::managed_input::process::{self, SpawnSpec, Spawned};
-use crate::guest_imports::HostState;
 use crate::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -163,7 +162,15 @@ async fn wait(child: Option<&mut ChildProcess>) -> Option<i32> {
     }
 }
 
-impl HostState {
+/// The `process` and `events` capabilities of one instance (linked by projection from the
+/// instance's state): an execution's I/O in a worker's instance, nothing in any other.
+#[derive(Default)]
+pub struct ProcessContext {
+    /// The execution's I/O, in a worker's instance.
+    pub io: Option<ExecutionIo>,
+}
+
+impl ProcessContext {
     fn io(&mut self) -> Result<&mut ExecutionIo, String> {
         self.io
             .as_mut()
@@ -171,10 +178,9 @@ impl HostState {
     }
 }
 
-impl process::Host for HostState {
+impl process::Host for ProcessContext {
     fn spawn(&mut self, spec: SpawnSpec) -> wasmtime::Result<Result<Spawned, String>> {
         let result = self.io().and_then(|io| io.spawn(spec));
-        self.host_returned = true;
         Ok(result)
     }
 
@@ -186,7 +192,6 @@ impl process::Host for HostState {
             },
             Err(e) => Err(e),
         };
-        self.host_returned = true;
         Ok(result)
     }
 
@@ -196,7 +201,6 @@ impl process::Host for HostState {
         {
             child.close_stdin();
         }
-        self.host_returned = true;
         Ok(())
     }
 
@@ -208,19 +212,16 @@ impl process::Host for HostState {
             drop(child);
             io.output = None;
         }
-        self.host_returned = true;
         Ok(())
     }
 }
 
-impl events::Host for HostState {
+impl events::Host for ProcessContext {
     async fn next(&mut self, timeout_ms: u64) -> wasmtime::Result<Event> {
         let event = match self.io() {
             Ok(io) => io.next(Duration::from_millis(timeout_ms)).await,
             Err(_) => Event::Timeout,
         };
-        // The budget is refilled as the host returns to the component.
-        self.host_returned = true;
         Ok(event)
     }
 }

@@ -11,10 +11,10 @@ pub mod io;
 use crate::bindings::exports::m3::managed_input::runtime as wit;
 use crate::convert;
 use crate::error::{EngineError, EngineErrorKind, ManagedInputError};
+use crate::execution::ExecutionState;
+use crate::execution::state_back;
 use crate::guest_imports::HostState;
 use crate::instance::bounded_store;
-use crate::kit::ExecutionState;
-use crate::kit::execution::state_back;
 use crate::round::PendingElicitationRound;
 use crate::store::{SqliteManagedInputStore, StoreResult};
 use changes::DatabaseChanges;
@@ -246,7 +246,7 @@ impl Executions {
             Some(self.store.database().clone()),
             pool.limits().max_memory,
         );
-        state.io = Some(ExecutionIo::new(env, wake, subscription.receiver.clone()));
+        state.process.io = Some(ExecutionIo::new(env, wake, subscription.receiver.clone()));
         let mut store = bounded_store(&runtime.engine, state, pool.limits());
         let bindings = runtime
             .execution_pre
@@ -257,7 +257,7 @@ impl Executions {
             .m3_managed_input_runtime()
             .call_run_execution(&mut store, execution_id, owner_id)
             .await;
-        if let Some(io) = store.data_mut().io.as_mut() {
+        if let Some(io) = store.data_mut().process.io.as_mut() {
             io.reap().await;
         }
         drop(subscription);

@@ -2,10 +2,7 @@
 //! execution API.
 
 use crate::bindings::exports::m3::managed_input::runtime as wit;
-use crate::error::{EngineError, ManagedInputError};
-use crate::execution_store::ExecutionStoreError;
 use crate::record::FailureCode;
-use crate::submission::ModelValidationError;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -234,32 +231,6 @@ impl std::fmt::Display for TimeoutCause {
             Self::Wait(waited) => write!(f, "did not finish within {waited:?}"),
             Self::Deadline(message) => write!(f, "{message}"),
         }
-    }
-}
-
-/// Errors of the execution API.
-#[derive(Debug, thiserror::Error)]
-pub enum ExecutionError {
-    /// The submission cannot run.
-    #[error(transparent)]
-    ModelValidation(#[from] ModelValidationError),
-    /// A managed-input error (validation, conflict, state, recovery, storage, engine).
-    #[error(transparent)]
-    ManagedInput(#[from] ManagedInputError),
-    /// A wait ran out.
-    #[error(transparent)]
-    OperationTimeout(#[from] OperationTimeout),
-    /// The execution store failed or was closed.
-    #[error(transparent)]
-    Store(#[from] ExecutionStoreError),
-    /// The kit's tokio runtime failed (a task panicked or was cancelled).
-    #[error("EngineError: the kit's runtime failed: {0}")]
-    Runtime(String),
-}
-
-impl From<EngineError> for ExecutionError {
-    fn from(e: EngineError) -> Self {
-        Self::ManagedInput(ManagedInputError::Engine(e))
     }
 }
 
