@@ -33,6 +33,7 @@
 
 use chrono::TimeDelta;
 use m3::*;
+use m3_tests::rng::Rng;
 use m3_tests::*;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,41 +63,6 @@ const FORGE_PERCENT: u64 = 50;
 const REVISITS: usize = 2;
 /// The owner index the supervisor's `fail_recovery` is logged under.
 const SUPERVISOR: usize = usize::MAX;
-
-/// SplitMix64: a small deterministic generator (the suite has no `rand`).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next_u64() % 100 < percent
-    }
-
-    fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            items.swap(i, self.below(i + 1));
-        }
-    }
-
-    fn hex_token(&mut self) -> String {
-        format!("{:016x}{:016x}", self.next_u64(), self.next_u64())
-    }
-}
 
 /// A successful write (or claim) of one round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -65,6 +65,7 @@ use m3::{
     ManagedInputStatus, ManagedInputStore, ManualClock, NewRound, Policy, SqliteManagedInputStore,
     StoreOptions, Synchronous,
 };
+use m3_tests::rng::Rng;
 use m3_tests::{TempDb, address_schema, claim, every_kind_schema, open, soak_factor, t0};
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -86,51 +87,6 @@ const MIB: usize = 1024 * 1024;
 // ---------------------------------------------------------------------------------------------
 // Seeded generation
 // ---------------------------------------------------------------------------------------------
-
-/// SplitMix64: small, fast and reproducible from a printed seed.
-struct Rng(u64);
-
-impl Rng {
-    /// The generator of case `index` of a run with `seed` (each case replays on its own).
-    fn for_case(seed: u64, index: u64) -> Self {
-        let mut rng = Self(seed ^ index.wrapping_mul(0xD1B5_4A32_D192_ED03));
-        rng.next();
-        rng
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + self.below(hi - lo + 1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    fn pick<T: Clone>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())].clone()
-    }
-
-    fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = self.below(i + 1);
-            items.swap(i, j);
-        }
-    }
-}
 
 /// `M3_MALFORMED_SEED` (decimal or `0x` hex), or a fresh seed printed with the figures.
 fn run_seed() -> u64 {

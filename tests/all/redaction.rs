@@ -30,6 +30,7 @@
 
 use chrono::TimeDelta;
 use m3::*;
+use m3_tests::rng::Rng;
 use m3_tests::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -50,19 +51,6 @@ const OWNER: &str = "worker-redaction";
 /// The main round's lease.
 const LONG_TTL: Duration = Duration::from_secs(3600);
 
-/// SplitMix64 (the suite has no `rand`).
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 /// The secrets placed so far, and the scanner that looks for them.
 struct Secrets {
     rng: Rng,
@@ -76,7 +64,7 @@ struct Secrets {
 impl Secrets {
     fn new(seed: u64) -> Self {
         Self {
-            rng: Rng(seed),
+            rng: Rng::new(seed),
             generated: Vec::new(),
             tokens: Vec::new(),
             by_place: BTreeMap::new(),

@@ -1,13 +1,13 @@
 //! How a record is kept in the host's store: indexed columns plus the component's own document
 //! (`stored::round`, never the WIT type itself).
 
-use crate::errors::{Outcome, storage};
+use crate::errors::{Result, storage};
 use crate::m3::managed_input::store::RoundRow;
 use crate::m3::managed_input::types::{ErrorCode, ManagedInputRecord};
 use crate::stored::{self, round::RoundDocument};
 
 /// The row for `record` at `version`.
-pub fn to_row(record: &ManagedInputRecord, version: u64) -> Outcome<RoundRow> {
+pub fn to_row(record: &ManagedInputRecord, version: u64) -> Result<RoundRow> {
     let document = stored::encode(&RoundDocument::from(record))
         .map_err(|_| storage(ErrorCode::CorruptRecord, "a record could not be encoded"))?;
     Ok(RoundRow {
@@ -26,7 +26,7 @@ pub fn to_row(record: &ManagedInputRecord, version: u64) -> Outcome<RoundRow> {
 
 /// The record kept in `row`. A document that does not decode, is of a newer format, or
 /// disagrees with its row, is a corrupt record: the store refuses to act on it.
-pub fn from_row(row: &RoundRow) -> Outcome<ManagedInputRecord> {
+pub fn from_row(row: &RoundRow) -> Result<ManagedInputRecord> {
     let document: RoundDocument = stored::decode(&row.document).map_err(|unreadable| {
         storage(
             ErrorCode::CorruptRecord,

@@ -2,7 +2,7 @@
 //! component reads the row, decides with [`round_protocol`], and writes with compare-and-set on
 //! the row version.
 
-use crate::errors::{Outcome, conflict, storage};
+use crate::errors::{Result, conflict, storage};
 use crate::exports::m3::managed_input::managed_input::ListFilter;
 use crate::exports::m3::managed_input::round_protocol::{
     DeliveryStart, FailureReport, Operation, RecoveryReport, Renewal, Submission, Write,
@@ -22,13 +22,13 @@ pub(crate) fn store_error(e: StoreError) -> ManagedInputError {
     }
 }
 
-pub(crate) fn begin(mode: TransactionMode) -> Outcome<Transaction> {
+pub(crate) fn begin(mode: TransactionMode) -> Result<Transaction> {
     Transaction::begin(mode).map_err(store_error)
 }
 
 /// Runs one write operation: checks its arguments, then in one transaction reads the round,
 /// decides, and writes what the decision says.
-fn apply(round_id: &str, operation: Operation) -> Outcome<ManagedInputRecord> {
+fn apply(round_id: &str, operation: Operation) -> Result<ManagedInputRecord> {
     round_protocol::check_arguments(round_id, &operation)?;
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
@@ -47,7 +47,7 @@ pub(crate) fn apply_in(
     round_id: &str,
     operation: Operation,
     now: &Timestamp,
-) -> Outcome<(ManagedInputRecord, bool)> {
+) -> Result<(ManagedInputRecord, bool)> {
     let row = tx.get(round_id).map_err(store_error)?;
     let stored = row.as_ref().map(record::from_row).transpose()?;
     let decision = round_protocol::decide_checked(round_id, stored.as_ref(), operation, now)?;
@@ -87,7 +87,7 @@ pub(crate) fn apply_in(
 }
 
 /// The lease a `claim` or `renew` decision granted.
-fn granted_lease(record: ManagedInputRecord) -> Outcome<Lease> {
+fn granted_lease(record: ManagedInputRecord) -> Result<Lease> {
     record.lease.ok_or_else(|| {
         storage(
             ErrorCode::StorageFailure,
@@ -97,13 +97,13 @@ fn granted_lease(record: ManagedInputRecord) -> Outcome<Lease> {
 }
 
 /// `create-round`.
-pub fn create_round(new: NewRound) -> Outcome<ManagedInputRecord> {
+pub fn create_round(new: NewRound) -> Result<ManagedInputRecord> {
     let round_id = new.round_id.clone();
     apply(&round_id, Operation::Create(new))
 }
 
 /// `get-round`.
-pub fn get_round(round_id: &str) -> Outcome<Option<ManagedInputRecord>> {
+pub fn get_round(round_id: &str) -> Result<Option<ManagedInputRecord>> {
     check_round_id(round_id)?;
     let tx = begin(TransactionMode::Read)?;
     let row = tx.get(round_id).map_err(store_error)?;
@@ -111,7 +111,7 @@ pub fn get_round(round_id: &str) -> Outcome<Option<ManagedInputRecord>> {
 }
 
 /// `list-rounds`.
-pub fn list_rounds(filter: ListFilter) -> Outcome<Vec<ManagedInputRecord>> {
+pub fn list_rounds(filter: ListFilter) -> Result<Vec<ManagedInputRecord>> {
     if let Some(execution_id) = &filter.execution_id {
         check_id("execution id", execution_id, ErrorCode::InvalidId)?;
     }
@@ -128,12 +128,12 @@ pub fn list_rounds(filter: ListFilter) -> Outcome<Vec<ManagedInputRecord>> {
 }
 
 /// `claim-round`.
-pub fn claim_round(round_id: &str, claim: OwnerClaim) -> Outcome<Lease> {
+pub fn claim_round(round_id: &str, claim: OwnerClaim) -> Result<Lease> {
     granted_lease(apply(round_id, Operation::Claim(claim))?)
 }
 
 /// `renew`.
-pub fn renew(round_id: &str, lease: Lease, lease_ttl_ms: u64) -> Outcome<Lease> {
+pub fn renew(round_id: &str, lease: Lease, lease_ttl_ms: u64) -> Result<Lease> {
     granted_lease(apply(
         round_id,
         Operation::Renew(Renewal {
@@ -148,7 +148,7 @@ pub fn submit_responses(
     round_id: &str,
     responses: &str,
     idempotency_key: &str,
-) -> Outcome<ManagedInputRecord> {
+) -> Result<ManagedInputRecord> {
     apply(
         round_id,
         Operation::Submit(Submission {
@@ -163,7 +163,7 @@ pub fn start_delivery(
     round_id: &str,
     lease: Lease,
     delivery_idempotency_key: String,
-) -> Outcome<ManagedInputRecord> {
+) -> Result<ManagedInputRecord> {
     apply(
         round_id,
         Operation::StartDelivery(DeliveryStart {
@@ -174,12 +174,12 @@ pub fn start_delivery(
 }
 
 /// `mark-delivered`.
-pub fn mark_delivered(round_id: &str, lease: Lease) -> Outcome<ManagedInputRecord> {
+pub fn mark_delivered(round_id: &str, lease: Lease) -> Result<ManagedInputRecord> {
     apply(round_id, Operation::MarkDelivered(lease))
 }
 
 /// `resolve`.
-pub fn resolve(round_id: &str, lease: Lease) -> Outcome<ManagedInputRecord> {
+pub fn resolve(round_id: &str, lease: Lease) -> Result<ManagedInputRecord> {
     apply(round_id, Operation::Resolve(lease))
 }
 
@@ -189,7 +189,7 @@ pub fn fail(
     lease: Lease,
     code: FailureCode,
     message: String,
-) -> Outcome<ManagedInputRecord> {
+) -> Result<ManagedInputRecord> {
     apply(
         round_id,
         Operation::Fail(FailureReport {
@@ -205,7 +205,7 @@ pub fn fail_recovery(
     round_id: &str,
     lease: Option<Lease>,
     message: String,
-) -> Outcome<ManagedInputRecord> {
+) -> Result<ManagedInputRecord> {
     apply(
         round_id,
         Operation::FailRecovery(RecoveryReport { lease, message }),
@@ -213,7 +213,7 @@ pub fn fail_recovery(
 }
 
 /// `redacted-responses`.
-pub fn redacted_responses(round_id: &str) -> Outcome<Option<Vec<RedactedResponse>>> {
+pub fn redacted_responses(round_id: &str) -> Result<Option<Vec<RedactedResponse>>> {
     check_round_id(round_id)?;
     let tx = begin(TransactionMode::Read)?;
     let row = tx.get(round_id).map_err(store_error)?.ok_or_else(|| {

@@ -5,8 +5,8 @@
 
 use crate::m3::managed_input::types::{ErrorCode, ErrorDetail, ManagedInputError};
 
-/// Result of a component operation.
-pub type Outcome<T> = Result<T, ManagedInputError>;
+/// Result of a component operation (its error is a typed `ManagedInputError` unless named).
+pub type Result<T, E = ManagedInputError> = std::result::Result<T, E>;
 
 fn detail(code: ErrorCode, message: impl Into<String>) -> ErrorDetail {
     ErrorDetail {

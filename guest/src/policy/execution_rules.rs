@@ -3,7 +3,7 @@
 //! `runtime::execution` makes these decisions with these functions; the policy-only component
 //! exports them as they are.
 
-use crate::errors::{Outcome, state, validation};
+use crate::errors::{Result, state, validation};
 use crate::exports::m3::managed_input::execution_rules::ClaimOutcome;
 use crate::m3::managed_input::types::{
     ErrorCode, ExecutionStatus, ManagedInputRecord, PendingRound, Status,
@@ -11,7 +11,7 @@ use crate::m3::managed_input::types::{
 use crate::round_protocol::MAX_ID_BYTES;
 
 /// Checks an execution id given by a caller.
-pub fn check_execution_id(execution_id: &str) -> Outcome<()> {
+pub fn check_execution_id(execution_id: &str) -> Result<()> {
     if execution_id.is_empty() || execution_id.len() > MAX_ID_BYTES {
         return Err(validation(
             ErrorCode::InvalidId,
@@ -33,7 +33,7 @@ pub fn not_found(execution_id: &str) -> crate::m3::managed_input::types::Managed
 }
 
 /// `execution-rules.claim`.
-pub fn claim(execution_id: &str, status: Option<ExecutionStatus>) -> Outcome<ClaimOutcome> {
+pub fn claim(execution_id: &str, status: Option<ExecutionStatus>) -> Result<ClaimOutcome> {
     check_execution_id(execution_id)?;
     match status {
         None => Err(not_found(execution_id)),
@@ -53,7 +53,7 @@ pub fn claim(execution_id: &str, status: Option<ExecutionStatus>) -> Outcome<Cla
 pub fn pending_round_of(
     execution_id: &str,
     rounds: &[ManagedInputRecord],
-) -> Outcome<Option<PendingRound>> {
+) -> Result<Option<PendingRound>> {
     check_execution_id(execution_id)?;
     let mut pending = rounds
         .iter()
@@ -72,7 +72,7 @@ pub fn pending_round_of(
 }
 
 /// `execution-rules.check-round-of`.
-pub fn check_round_of(execution_id: &str, round: &ManagedInputRecord) -> Outcome<()> {
+pub fn check_round_of(execution_id: &str, round: &ManagedInputRecord) -> Result<()> {
     check_execution_id(execution_id)?;
     if round.pending.execution_id != execution_id {
         return Err(state(

@@ -4,7 +4,7 @@
 //! accepted only while the stored lease has the same owner and token and has not expired. Tokens
 //! are 128 random bits from `wasi:random`.
 
-use crate::errors::{Outcome, conflict, validation};
+use crate::errors::{Result, conflict, validation};
 use crate::m3::managed_input::types::{ErrorCode, Lease, ManagedInputRecord, Timestamp};
 use crate::time;
 
@@ -12,7 +12,7 @@ use crate::time;
 pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// Checks a requested lease duration.
-pub fn check_ttl(ttl_ms: u64) -> Outcome<()> {
+pub fn check_ttl(ttl_ms: u64) -> Result<()> {
     if ttl_ms == 0 || ttl_ms > MAX_TTL_MS {
         return Err(validation(
             ErrorCode::InvalidLease,
@@ -23,7 +23,7 @@ pub fn check_ttl(ttl_ms: u64) -> Outcome<()> {
 }
 
 /// A fresh lease for `owner_id`.
-pub fn grant(owner_id: &str, ttl_ms: u64, now: &Timestamp) -> Outcome<Lease> {
+pub fn grant(owner_id: &str, ttl_ms: u64, now: &Timestamp) -> Result<Lease> {
     check_ttl(ttl_ms)?;
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|_| {
@@ -42,7 +42,7 @@ pub fn is_live(lease: &Lease, now: &Timestamp) -> bool {
 }
 
 /// Accepts a worker write to a round only from the current, live lease holder.
-pub fn authorize(record: &ManagedInputRecord, presented: &Lease, now: &Timestamp) -> Outcome<()> {
+pub fn authorize(record: &ManagedInputRecord, presented: &Lease, now: &Timestamp) -> Result<()> {
     authorize_held(
         &format!("round {}", record.pending.round_id),
         record.lease.as_ref(),
@@ -59,7 +59,7 @@ pub fn authorize_held(
     held: Option<&Lease>,
     presented: &Lease,
     now: &Timestamp,
-) -> Outcome<()> {
+) -> Result<()> {
     if crate::mutation::broken(crate::mutation::Rule::LeaseFencing) {
         return Ok(());
     }
@@ -127,7 +127,7 @@ mod tests {
         }
     }
 
-    fn code(result: Outcome<()>) -> Option<ErrorCode> {
+    fn code(result: Result<()>) -> Option<ErrorCode> {
         match result {
             Ok(()) => None,
             Err(ManagedInputError::Conflict(detail)) => Some(detail.code),

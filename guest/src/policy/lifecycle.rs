@@ -3,7 +3,7 @@
 //! `pending` -> `response-validated` -> `delivery-started` -> `delivered` -> `resolved`, and any
 //! non-terminal status -> `failed`. `resolved` and `failed` absorb: nothing leaves them.
 
-use crate::errors::{Outcome, recovery, state};
+use crate::errors::{Result, recovery, state};
 use crate::m3::managed_input::types::{ErrorCode, FailureCode, ManagedInputRecord, Status};
 
 /// Whether nothing may follow `status`.
@@ -51,7 +51,7 @@ pub fn allows(from: Status, to: Status) -> bool {
 
 /// Refuses any change to a round that already ended. A round failed with
 /// `recovery-unavailable` gets a recovery error: it can never be answered or reclaimed.
-pub fn ensure_open(record: &ManagedInputRecord) -> Outcome<()> {
+pub fn ensure_open(record: &ManagedInputRecord) -> Result<()> {
     if !is_terminal(record.status)
         || crate::mutation::broken(crate::mutation::Rule::TerminalRefusal)
     {
@@ -77,7 +77,7 @@ pub fn ensure_open(record: &ManagedInputRecord) -> Outcome<()> {
 }
 
 /// Checks `record.status` -> `to`.
-pub fn ensure_transition(record: &ManagedInputRecord, to: Status) -> Outcome<()> {
+pub fn ensure_transition(record: &ManagedInputRecord, to: Status) -> Result<()> {
     ensure_open(record)?;
     if allows(record.status, to) {
         return Ok(());

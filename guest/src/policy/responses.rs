@@ -4,7 +4,7 @@
 //! `ElicitationResponse` (`{"action": ..., "content"?: ...}`); a form `accept` needs object content
 //! valid against the request's schema; URL responses, `decline` and `cancel` carry no content.
 
-use crate::errors::{Outcome, bounded, validation, validation_at};
+use crate::errors::{Result, bounded, validation, validation_at};
 use crate::m3::managed_input::types::{
     ElicitationAction, ElicitationRequest, ElicitationResponse, ErrorCode,
 };
@@ -19,7 +19,7 @@ pub const MAX_RESPONSES_BYTES: usize = 1024 * 1024;
 pub fn validate_responses(
     requests: &[(String, ElicitationRequest)],
     text: &str,
-) -> Outcome<Vec<(String, ElicitationResponse)>> {
+) -> Result<Vec<(String, ElicitationResponse)>> {
     if text.len() > MAX_RESPONSES_BYTES {
         return Err(validation(
             ErrorCode::PayloadTooLarge,
@@ -51,7 +51,7 @@ pub fn validate_responses(
 fn check_key_set(
     requests: &[(String, ElicitationRequest)],
     map: &Map<String, Value>,
-) -> Outcome<()> {
+) -> Result<()> {
     let expected: BTreeSet<&str> = requests.iter().map(|(k, _)| k.as_str()).collect();
     let given: BTreeSet<&str> = map.keys().map(String::as_str).collect();
     if expected == given {
@@ -87,7 +87,7 @@ fn check_response(
     key: &str,
     request: &ElicitationRequest,
     value: &Value,
-) -> Outcome<ElicitationResponse> {
+) -> Result<ElicitationResponse> {
     let Value::Object(fields) = value else {
         return Err(validation_at(
             ErrorCode::InvalidResponse,
@@ -179,7 +179,7 @@ fn check_response(
     }
 }
 
-fn check_form_content(key: &str, schema_text: &str, content: &Value) -> Outcome<()> {
+fn check_form_content(key: &str, schema_text: &str, content: &Value) -> Result<()> {
     let check = schema::validator_for(schema_text)?;
     // The first error only: collecting every error of a huge invalid array (one per item)
     // outgrew the component's memory (regression: a 136k-item multi-select answer).

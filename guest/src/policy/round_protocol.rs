@@ -3,7 +3,7 @@
 //! no clock: `store_protocol` runs this decision inside each transaction, and the `policy-only`
 //! component exports it as it is.
 
-use crate::errors::{Outcome, conflict, recovery, state, storage, validation};
+use crate::errors::{Result, conflict, recovery, state, storage, validation};
 use crate::exports::m3::managed_input::round_protocol::{
     Decision, DeliveryStart, FailureReport, Operation, RecoveryReport, Renewal, Submission, Write,
 };
@@ -27,7 +27,7 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// Most requests in one round.
 pub const MAX_REQUESTS: usize = 64;
 
-pub(crate) fn check_id(what: &str, value: &str, empty_code: ErrorCode) -> Outcome<()> {
+pub(crate) fn check_id(what: &str, value: &str, empty_code: ErrorCode) -> Result<()> {
     if value.is_empty() {
         return Err(validation(empty_code, format!("{what} must not be empty")));
     }
@@ -40,11 +40,11 @@ pub(crate) fn check_id(what: &str, value: &str, empty_code: ErrorCode) -> Outcom
     Ok(())
 }
 
-pub(crate) fn check_round_id(round_id: &str) -> Outcome<()> {
+pub(crate) fn check_round_id(round_id: &str) -> Result<()> {
     check_id("round id", round_id, ErrorCode::EmptyRoundId)
 }
 
-fn check_text(what: &str, value: &str) -> Outcome<()> {
+fn check_text(what: &str, value: &str) -> Result<()> {
     if value.len() > MAX_MESSAGE_BYTES {
         return Err(validation(
             ErrorCode::InvalidRound,
@@ -57,7 +57,7 @@ fn check_text(what: &str, value: &str) -> Outcome<()> {
     Ok(())
 }
 
-fn check_json_object(what: &str, text: &str) -> Outcome<()> {
+fn check_json_object(what: &str, text: &str) -> Result<()> {
     match strict_json::parse(text) {
         Ok(serde_json::Value::Object(_)) => Ok(()),
         Ok(_) => Err(validation(
@@ -71,7 +71,7 @@ fn check_json_object(what: &str, text: &str) -> Outcome<()> {
     }
 }
 
-fn check_context(key: &str, context: &RequestContext) -> Outcome<()> {
+fn check_context(key: &str, context: &RequestContext) -> Result<()> {
     if let Some(meta) = &context.meta {
         check_json_object(&format!("request `{key}` meta"), meta)?;
     }
@@ -87,7 +87,7 @@ fn check_context(key: &str, context: &RequestContext) -> Outcome<()> {
     Ok(())
 }
 
-fn check_requests(requests: &[(String, ElicitationRequest)]) -> Outcome<()> {
+fn check_requests(requests: &[(String, ElicitationRequest)]) -> Result<()> {
     if requests.is_empty() {
         return Err(validation(
             ErrorCode::InvalidRound,
@@ -141,7 +141,7 @@ fn check_requests(requests: &[(String, ElicitationRequest)]) -> Outcome<()> {
 /// Longest failure message accepted, in bytes.
 pub const MAX_FAILURE_MESSAGE_BYTES: usize = 4096;
 
-fn check_failure_message(message: &str) -> Outcome<()> {
+fn check_failure_message(message: &str) -> Result<()> {
     if message.len() > MAX_FAILURE_MESSAGE_BYTES {
         return Err(validation(
             ErrorCode::InvalidFailure,
@@ -151,7 +151,7 @@ fn check_failure_message(message: &str) -> Outcome<()> {
     Ok(())
 }
 
-fn check_new_round(new: &NewRound) -> Outcome<()> {
+fn check_new_round(new: &NewRound) -> Result<()> {
     check_id("execution id", &new.execution_id, ErrorCode::InvalidId)?;
     check_id(
         "logical operation id",
@@ -180,14 +180,14 @@ fn check_new_round(new: &NewRound) -> Outcome<()> {
     Ok(())
 }
 
-fn check_claim(claim: &OwnerClaim) -> Outcome<()> {
+fn check_claim(claim: &OwnerClaim) -> Result<()> {
     check_id("owner id", &claim.owner_id, ErrorCode::InvalidId)?;
     lease::check_ttl(claim.lease_ttl_ms)
 }
 
 /// Checks an operation's own arguments, before anything stored is looked at: bad input is a
 /// `validation` error whatever the store holds.
-pub fn check_arguments(round_id: &str, operation: &Operation) -> Outcome<()> {
+pub fn check_arguments(round_id: &str, operation: &Operation) -> Result<()> {
     match operation {
         Operation::Create(new) => {
             check_round_id(round_id)?;
@@ -247,7 +247,7 @@ pub fn decide(
     stored: Option<&ManagedInputRecord>,
     operation: Operation,
     now: &Timestamp,
-) -> Outcome<Decision> {
+) -> Result<Decision> {
     check_arguments(round_id, &operation)?;
     decide_checked(round_id, stored, operation, now)
 }
@@ -258,7 +258,7 @@ pub fn decide_checked(
     stored: Option<&ManagedInputRecord>,
     operation: Operation,
     now: &Timestamp,
-) -> Outcome<Decision> {
+) -> Result<Decision> {
     if let Some(record) = stored
         && record.pending.round_id != round_id
     {
@@ -317,11 +317,7 @@ pub fn decide_checked(
     })
 }
 
-fn create(
-    new: NewRound,
-    stored: Option<&ManagedInputRecord>,
-    now: &Timestamp,
-) -> Outcome<Decision> {
+fn create(new: NewRound, stored: Option<&ManagedInputRecord>, now: &Timestamp) -> Result<Decision> {
     let deadline = match new.deadline {
         DeadlineChoice::DefaultDeadline => Some(time::add_millis(now, DEFAULT_DEADLINE_MS)),
         DeadlineChoice::NoDeadline => None,
@@ -396,7 +392,7 @@ fn create(
     })
 }
 
-fn claim_round(record: &mut ManagedInputRecord, claim: OwnerClaim, now: &Timestamp) -> Outcome<()> {
+fn claim_round(record: &mut ManagedInputRecord, claim: OwnerClaim, now: &Timestamp) -> Result<()> {
     lifecycle::ensure_open(record)?;
     let round_id = &record.pending.round_id;
     if let Some(held) = &record.lease {
@@ -420,7 +416,7 @@ fn claim_round(record: &mut ManagedInputRecord, claim: OwnerClaim, now: &Timesta
     Ok(())
 }
 
-fn renew(record: &mut ManagedInputRecord, renewal: Renewal, now: &Timestamp) -> Outcome<()> {
+fn renew(record: &mut ManagedInputRecord, renewal: Renewal, now: &Timestamp) -> Result<()> {
     lifecycle::ensure_open(record)?;
     lease::authorize(record, &renewal.lease, now)?;
     record.lease = Some(Lease {
@@ -436,7 +432,7 @@ fn submit(
     record: &mut ManagedInputRecord,
     submission: Submission,
     now: &Timestamp,
-) -> Outcome<Write> {
+) -> Result<Write> {
     let Submission {
         responses: text,
         idempotency_key,
@@ -505,7 +501,7 @@ fn advance(
     to: Status,
     now: &Timestamp,
     apply: impl FnOnce(&mut ManagedInputRecord),
-) -> Outcome<()> {
+) -> Result<()> {
     lifecycle::ensure_open(record)?;
     lease::authorize(record, presented, now)?;
     lifecycle::ensure_transition(record, to)?;
@@ -515,7 +511,7 @@ fn advance(
     Ok(())
 }
 
-fn fail(record: &mut ManagedInputRecord, report: FailureReport, now: &Timestamp) -> Outcome<()> {
+fn fail(record: &mut ManagedInputRecord, report: FailureReport, now: &Timestamp) -> Result<()> {
     lifecycle::ensure_open(record)?;
     lease::authorize(record, &report.lease, now)?;
     if report.code == FailureCode::DeadlineExceeded
@@ -541,7 +537,7 @@ fn fail_recovery(
     record: &mut ManagedInputRecord,
     report: RecoveryReport,
     now: &Timestamp,
-) -> Outcome<()> {
+) -> Result<()> {
     let round_id = &record.pending.round_id;
     if lifecycle::is_terminal(record.status) {
         return Err(state(

@@ -5,7 +5,7 @@
 //! Everything else is refused with `unsupported-schema`, and every size is bounded, so a hostile
 //! schema costs milliseconds, never a hang.
 
-use crate::errors::{Outcome, validation};
+use crate::errors::{Result, validation};
 use crate::m3::managed_input::types::ErrorCode;
 use crate::strict_json;
 use jsonschema::Validator;
@@ -44,7 +44,7 @@ fn unsupported(message: impl Into<String>) -> crate::m3::managed_input::types::M
 }
 
 /// Parses and checks a `requestedSchema`, returning the parsed schema.
-pub fn check_requested_schema(text: &str) -> Outcome<Value> {
+pub fn check_requested_schema(text: &str) -> Result<Value> {
     if text.len() > MAX_SCHEMA_BYTES {
         return Err(validation(
             ErrorCode::PayloadTooLarge,
@@ -64,7 +64,7 @@ pub fn check_requested_schema(text: &str) -> Outcome<Value> {
     Ok(schema)
 }
 
-fn check_schema_value(schema: &Value) -> Outcome<()> {
+fn check_schema_value(schema: &Value) -> Result<()> {
     let top = schema
         .as_object()
         .ok_or_else(|| unsupported("requestedSchema must be a JSON object"))?;
@@ -143,7 +143,7 @@ fn check_schema_value(schema: &Value) -> Outcome<()> {
     Ok(())
 }
 
-fn check_annotation(keyword: &str, value: &Value) -> Outcome<()> {
+fn check_annotation(keyword: &str, value: &Value) -> Result<()> {
     let size = match value {
         Value::String(s) => s.len(),
         Value::Bool(_) => 0,
@@ -164,7 +164,7 @@ fn check_annotation(keyword: &str, value: &Value) -> Outcome<()> {
     Ok(())
 }
 
-fn check_property(name: &str, property: &Value) -> Outcome<()> {
+fn check_property(name: &str, property: &Value) -> Result<()> {
     let shown = crate::errors::bounded(name);
     let object = property
         .as_object()
@@ -348,7 +348,7 @@ thread_local! {
 
 /// A compiled validator for a checked schema, cached by the schema's text for the life of this
 /// instance (compiling costs far more inside the component than validating).
-pub fn validator_for(schema_text: &str) -> Outcome<Rc<FormCheck>> {
+pub fn validator_for(schema_text: &str) -> Result<Rc<FormCheck>> {
     if let Some(found) = CACHE.with(|c| c.borrow().get(schema_text).cloned()) {
         return Ok(found);
     }

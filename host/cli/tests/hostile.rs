@@ -7,26 +7,11 @@
 mod common;
 
 use common::*;
+use m3_tests::rng::Rng;
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A tiny deterministic generator (the test prints its seed; `M3_HOSTILE_SEED` replays it).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[(self.next() % items.len() as u64) as usize]
-    }
-}
 
 /// Numbers a hostile user types where seconds or counts are expected.
 const NUMBERS: &[&str] = &[
@@ -168,7 +153,7 @@ fn hostile_arguments_never_panic_and_every_error_is_typed() {
         });
     println!("hostile arguments: seed {seed} (replay with M3_HOSTILE_SEED={seed})");
     let sb = Sandbox::new();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut failures = Vec::new();
     let cases = cases(&sb, &mut rng, 3);
     let count = cases.len();

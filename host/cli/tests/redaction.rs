@@ -22,6 +22,7 @@ use m3::{
     ElicitationRequest, ElicitationResponse, ManagedInputLease, ManagedInputStore, NewRound,
     OwnerClaim, SqliteExecutionStore,
 };
+use m3_tests::rng::Rng;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -40,19 +41,6 @@ const SEED: u64 = 0x636c_6953_6563_7265;
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// The worker that owns the rounds (its leases outlive the test).
 const OWNER: &str = "worker-cli-redaction";
-
-/// SplitMix64 (no `rand` here).
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 /// What one command did.
 struct Run {
@@ -257,7 +245,7 @@ fn the_command_never_prints_secrets_on_stderr_or_in_listings() {
     let mut f = Fixture {
         dir,
         db,
-        rng: Rng(SEED),
+        rng: Rng::new(SEED),
         generated: 0,
         tokens: Vec::new(),
         commands: 0,

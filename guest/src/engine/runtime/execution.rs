@@ -2,7 +2,7 @@
 //! lease, and the final outcome. Every change is one write transaction with compare-and-set on
 //! the row version.
 
-use crate::errors::Outcome;
+use crate::errors::Result;
 use crate::exports::m3::managed_input::execution_rules::ClaimOutcome;
 use crate::exports::m3::managed_input::managed_input::ListFilter;
 use crate::exports::m3::managed_input::runtime::{
@@ -35,7 +35,7 @@ pub struct ExecutionData {
 }
 
 impl ExecutionData {
-    fn encode(&self, execution_id: &str) -> Outcome<String> {
+    fn encode(&self, execution_id: &str) -> Result<String> {
         let document = stored::execution::ExecutionDocument {
             format: stored::FORMAT,
             spec: (&self.spec).into(),
@@ -48,7 +48,7 @@ impl ExecutionData {
         stored::encode(&document).map_err(|e| corrupt(execution_id, &e))
     }
 
-    fn decode(text: &str, execution_id: &str) -> Outcome<Self> {
+    fn decode(text: &str, execution_id: &str) -> Result<Self> {
         let document: stored::execution::ExecutionDocument =
             stored::decode(text).map_err(|e| corrupt(execution_id, &e))?;
         Ok(ExecutionData {
@@ -82,7 +82,7 @@ fn corrupt(
 }
 
 /// Reads the execution `execution_id` inside `tx`.
-pub fn load(tx: &Transaction, execution_id: &str) -> Outcome<Option<LoadedExecution>> {
+pub fn load(tx: &Transaction, execution_id: &str) -> Result<Option<LoadedExecution>> {
     let Some(row) = tx.get_execution(execution_id).map_err(store_error)? else {
         return Ok(None);
     };
@@ -90,16 +90,12 @@ pub fn load(tx: &Transaction, execution_id: &str) -> Outcome<Option<LoadedExecut
     Ok(Some(LoadedExecution { row, data }))
 }
 
-fn load_existing(tx: &Transaction, execution_id: &str) -> Outcome<LoadedExecution> {
+fn load_existing(tx: &Transaction, execution_id: &str) -> Result<LoadedExecution> {
     load(tx, execution_id)?.ok_or_else(|| execution_rules::not_found(execution_id))
 }
 
 /// Writes `loaded` back with compare-and-set, `now` as its update time; returns the new row.
-pub fn save(
-    tx: &Transaction,
-    mut loaded: LoadedExecution,
-    now: Timestamp,
-) -> Outcome<ExecutionRow> {
+pub fn save(tx: &Transaction, mut loaded: LoadedExecution, now: Timestamp) -> Result<ExecutionRow> {
     let expected = loaded.row.version;
     loaded.row.version += 1;
     loaded.row.updated_at = now;
@@ -118,7 +114,7 @@ pub fn save(
 
 /// Whether a running execution waits for an answer (one of its rounds is pending), read in
 /// `tx`.
-pub fn waiting_for_input(tx: &Transaction, row: &ExecutionRow) -> Outcome<bool> {
+pub fn waiting_for_input(tx: &Transaction, row: &ExecutionRow) -> Result<bool> {
     if row.status != ExecutionStatus::Running {
         return Ok(false);
     }
@@ -151,7 +147,7 @@ pub fn state_of(row: &ExecutionRow, data: &ExecutionData, waiting: bool) -> Exec
     }
 }
 
-fn new_execution_id() -> Outcome<String> {
+fn new_execution_id() -> Result<String> {
     let mut bytes = [0u8; 16];
     // wasi:random is the one ambient source the sandbox allows.
     getrandom::fill(&mut bytes).map_err(|_| {
@@ -166,7 +162,7 @@ fn new_execution_id() -> Outcome<String> {
 /// Stores a checked submission as a queued execution held by its submitter `owner_id` for one
 /// lease: a submitter that dies before its worker claims the execution leaves a lease that
 /// expires, and recovery finishes the execution failed.
-pub fn insert(spec: ExecutionSpec, owner_id: &str) -> Outcome<ExecutionState> {
+pub fn insert(spec: ExecutionSpec, owner_id: &str) -> Result<ExecutionState> {
     lease::check_ttl(spec.lease_ttl_ms)?;
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
@@ -203,7 +199,7 @@ pub fn insert(spec: ExecutionSpec, owner_id: &str) -> Outcome<ExecutionState> {
 }
 
 /// `snapshot`.
-pub fn snapshot(execution_id: &str) -> Outcome<ExecutionState> {
+pub fn snapshot(execution_id: &str) -> Result<ExecutionState> {
     let tx = begin(TransactionMode::Read)?;
     let loaded = load_existing(&tx, execution_id)?;
     let waiting = waiting_for_input(&tx, &loaded.row)?;
@@ -215,7 +211,7 @@ pub fn list(
     status: Option<ExecutionStatus>,
     limit: Option<u32>,
     after: Option<Cursor>,
-) -> Outcome<Vec<ExecutionState>> {
+) -> Result<Vec<ExecutionState>> {
     let tx = begin(TransactionMode::Read)?;
     let rows = tx
         .list_executions(status, limit, after.as_ref())
@@ -230,7 +226,7 @@ pub fn list(
 }
 
 /// `pending-round`: the single pending round of the execution, or none.
-pub fn pending_round(execution_id: &str) -> Outcome<Option<PendingRound>> {
+pub fn pending_round(execution_id: &str) -> Result<Option<PendingRound>> {
     // Two are enough to tell one from several.
     let pending = crate::store_protocol::list_rounds(ListFilter {
         execution_id: Some(execution_id.to_string()),
@@ -242,7 +238,7 @@ pub fn pending_round(execution_id: &str) -> Outcome<Option<PendingRound>> {
 }
 
 /// `respond`: answers a round of this execution.
-pub fn respond(execution_id: &str, round_id: &str, responses: &str, key: &str) -> Outcome<()> {
+pub fn respond(execution_id: &str, round_id: &str, responses: &str, key: &str) -> Result<()> {
     if !round_id.is_empty()
         && let Some(record) = crate::store_protocol::get_round(round_id)?
     {
@@ -280,7 +276,7 @@ pub fn cancelled_outcome(tool_results: Vec<ToolResult>) -> ExecutionOutcome {
 
 /// `request-cancel`: a queued execution finishes cancelled at once; a running one is marked
 /// and its worker carries the cancel out; a finished one is left as it is.
-pub fn request_cancel(execution_id: &str) -> Outcome<ExecutionState> {
+pub fn request_cancel(execution_id: &str) -> Result<ExecutionState> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
     let mut loaded = load_existing(&tx, execution_id)?;
@@ -320,7 +316,7 @@ pub enum Claim {
 }
 
 /// Takes a queued execution for `owner_id` (status `running`, with a fresh lease).
-pub fn claim(execution_id: &str, owner_id: &str) -> Outcome<Claim> {
+pub fn claim(execution_id: &str, owner_id: &str) -> Result<Claim> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
     let loaded = load(&tx, execution_id)?;
@@ -367,11 +363,7 @@ fn stored_lease(loaded: &LoadedExecution) -> Option<crate::m3::managed_input::ty
 }
 
 /// Loads the execution `held` names, accepting it only from the current, live lease holder.
-fn load_owned(
-    tx: &Transaction,
-    held: &ExecutionLease,
-    now: &Timestamp,
-) -> Outcome<LoadedExecution> {
+fn load_owned(tx: &Transaction, held: &ExecutionLease, now: &Timestamp) -> Result<LoadedExecution> {
     let loaded = load_existing(tx, &held.execution_id)?;
     lease::authorize_held(
         &format!("execution {}", held.execution_id),
@@ -384,7 +376,7 @@ fn load_owned(
 
 /// Extends the worker's lease (refused once it has expired, like a round's); returns whether a
 /// cancel was requested.
-pub fn renew(held: &mut ExecutionLease) -> Outcome<bool> {
+pub fn renew(held: &mut ExecutionLease) -> Result<bool> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
     let mut loaded = load_owned(&tx, held, &now)?;
@@ -398,7 +390,7 @@ pub fn renew(held: &mut ExecutionLease) -> Outcome<bool> {
 }
 
 /// Whether a cancel was requested (a read).
-pub fn cancel_requested(execution_id: &str) -> Outcome<bool> {
+pub fn cancel_requested(execution_id: &str) -> Result<bool> {
     let tx = begin(TransactionMode::Read)?;
     Ok(load(&tx, execution_id)?.is_some_and(|l| l.data.cancel_requested))
 }
@@ -412,7 +404,7 @@ pub struct Observed {
 }
 
 /// Reads the cancel flag and the round `round_id` in one read transaction.
-pub fn observe(execution_id: &str, round_id: Option<&str>) -> Outcome<Observed> {
+pub fn observe(execution_id: &str, round_id: Option<&str>) -> Result<Observed> {
     let tx = begin(TransactionMode::Read)?;
     let cancel_requested = load(&tx, execution_id)?.is_some_and(|l| l.data.cancel_requested);
     let round = match round_id {
@@ -434,7 +426,7 @@ pub fn observe(execution_id: &str, round_id: Option<&str>) -> Outcome<Observed> 
 pub fn record_spawned(
     held: &ExecutionLease,
     spawned: crate::m3::managed_input::process::Spawned,
-) -> Outcome<()> {
+) -> Result<()> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
     let mut loaded = load_owned(&tx, held, &now)?;
@@ -444,7 +436,7 @@ pub fn record_spawned(
 }
 
 /// Appends a tool result to the running execution.
-pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Outcome<()> {
+pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Result<()> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
     let mut loaded = load_owned(&tx, held, &now)?;
@@ -458,7 +450,7 @@ pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Outcome<
 /// this worker still owns and that is not terminal is failed, so no round outlives the worker
 /// that could deliver its answer (the session machines end their rounds themselves; this is the
 /// net under paths that stop early, such as a failed store write).
-pub fn finish(held: &ExecutionLease, mut outcome: ExecutionOutcome) -> Outcome<ExecutionState> {
+pub fn finish(held: &ExecutionLease, mut outcome: ExecutionOutcome) -> Result<ExecutionState> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
     fail_open_rounds(&tx, held, &outcome, &now)?;
@@ -491,7 +483,7 @@ fn fail_open_rounds(
     held: &ExecutionLease,
     outcome: &ExecutionOutcome,
     now: &Timestamp,
-) -> Outcome<()> {
+) -> Result<()> {
     use crate::exports::m3::managed_input::round_protocol::{
         FailureReport, Operation, RecoveryReport,
     };
@@ -558,7 +550,7 @@ pub fn finish_abandoned(
     mut loaded: LoadedExecution,
     outcome: ExecutionOutcome,
     now: Timestamp,
-) -> Outcome<ExecutionState> {
+) -> Result<ExecutionState> {
     let mut outcome = outcome;
     outcome.tool_results = loaded.data.tool_results.clone();
     loaded.data.outcome = Some(outcome);

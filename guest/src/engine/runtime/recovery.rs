@@ -9,7 +9,7 @@
 //! lease to expire.
 
 use super::execution;
-use crate::errors::Outcome;
+use crate::errors::Result;
 use crate::exports::m3::managed_input::runtime::{
     ExecutionFailure, ExecutionOutcome, FailureKind, OutcomeKind, RecoveryReport,
 };
@@ -30,7 +30,7 @@ pub fn abandon(
     execution_id: &str,
     owner_id: &str,
     reason: &str,
-) -> Outcome<crate::exports::m3::managed_input::runtime::ExecutionState> {
+) -> Result<crate::exports::m3::managed_input::runtime::ExecutionState> {
     let reason = crate::errors::bounded(reason);
     give_up(
         execution_id,
@@ -46,7 +46,7 @@ pub fn abandon(
 pub fn give_up_expired(
     execution_id: &str,
     owner_id: &str,
-) -> Outcome<crate::exports::m3::managed_input::runtime::ExecutionState> {
+) -> Result<crate::exports::m3::managed_input::runtime::ExecutionState> {
     give_up(
         execution_id,
         owner_id,
@@ -60,7 +60,7 @@ fn give_up(
     owner_id: &str,
     round_message: &str,
     execution_message: &str,
-) -> Outcome<crate::exports::m3::managed_input::runtime::ExecutionState> {
+) -> Result<crate::exports::m3::managed_input::runtime::ExecutionState> {
     use crate::exports::m3::managed_input::round_protocol::{Operation, RecoveryReport as Report};
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
@@ -126,7 +126,7 @@ fn expired(lease_expires_at: Option<&crate::m3::managed_input::types::Timestamp>
 }
 
 /// `recover`.
-pub fn recover() -> Outcome<RecoveryReport> {
+pub fn recover() -> Result<RecoveryReport> {
     let mut report = RecoveryReport {
         rounds_failed: 0,
         executions_failed: 0,

@@ -14,7 +14,7 @@ use super::codex::{CodexConfig, CodexSession};
 use super::execution::{self, Claim, ExecutionLease};
 use super::plan::Plan;
 use super::scripted::{Action, Finished, Input, Mode, ScriptedSession, SessionConfig, Step};
-use crate::errors::{Outcome, validation};
+use crate::errors::{Result, validation};
 use crate::exports::m3::managed_input::runtime::{
     CodexSettings, EraChoice as WitEra, ExecutionFailure, ExecutionOutcome, ExecutionSpec,
     ExecutionState, FailureKind, HumanInputMode, OutcomeKind, ToolResult,
@@ -211,7 +211,7 @@ pub fn check_spec(spec: &ExecutionSpec) -> Result<(), String> {
 }
 
 /// `run-execution`.
-pub fn run(execution_id: &str, owner_id: &str) -> Outcome<ExecutionState> {
+pub fn run(execution_id: &str, owner_id: &str) -> Result<ExecutionState> {
     execution::check_execution_id(execution_id)?;
     if owner_id.is_empty() {
         return Err(validation(
