@@ -237,8 +237,24 @@ pub fn run(execution_id: &str, owner_id: &str) -> Result<ExecutionState> {
         // it): the outcome is lost, as recovery would decide, and the execution and its rounds
         // fail now rather than at the next recovery pass.
         Err(ManagedInputError::Conflict(detail)) if detail.code == ErrorCode::LeaseExpired => {
-            super::recovery::give_up_expired(execution_id, owner_id)
-                .map_err(|_| ManagedInputError::Conflict(detail))
+            // If that write fails too, both are said: no store error is dropped.
+            super::recovery::give_up_expired(execution_id, owner_id).map_err(|failed| {
+                let why = match &failed {
+                    ManagedInputError::Validation(d)
+                    | ManagedInputError::Conflict(d)
+                    | ManagedInputError::State(d)
+                    | ManagedInputError::Recovery(d)
+                    | ManagedInputError::Storage(d) => d.message.clone(),
+                };
+                ManagedInputError::Conflict(crate::m3::managed_input::types::ErrorDetail {
+                    message: format!(
+                        "{}; failing the execution and its rounds failed too ({why}): recovery \
+                         fails them once it runs",
+                        detail.message
+                    ),
+                    ..detail
+                })
+            })
         }
         finished => finished,
     }
