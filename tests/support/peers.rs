@@ -16,7 +16,8 @@
 //! (`tests/.peers/<peer>.lock`), so parallel tests and parallel test processes install once; it
 //! ends by writing a marker that records the pin files it installed from, and a marker that no
 //! longer matches the pin files (the pins changed) means a clean re-install. Every install command
-//! runs under a timeout. A failed install is an error saying what failed, where its log is and
+//! runs under a timeout and is tried up to three times (a registry download cut short is a flake
+//! of the network; each npm retry gets an empty cache of its own). A failed install is an error saying what failed, where its log is and
 //! how to run it by hand: tests that need a peer then fail, they never skip.
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
@@ -110,7 +111,11 @@ pub const CODEX_VERSION: &str = "0.171.0";
 /// The real `codex` binary of the pinned `@openai/codex` (its Linux x64 build), installed on
 /// first use with the other npm peers.
 pub fn codex() -> Result<PathBuf> {
-    let dir = npm_peers()?;
+    codex_in(&npm_peers()?)
+}
+
+/// The `codex` binary under the npm install directory `dir`.
+fn codex_in(dir: &Path) -> Result<PathBuf> {
     let vendor = dir.join("node_modules/@openai/codex-linux-x64/vendor");
     let binary = fs::read_dir(&vendor)
         .with_context(|| {
@@ -305,30 +310,43 @@ fn install_npm_peers() -> Result<PathBuf> {
     let result = (|| {
         which("node")?;
         let npm = which("npm")?;
-        fresh_dir(&dir)?;
-        for name in pins {
-            fs::copy(pin_dir().join(name), dir.join(name))
-                .with_context(|| format!("copying {name} to {}", dir.display()))?;
-        }
-        let mut command = Command::new(npm);
-        command
-            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
-            .current_dir(&dir);
-        run_logged(
-            &mut command,
-            NPM_TIMEOUT,
-            &install_root().join("npm-install.log"),
-        )?;
+        // A registry download cut short (npm warns "tar zlib: unexpected end of file" and exits
+        // 1) is a flake of the network, not of the pins: try again, each retry with an empty
+        // npm cache of its own so a damaged cached tarball is not reused.
+        retrying("npm ci", |attempt| {
+            fresh_dir(&dir)?;
+            for name in pins {
+                fs::copy(pin_dir().join(name), dir.join(name))
+                    .with_context(|| format!("copying {name} to {}", dir.display()))?;
+            }
+            let mut command = Command::new(&npm);
+            command
+                .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+                .current_dir(&dir);
+            if attempt > 1 {
+                let cache = install_root().join(format!("npm-cache-{attempt}"));
+                fresh_dir(&cache)?;
+                command.arg("--cache").arg(&cache).arg("--prefer-online");
+            }
+            run_logged(
+                &mut command,
+                NPM_TIMEOUT,
+                &install_root().join(format!("npm-install-{attempt}.log")),
+            )?;
+            // Every package the tests use must be complete, Codex's platform build included.
+            ensure!(
+                script.is_file(),
+                "{} is missing after npm ci",
+                script.display()
+            );
+            codex_in(&dir)?;
+            Ok(())
+        })?;
         let version = installed_server_everything_version()?;
         ensure!(
             version == SERVER_EVERYTHING_VERSION,
             "npm installed {SERVER_EVERYTHING_PACKAGE} {version}, the pin is \
              {SERVER_EVERYTHING_VERSION} (is tests/peers/package-lock.json up to date?)"
-        );
-        ensure!(
-            script.is_file(),
-            "{} is missing after npm ci",
-            script.display()
         );
         write_marker(&dir, &stamp)
     })();
@@ -366,22 +384,29 @@ fn install_python_peers() -> Result<PathBuf> {
             VENV_TIMEOUT,
             &install_root().join("venv-create.log"),
         )?;
-        let mut command = Command::new(&python);
-        command
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-            ])
-            .arg("-r")
-            .arg(&requirements);
-        run_logged(
-            &mut command,
-            PIP_TIMEOUT,
-            &install_root().join("pip-install.log"),
-        )?;
+        retrying("pip install", |attempt| {
+            let mut command = Command::new(&python);
+            command
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                ])
+                .arg("-r")
+                .arg(&requirements);
+            if attempt > 1 {
+                // Not the cache a cut-short download may have left behind.
+                command.arg("--no-cache-dir");
+            }
+            run_logged(
+                &mut command,
+                PIP_TIMEOUT,
+                &install_root().join(format!("pip-install-{attempt}.log")),
+            )
+            .map(drop)
+        })?;
         let version = installed_python_mcp_version(&python)?;
         ensure!(
             version == PYTHON_MCP_VERSION,
@@ -394,6 +419,28 @@ fn install_python_peers() -> Result<PathBuf> {
             anyhow!("installing the Python test peers failed: {e:#}\nTo run it by hand: {by_hand}")
         })
         .map(|()| venv)
+}
+
+/// How many times an install command is tried before its failure fails the tests.
+const INSTALL_ATTEMPTS: u32 = 3;
+
+/// Runs `attempt` (given its number, from 1) until it succeeds, at most [`INSTALL_ATTEMPTS`]
+/// times; the error names every failed attempt, so a pin that is wrong still fails loudly.
+fn retrying(what: &str, mut attempt: impl FnMut(u32) -> Result<()>) -> Result<()> {
+    let mut failures = Vec::new();
+    for number in 1..=INSTALL_ATTEMPTS {
+        match attempt(number) {
+            Ok(()) => return Ok(()),
+            Err(error) => failures.push(format!("attempt {number}: {error:#}")),
+        }
+        if number < INSTALL_ATTEMPTS {
+            std::thread::sleep(Duration::from_secs(2 * u64::from(number)));
+        }
+    }
+    bail!(
+        "{what} failed {INSTALL_ATTEMPTS} times:\n{}",
+        failures.join("\n")
+    )
 }
 
 /// `name` on `PATH`, as an absolute path.
