@@ -5,7 +5,7 @@
 use crate::errors::{Result, conflict, storage};
 use crate::exports::m3::managed_input::managed_input::ListFilter;
 use crate::exports::m3::managed_input::round_protocol::{
-    DeliveryStart, FailureReport, Operation, RecoveryReport, Renewal, Submission, Write,
+    Answer, DeliveryStart, FailureReport, Operation, RecoveryReport, Renewal, Write,
 };
 use crate::m3::managed_input::store::{RoundFilter, StoreError, Transaction, TransactionMode};
 use crate::m3::managed_input::types::{
@@ -151,7 +151,7 @@ pub fn submit_responses(
 ) -> Result<ManagedInputRecord> {
     apply(
         round_id,
-        Operation::Submit(Submission {
+        Operation::Submit(Answer {
             responses: responses.to_string(),
             idempotency_key: idempotency_key.to_string(),
         }),

@@ -1,14 +1,19 @@
-//! The execution decisions that need no storage (WIT `execution-rules`): whether a worker may take
-//! an execution, which pending round a handle sees, whether a round is a handle's to answer.
-//! `runtime::execution` makes these decisions with these functions; the policy-only component
-//! exports them as they are.
+//! The execution decisions that need no storage (WIT `execution-rules`): the execution state
+//! machine as a pure function ([`decide`], the way `round_protocol::decide` is the rounds'),
+//! whether a worker may take an execution, which pending round a handle sees, whether a round is
+//! a handle's to answer. `runtime::execution` makes these decisions with these functions inside
+//! its transactions; the policy-only component exports them as they are.
 
-use crate::errors::{Result, state, validation};
-use crate::exports::m3::managed_input::execution_rules::ClaimOutcome;
-use crate::m3::managed_input::types::{
-    ErrorCode, ExecutionStatus, ManagedInputRecord, PendingRound, Status,
+use crate::errors::{Result, conflict, recovery, state, validation};
+use crate::exports::m3::managed_input::execution_rules::{
+    ClaimOutcome, ExecutionClaim, ExecutionDecision, ExecutionEnding, ExecutionHead,
+    ExecutionOperation, ExecutionRenewal, ExecutionWrite,
 };
-use crate::round_protocol::MAX_ID_BYTES;
+use crate::m3::managed_input::types::{
+    ErrorCode, ExecutionStatus, Lease, ManagedInputRecord, PendingRound, Status, Timestamp,
+};
+use crate::round_protocol::{MAX_ID_BYTES, check_id};
+use crate::{lease, time};
 
 /// Checks an execution id given by a caller.
 pub fn check_execution_id(execution_id: &str) -> Result<()> {
@@ -85,4 +90,332 @@ pub fn check_round_of(execution_id: &str, round: &ManagedInputRecord) -> Result<
         ));
     }
     Ok(())
+}
+
+/// `execution-rules.decide`: the execution state machine. Given execution `execution_id`'s
+/// stored head (none: it does not exist), one operation and the time, decides the next head or
+/// the typed error. Arguments are checked before the stored head.
+pub fn decide(
+    execution_id: &str,
+    stored: Option<&ExecutionHead>,
+    operation: ExecutionOperation,
+    now: &Timestamp,
+) -> Result<ExecutionDecision> {
+    check_execution_id(execution_id)?;
+    check_arguments(&operation)?;
+    let Some(stored) = stored else {
+        return Err(not_found(execution_id));
+    };
+    let subject = format!("execution {}", crate::errors::bounded(execution_id));
+    let unchanged = || ExecutionDecision {
+        next: stored.clone(),
+        write: ExecutionWrite::Unchanged,
+        ended: None,
+        fail_rounds_of: None,
+    };
+    let mut next = stored.clone();
+    let mut ended = None;
+    let mut fail_rounds_of = None;
+    match operation {
+        ExecutionOperation::Claim(ExecutionClaim {
+            owner_id,
+            lease_ttl_ms,
+        }) => match claim(execution_id, Some(stored.status))? {
+            ClaimOutcome::Finished => return Ok(unchanged()),
+            ClaimOutcome::Run => {
+                next.status = ExecutionStatus::Running;
+                next.lease = Some(lease::grant(&owner_id, lease_ttl_ms, now)?);
+            }
+        },
+        ExecutionOperation::Renew(ExecutionRenewal {
+            lease: presented,
+            lease_ttl_ms,
+        }) => {
+            authorize_worker(&subject, stored, &presented, now)?;
+            if let Some(held) = next.lease.as_mut() {
+                held.expires_at = time::add_millis(now, lease_ttl_ms);
+            }
+        }
+        ExecutionOperation::Progress(presented) => {
+            authorize_worker(&subject, stored, &presented, now)?;
+        }
+        ExecutionOperation::Finish(presented) => {
+            authorize_worker(&subject, stored, &presented, now)?;
+            next.status = ExecutionStatus::Finished;
+            next.lease = None;
+            ended = Some(ExecutionEnding::ByWorker);
+            fail_rounds_of = Some(presented.owner_id);
+        }
+        ExecutionOperation::RequestCancel => match stored.status {
+            ExecutionStatus::Finished => return Ok(unchanged()),
+            ExecutionStatus::Queued => {
+                next.status = ExecutionStatus::Finished;
+                next.lease = None;
+                ended = Some(ExecutionEnding::Cancelled);
+            }
+            ExecutionStatus::Running if stored.cancel_requested => return Ok(unchanged()),
+            ExecutionStatus::Running => next.cancel_requested = true,
+        },
+        ExecutionOperation::GiveUp(owner_id) => {
+            let held_by_owner = stored.status != ExecutionStatus::Finished
+                && stored
+                    .lease
+                    .as_ref()
+                    .is_some_and(|l| l.owner_id == owner_id);
+            if !held_by_owner {
+                return Err(recovery(
+                    ErrorCode::RecoveryUnavailable,
+                    format!("{subject} is not held by this worker"),
+                ));
+            }
+            next.status = ExecutionStatus::Finished;
+            next.lease = None;
+            ended = Some(ExecutionEnding::Abandoned);
+            fail_rounds_of = Some(owner_id);
+        }
+        ExecutionOperation::Recover => {
+            if stored.status == ExecutionStatus::Finished {
+                return Ok(unchanged());
+            }
+            if let Some(held) = &stored.lease
+                && lease::is_live(held, now)
+            {
+                return Err(conflict(
+                    ErrorCode::LeaseHeld,
+                    format!("{subject}'s holder keeps its lease alive"),
+                ));
+            }
+            next.status = ExecutionStatus::Finished;
+            next.lease = None;
+            ended = Some(ExecutionEnding::Abandoned);
+        }
+    }
+    Ok(ExecutionDecision {
+        next,
+        write: ExecutionWrite::Update,
+        ended,
+        fail_rounds_of,
+    })
+}
+
+/// Bad arguments are a `validation` error whatever is stored.
+fn check_arguments(operation: &ExecutionOperation) -> Result<()> {
+    match operation {
+        ExecutionOperation::Claim(claim) => {
+            check_id("owner id", &claim.owner_id, ErrorCode::InvalidId)?;
+            lease::check_ttl(claim.lease_ttl_ms)
+        }
+        ExecutionOperation::Renew(renewal) => lease::check_ttl(renewal.lease_ttl_ms),
+        ExecutionOperation::GiveUp(owner_id) => {
+            check_id("owner id", owner_id, ErrorCode::InvalidId)
+        }
+        ExecutionOperation::Progress(_)
+        | ExecutionOperation::Finish(_)
+        | ExecutionOperation::RequestCancel
+        | ExecutionOperation::Recover => Ok(()),
+    }
+}
+
+/// A worker's write: only the live lease of a `running` execution (the one lease rule).
+fn authorize_worker(
+    subject: &str,
+    stored: &ExecutionHead,
+    presented: &Lease,
+    now: &Timestamp,
+) -> Result<()> {
+    let held = stored
+        .lease
+        .as_ref()
+        .filter(|_| stored.status == ExecutionStatus::Running);
+    lease::authorize_held(subject, held, presented, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::m3::managed_input::types::ManagedInputError;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp {
+            seconds,
+            nanoseconds: 0,
+        }
+    }
+
+    fn held(owner: &str, expires: i64) -> Lease {
+        Lease {
+            owner_id: owner.into(),
+            lease_token: "0123456789abcdef0123456789abcdef".into(),
+            expires_at: at(expires),
+        }
+    }
+
+    fn head(status: ExecutionStatus, lease: Option<Lease>) -> ExecutionHead {
+        ExecutionHead {
+            status,
+            lease,
+            cancel_requested: false,
+        }
+    }
+
+    fn code(result: Result<ExecutionDecision>) -> ErrorCode {
+        match result.expect_err("refused") {
+            ManagedInputError::Validation(d)
+            | ManagedInputError::Conflict(d)
+            | ManagedInputError::State(d)
+            | ManagedInputError::Recovery(d)
+            | ManagedInputError::Storage(d) => d.code,
+        }
+    }
+
+    #[test]
+    fn a_claim_runs_a_queued_execution_under_a_fresh_lease() {
+        let queued = head(ExecutionStatus::Queued, Some(held("submitter", 50)));
+        let claim = ExecutionOperation::Claim(ExecutionClaim {
+            owner_id: "worker".into(),
+            lease_ttl_ms: 30_000,
+        });
+        let decision = decide("exec-1", Some(&queued), claim.clone(), &at(10)).unwrap();
+        assert_eq!(decision.write, ExecutionWrite::Update);
+        assert_eq!(decision.next.status, ExecutionStatus::Running);
+        let granted = decision.next.lease.unwrap();
+        assert_eq!(granted.owner_id, "worker");
+        assert_eq!(granted.expires_at, at(40));
+        assert_ne!(granted.lease_token, held("x", 0).lease_token);
+        let running = head(ExecutionStatus::Running, Some(held("other", 50)));
+        assert_eq!(
+            code(decide("exec-1", Some(&running), claim.clone(), &at(10))),
+            ErrorCode::ExecutionNotRunnable
+        );
+        assert_eq!(
+            code(decide("exec-1", None, claim, &at(10))),
+            ErrorCode::ExecutionNotFound
+        );
+    }
+
+    #[test]
+    fn worker_writes_need_the_live_lease_of_a_running_execution() {
+        let lease = held("worker", 50);
+        let running = head(ExecutionStatus::Running, Some(lease.clone()));
+        let renew = |lease: Lease| {
+            ExecutionOperation::Renew(ExecutionRenewal {
+                lease,
+                lease_ttl_ms: 30_000,
+            })
+        };
+        let renewed = decide("exec-1", Some(&running), renew(lease.clone()), &at(40)).unwrap();
+        assert_eq!(renewed.next.lease.unwrap().expires_at, at(70));
+        assert_eq!(
+            code(decide(
+                "exec-1",
+                Some(&running),
+                renew(lease.clone()),
+                &at(50)
+            )),
+            ErrorCode::LeaseExpired
+        );
+        let mut stolen = lease.clone();
+        stolen.lease_token = "fedcba9876543210fedcba9876543210".into();
+        assert_eq!(
+            code(decide(
+                "exec-1",
+                Some(&running),
+                ExecutionOperation::Progress(stolen),
+                &at(10)
+            )),
+            ErrorCode::LeaseMismatch
+        );
+        let finished = head(ExecutionStatus::Finished, Some(lease.clone()));
+        assert_eq!(
+            code(decide(
+                "exec-1",
+                Some(&finished),
+                ExecutionOperation::Finish(lease.clone()),
+                &at(10)
+            )),
+            ErrorCode::LeaseMismatch
+        );
+        let done = decide(
+            "exec-1",
+            Some(&running),
+            ExecutionOperation::Finish(lease),
+            &at(10),
+        )
+        .unwrap();
+        assert_eq!(done.next.status, ExecutionStatus::Finished);
+        assert_eq!(done.next.lease, None);
+        assert_eq!(done.ended, Some(ExecutionEnding::ByWorker));
+        assert_eq!(done.fail_rounds_of.as_deref(), Some("worker"));
+    }
+
+    #[test]
+    fn recovery_ends_only_an_expired_hold() {
+        let queued = head(ExecutionStatus::Queued, Some(held("submitter", 50)));
+        assert_eq!(
+            code(decide(
+                "exec-1",
+                Some(&queued),
+                ExecutionOperation::Recover,
+                &at(49)
+            )),
+            ErrorCode::LeaseHeld
+        );
+        let recovered = decide(
+            "exec-1",
+            Some(&queued),
+            ExecutionOperation::Recover,
+            &at(50),
+        )
+        .unwrap();
+        assert_eq!(recovered.ended, Some(ExecutionEnding::Abandoned));
+        assert_eq!(recovered.fail_rounds_of, None);
+        let finished = head(ExecutionStatus::Finished, None);
+        let again = decide(
+            "exec-1",
+            Some(&finished),
+            ExecutionOperation::Recover,
+            &at(50),
+        )
+        .unwrap();
+        assert_eq!(again.write, ExecutionWrite::Unchanged);
+        let give_up = |owner: &str| ExecutionOperation::GiveUp(owner.into());
+        assert_eq!(
+            code(decide("exec-1", Some(&queued), give_up("someone"), &at(99))),
+            ErrorCode::RecoveryUnavailable
+        );
+        let given = decide("exec-1", Some(&queued), give_up("submitter"), &at(99)).unwrap();
+        assert_eq!(given.fail_rounds_of.as_deref(), Some("submitter"));
+    }
+
+    #[test]
+    fn a_cancel_ends_a_queued_execution_and_marks_a_running_one_once() {
+        let queued = head(ExecutionStatus::Queued, Some(held("submitter", 50)));
+        let cancelled = decide(
+            "exec-1",
+            Some(&queued),
+            ExecutionOperation::RequestCancel,
+            &at(1),
+        )
+        .unwrap();
+        assert_eq!(cancelled.ended, Some(ExecutionEnding::Cancelled));
+        assert_eq!(cancelled.next.lease, None);
+        let running = head(ExecutionStatus::Running, Some(held("worker", 50)));
+        let marked = decide(
+            "exec-1",
+            Some(&running),
+            ExecutionOperation::RequestCancel,
+            &at(1),
+        )
+        .unwrap();
+        assert!(marked.next.cancel_requested);
+        assert_eq!(marked.ended, None);
+        let again = decide(
+            "exec-1",
+            Some(&marked.next),
+            ExecutionOperation::RequestCancel,
+            &at(1),
+        )
+        .unwrap();
+        assert_eq!(again.write, ExecutionWrite::Unchanged);
+    }
 }

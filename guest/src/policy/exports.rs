@@ -60,6 +60,15 @@ impl round_protocol_export::Guest for Component {
 }
 
 impl execution_rules_export::Guest for Component {
+    fn decide(
+        execution_id: String,
+        stored: Option<execution_rules_export::ExecutionHead>,
+        operation: execution_rules_export::ExecutionOperation,
+        now: Timestamp,
+    ) -> Result<execution_rules_export::ExecutionDecision, ManagedInputError> {
+        execution_rules::decide(&execution_id, stored.as_ref(), operation, &now)
+    }
+
     fn claim(
         execution_id: String,
         status: Option<crate::m3::managed_input::types::ExecutionStatus>,

@@ -5,7 +5,7 @@
 
 use crate::errors::{Result, conflict, recovery, state, storage, validation};
 use crate::exports::m3::managed_input::round_protocol::{
-    Decision, DeliveryStart, FailureReport, Operation, RecoveryReport, Renewal, Submission, Write,
+    Answer, Decision, DeliveryStart, FailureReport, Operation, RecoveryReport, Renewal, Write,
 };
 use crate::m3::managed_input::types::{
     DeadlineChoice, ElicitationRequest, ErrorCode, Failure, FailureCode, Lease,
@@ -201,7 +201,7 @@ pub fn check_arguments(round_id: &str, operation: &Operation) -> Result<()> {
             check_round_id(round_id)?;
             lease::check_ttl(*lease_ttl_ms)
         }
-        Operation::Submit(Submission {
+        Operation::Submit(Answer {
             idempotency_key, ..
         }) => {
             check_round_id(round_id)?;
@@ -428,15 +428,11 @@ fn renew(record: &mut ManagedInputRecord, renewal: Renewal, now: &Timestamp) -> 
 }
 
 /// Returns `Write::Unchanged` for an idempotent repeat (the record is left as stored).
-fn submit(
-    record: &mut ManagedInputRecord,
-    submission: Submission,
-    now: &Timestamp,
-) -> Result<Write> {
-    let Submission {
+fn submit(record: &mut ManagedInputRecord, answer: Answer, now: &Timestamp) -> Result<Write> {
+    let Answer {
         responses: text,
         idempotency_key,
-    } = submission;
+    } = answer;
     let round_id = &record.pending.round_id;
     if record.idempotency_key.as_deref() == Some(idempotency_key.as_str()) {
         let submitted = responses::validate_responses(&record.pending.requests, &text)?;

@@ -3,14 +3,18 @@
 //! the row version.
 
 use crate::errors::Result;
-use crate::exports::m3::managed_input::execution_rules::ClaimOutcome;
+use crate::exports::m3::managed_input::execution_rules::{
+    ExecutionClaim, ExecutionDecision, ExecutionEnding, ExecutionHead, ExecutionOperation,
+    ExecutionRenewal, ExecutionWrite,
+};
 use crate::exports::m3::managed_input::managed_input::ListFilter;
 use crate::exports::m3::managed_input::runtime::{
-    ExecutionLifecycle, ExecutionOutcome, ExecutionSpec, ExecutionState, OutcomeKind, ToolResult,
+    ExecutionFailure, ExecutionLifecycle, ExecutionOutcome, ExecutionSpec, ExecutionState,
+    FailureKind, OutcomeKind, ToolResult,
 };
 use crate::m3::managed_input::store::{ExecutionRow, RoundFilter, Transaction, TransactionMode};
 use crate::m3::managed_input::types::{
-    Cursor, ErrorCode, ExecutionStatus, PendingRound, Status, Timestamp,
+    Cursor, ErrorCode, ExecutionStatus, FailureCode, Lease, PendingRound, Status, Timestamp,
 };
 use crate::store_protocol::{begin, store_error};
 use crate::{execution_rules, lease, stored, time};
@@ -90,6 +94,7 @@ pub fn load(tx: &Transaction, execution_id: &str) -> Result<Option<LoadedExecuti
     Ok(Some(LoadedExecution { row, data }))
 }
 
+/// Reads the execution `execution_id` inside `tx`; a missing one is `execution-not-found`.
 fn load_existing(tx: &Transaction, execution_id: &str) -> Result<LoadedExecution> {
     load(tx, execution_id)?.ok_or_else(|| execution_rules::not_found(execution_id))
 }
@@ -274,35 +279,110 @@ pub fn cancelled_outcome(tool_results: Vec<ToolResult>) -> ExecutionOutcome {
     }
 }
 
+/// An execution read and decided inside one transaction: the decided head is already applied
+/// to `loaded`; the caller changes the payload it carries, then [`Decided::write`]s it.
+pub struct Decided {
+    /// The execution, with the decided head.
+    pub loaded: LoadedExecution,
+    /// What `execution_rules::decide` decided.
+    pub decision: ExecutionDecision,
+}
+
+impl Decided {
+    /// Writes the execution back (compare-and-set) unless the decision left it unchanged, then
+    /// fails the open rounds the decision names, in the same transaction; returns the row.
+    fn write(self, tx: &Transaction, now: Timestamp, rounds: RoundsEnd) -> Result<ExecutionRow> {
+        if let Some(owner_id) = &self.decision.fail_rounds_of {
+            fail_open_rounds(tx, &self.loaded.row.execution_id, owner_id, rounds, &now)?;
+        }
+        match self.decision.write {
+            ExecutionWrite::Unchanged => Ok(self.loaded.row),
+            ExecutionWrite::Update => save(tx, self.loaded, now),
+        }
+    }
+}
+
+impl LoadedExecution {
+    /// What the state machine reads of it.
+    fn head(&self) -> ExecutionHead {
+        let lease = match (
+            &self.row.owner_id,
+            &self.data.lease_token,
+            self.row.lease_expires_at,
+        ) {
+            (Some(owner_id), Some(token), Some(expires_at)) => Some(Lease {
+                owner_id: owner_id.clone(),
+                lease_token: token.clone(),
+                expires_at,
+            }),
+            _ => None,
+        };
+        ExecutionHead {
+            status: self.row.status,
+            lease,
+            cancel_requested: self.data.cancel_requested,
+        }
+    }
+
+    /// Takes the decided head. A finished execution keeps its last holder's owner id (for
+    /// diagnostics), never a token or an expiry.
+    fn set_head(&mut self, head: &ExecutionHead) {
+        self.row.status = head.status;
+        self.data.cancel_requested = head.cancel_requested;
+        match &head.lease {
+            Some(lease) => {
+                self.row.owner_id = Some(lease.owner_id.clone());
+                self.row.lease_expires_at = Some(lease.expires_at);
+                self.data.lease_token = Some(lease.lease_token.clone());
+            }
+            None => {
+                self.row.lease_expires_at = None;
+                self.data.lease_token = None;
+            }
+        }
+    }
+}
+
+/// Reads execution `execution_id` in `tx` and decides `operation` on it at `now`.
+pub fn decide_in(
+    tx: &Transaction,
+    execution_id: &str,
+    operation: ExecutionOperation,
+    now: &Timestamp,
+) -> Result<Decided> {
+    let loaded = load(tx, execution_id)?;
+    let head = loaded.as_ref().map(LoadedExecution::head);
+    let decision = execution_rules::decide(execution_id, head.as_ref(), operation, now)?;
+    // `decide` refuses a missing execution, so there is one here.
+    let mut loaded = loaded.ok_or_else(|| execution_rules::not_found(execution_id))?;
+    loaded.set_head(&decision.next);
+    Ok(Decided { loaded, decision })
+}
+
 /// `request-cancel`: a queued execution finishes cancelled at once; a running one is marked
 /// and its worker carries the cancel out; a finished one is left as it is.
 pub fn request_cancel(execution_id: &str) -> Result<ExecutionState> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let mut loaded = load_existing(&tx, execution_id)?;
-    match loaded.row.status {
-        ExecutionStatus::Finished => return Ok(state_of(&loaded.row, &loaded.data, false)),
-        ExecutionStatus::Queued => {
-            loaded.row.status = ExecutionStatus::Finished;
-            loaded.data.outcome = Some(cancelled_outcome(Vec::new()));
-        }
-        ExecutionStatus::Running => loaded.data.cancel_requested = true,
+    let mut decided = decide_in(&tx, execution_id, ExecutionOperation::RequestCancel, &now)?;
+    if decided.decision.ended == Some(ExecutionEnding::Cancelled) {
+        decided.loaded.data.outcome = Some(cancelled_outcome(Vec::new()));
     }
-    let data = loaded.data.clone();
-    let row = save(&tx, loaded, now)?;
+    let data = decided.loaded.data.clone();
+    let row = decided.write(&tx, now, RoundsEnd::NONE)?;
     let waiting = waiting_for_input(&tx, &row)?;
     tx.commit().map_err(store_error)?;
     Ok(state_of(&row, &data, waiting))
 }
 
 /// The worker's hold on a running execution: the same lease rules as a round's
-/// (`lease::authorize`): owner and token must match, and it must not have expired.
+/// (`lease::authorize_held`): owner and token must match, and it must not have expired.
 #[derive(Debug, Clone)]
 pub struct ExecutionLease {
     /// The execution.
     pub execution_id: String,
     /// The lease the claim granted (renewals move its expiry).
-    pub lease: crate::m3::managed_input::types::Lease,
+    pub lease: Lease,
     /// Lease length.
     pub ttl_ms: u64,
 }
@@ -319,20 +399,23 @@ pub enum Claim {
 pub fn claim(execution_id: &str, owner_id: &str) -> Result<Claim> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let loaded = load(&tx, execution_id)?;
-    let outcome = execution_rules::claim(execution_id, loaded.as_ref().map(|l| l.row.status))?;
-    let mut loaded = loaded.ok_or_else(|| execution_rules::not_found(execution_id))?;
-    if outcome == ClaimOutcome::Finished {
-        return Ok(Claim::Finished(state_of(&loaded.row, &loaded.data, false)));
-    }
-    let ttl = loaded.data.spec.lease_ttl_ms;
-    let granted = lease::grant(owner_id, ttl, &now)?;
-    loaded.row.status = ExecutionStatus::Running;
-    loaded.row.owner_id = Some(granted.owner_id.clone());
-    loaded.row.lease_expires_at = Some(granted.expires_at);
-    loaded.data.lease_token = Some(granted.lease_token.clone());
-    let data = loaded.data.clone();
-    save(&tx, loaded, now)?;
+    // The lease length is the submission's: read it before deciding.
+    let ttl = load(&tx, execution_id)?
+        .map(|l| l.data.spec.lease_ttl_ms)
+        .ok_or_else(|| execution_rules::not_found(execution_id))?;
+    let claim = ExecutionOperation::Claim(ExecutionClaim {
+        owner_id: owner_id.to_string(),
+        lease_ttl_ms: ttl,
+    });
+    let decided = decide_in(&tx, execution_id, claim, &now)?;
+    let data = decided.loaded.data.clone();
+    let granted = match (&decided.decision.write, &decided.decision.next.lease) {
+        (ExecutionWrite::Update, Some(granted)) => granted.clone(),
+        _ => {
+            return Ok(Claim::Finished(state_of(&decided.loaded.row, &data, false)));
+        }
+    };
+    decided.write(&tx, now, RoundsEnd::NONE)?;
     tx.commit().map_err(store_error)?;
     let held = ExecutionLease {
         execution_id: execution_id.to_string(),
@@ -342,50 +425,23 @@ pub fn claim(execution_id: &str, owner_id: &str) -> Result<Claim> {
     Ok(Claim::Run(Box::new(data), held))
 }
 
-/// The lease stored on a running execution's row, if it has one.
-fn stored_lease(loaded: &LoadedExecution) -> Option<crate::m3::managed_input::types::Lease> {
-    match (
-        &loaded.row.owner_id,
-        &loaded.data.lease_token,
-        loaded.row.lease_expires_at,
-    ) {
-        (Some(owner_id), Some(token), Some(expires_at))
-            if loaded.row.status == ExecutionStatus::Running =>
-        {
-            Some(crate::m3::managed_input::types::Lease {
-                owner_id: owner_id.clone(),
-                lease_token: token.clone(),
-                expires_at,
-            })
-        }
-        _ => None,
-    }
-}
-
-/// Loads the execution `held` names, accepting it only from the current, live lease holder.
-fn load_owned(tx: &Transaction, held: &ExecutionLease, now: &Timestamp) -> Result<LoadedExecution> {
-    let loaded = load_existing(tx, &held.execution_id)?;
-    lease::authorize_held(
-        &format!("execution {}", held.execution_id),
-        stored_lease(&loaded).as_ref(),
-        &held.lease,
-        now,
-    )?;
-    Ok(loaded)
-}
-
 /// Extends the worker's lease (refused once it has expired, like a round's); returns whether a
 /// cancel was requested.
 pub fn renew(held: &mut ExecutionLease) -> Result<bool> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let mut loaded = load_owned(&tx, held, &now)?;
-    let cancel = loaded.data.cancel_requested;
-    let expires_at = time::add_millis(&now, held.ttl_ms);
-    loaded.row.lease_expires_at = Some(expires_at);
-    save(&tx, loaded, now)?;
+    let renewal = ExecutionOperation::Renew(ExecutionRenewal {
+        lease: held.lease.clone(),
+        lease_ttl_ms: held.ttl_ms,
+    });
+    let decided = decide_in(&tx, &held.execution_id, renewal, &now)?;
+    let cancel = decided.decision.next.cancel_requested;
+    let renewed = decided.decision.next.lease.clone();
+    decided.write(&tx, now, RoundsEnd::NONE)?;
     tx.commit().map_err(store_error)?;
-    held.lease.expires_at = expires_at;
+    if let Some(renewed) = renewed {
+        held.lease.expires_at = renewed.expires_at;
+    }
     Ok(cancel)
 }
 
@@ -422,27 +478,28 @@ pub fn observe(execution_id: &str, round_id: Option<&str>) -> Result<Observed> {
     })
 }
 
+/// Changes the running execution's payload under the worker's live lease.
+fn progress(held: &ExecutionLease, change: impl FnOnce(&mut ExecutionData)) -> Result<()> {
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let progress = ExecutionOperation::Progress(held.lease.clone());
+    let mut decided = decide_in(&tx, &held.execution_id, progress, &now)?;
+    change(&mut decided.loaded.data);
+    decided.write(&tx, now, RoundsEnd::NONE)?;
+    tx.commit().map_err(store_error)
+}
+
 /// Records what the running execution's worker started.
 pub fn record_spawned(
     held: &ExecutionLease,
     spawned: crate::m3::managed_input::process::Spawned,
 ) -> Result<()> {
-    let tx = begin(TransactionMode::Write)?;
-    let now = time::now();
-    let mut loaded = load_owned(&tx, held, &now)?;
-    loaded.data.spawned = Some(spawned);
-    save(&tx, loaded, now)?;
-    tx.commit().map_err(store_error)
+    progress(held, |data| data.spawned = Some(spawned))
 }
 
 /// Appends a tool result to the running execution.
 pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Result<()> {
-    let tx = begin(TransactionMode::Write)?;
-    let now = time::now();
-    let mut loaded = load_owned(&tx, held, &now)?;
-    loaded.data.tool_results.push(result);
-    save(&tx, loaded, now)?;
-    tx.commit().map_err(store_error)
+    progress(held, |data| data.tool_results.push(result))
 }
 
 /// Finishes the running execution with `outcome` (its tool results are filled in from the
@@ -453,18 +510,52 @@ pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Result<(
 pub fn finish(held: &ExecutionLease, mut outcome: ExecutionOutcome) -> Result<ExecutionState> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    fail_open_rounds(&tx, held, &outcome, &now)?;
-    let mut loaded = load_owned(&tx, held, &now)?;
-    outcome.tool_results = std::mem::take(&mut loaded.data.tool_results);
-    loaded.data.tool_results = outcome.tool_results.clone();
-    loaded.data.outcome = Some(outcome);
-    loaded.row.status = ExecutionStatus::Finished;
-    loaded.row.lease_expires_at = None;
-    loaded.data.lease_token = None;
-    let data = loaded.data.clone();
-    let row = save(&tx, loaded, now)?;
+    let finish = ExecutionOperation::Finish(held.lease.clone());
+    let mut decided = decide_in(&tx, &held.execution_id, finish, &now)?;
+    let rounds = RoundsEnd::for_outcome(&outcome);
+    outcome.tool_results = decided.loaded.data.tool_results.clone();
+    decided.loaded.data.outcome = Some(outcome);
+    let data = decided.loaded.data.clone();
+    let row = decided.write(&tx, now, rounds)?;
     tx.commit().map_err(store_error)?;
     Ok(state_of(&row, &data, false))
+}
+
+/// Ends, inside `tx`, an execution whose holder is gone or gives up (`operation` is `give-up`
+/// or `recover`): failed `recovery-unavailable` with `message`; the rounds the decision names
+/// fail `recovery-unavailable` with `round_message`. Returns the final state and what its
+/// worker had started, or none when the decision left it unchanged (it had finished).
+pub fn abandon_in(
+    tx: &Transaction,
+    execution_id: &str,
+    operation: ExecutionOperation,
+    message: &str,
+    round_message: &str,
+    now: Timestamp,
+) -> Result<
+    Option<(
+        ExecutionState,
+        Option<crate::m3::managed_input::process::Spawned>,
+    )>,
+> {
+    let mut decided = decide_in(tx, execution_id, operation, &now)?;
+    if decided.decision.ended != Some(ExecutionEnding::Abandoned) {
+        return Ok(None);
+    }
+    let spawned = decided.loaded.data.spawned.clone();
+    decided.loaded.data.outcome = Some(ExecutionOutcome {
+        kind: OutcomeKind::Failed,
+        failure: Some(ExecutionFailure {
+            kind: FailureKind::RoundFailed,
+            code: Some(FailureCode::RecoveryUnavailable),
+            message: message.to_string(),
+        }),
+        tool_results: decided.loaded.data.tool_results.clone(),
+        final_message: None,
+    });
+    let data = decided.loaded.data.clone();
+    let row = decided.write(tx, now, RoundsEnd::recovery(round_message))?;
+    Ok(Some((state_of(&row, &data, false), spawned)))
 }
 
 /// The statuses of a round that has not ended.
@@ -475,37 +566,68 @@ pub const OPEN_STATUSES: [Status; 4] = [
     Status::Delivered,
 ];
 
-/// Fails, inside `tx`, every open round of the execution owned by `held`'s worker: with the
-/// outcome's own code where the store accepts it, else with `recovery-unavailable` (the worker
-/// presents its current lease: it cannot deliver).
+/// How the open rounds of an ending execution fail.
+pub struct RoundsEnd {
+    /// The code to fail them with first (`fail`); `recovery-unavailable` (`fail-recovery`, the
+    /// worker presenting its lease) when none, or when the store refuses the code.
+    code: Option<FailureCode>,
+    message: String,
+}
+
+impl RoundsEnd {
+    /// For decisions that name no rounds.
+    const NONE: RoundsEnd = RoundsEnd {
+        code: None,
+        message: String::new(),
+    };
+
+    /// `recovery-unavailable` with `message`.
+    fn recovery(message: &str) -> Self {
+        RoundsEnd {
+            code: None,
+            message: message.to_string(),
+        }
+    }
+
+    /// The outcome's own code where the store accepts it.
+    fn for_outcome(outcome: &ExecutionOutcome) -> Self {
+        let (code, why) = match (&outcome.kind, &outcome.failure) {
+            (OutcomeKind::Cancelled, _) => (FailureCode::Cancelled, "the execution was cancelled"),
+            (OutcomeKind::Failed, Some(failure)) => (
+                match failure.code {
+                    Some(code) if code != FailureCode::RecoveryUnavailable => code,
+                    _ => FailureCode::ServerError,
+                },
+                failure.message.as_str(),
+            ),
+            _ => (
+                FailureCode::RequestWithdrawn,
+                "the operation ended without the answer",
+            ),
+        };
+        RoundsEnd {
+            code: Some(code),
+            message: format!("the execution ended while this round was open: {why}"),
+        }
+    }
+}
+
+/// Fails, inside `tx`, every open round of execution `execution_id` that `owner_id` holds (the
+/// one walk for a finishing worker, a worker giving up and an abandoned instance).
 fn fail_open_rounds(
     tx: &Transaction,
-    held: &ExecutionLease,
-    outcome: &ExecutionOutcome,
+    execution_id: &str,
+    owner_id: &str,
+    end: RoundsEnd,
     now: &Timestamp,
 ) -> Result<()> {
     use crate::exports::m3::managed_input::round_protocol::{
         FailureReport, Operation, RecoveryReport,
     };
-    use crate::m3::managed_input::types::FailureCode;
-    let (code, why) = match (&outcome.kind, &outcome.failure) {
-        (OutcomeKind::Cancelled, _) => (FailureCode::Cancelled, "the execution was cancelled"),
-        (OutcomeKind::Failed, Some(failure)) => (
-            match failure.code {
-                Some(code) if code != FailureCode::RecoveryUnavailable => code,
-                _ => FailureCode::ServerError,
-            },
-            failure.message.as_str(),
-        ),
-        _ => (
-            FailureCode::RequestWithdrawn,
-            "the operation ended without the answer",
-        ),
-    };
     for status in OPEN_STATUSES {
         let rows = tx
             .list(&RoundFilter {
-                execution_id: Some(held.execution_id.clone()),
+                execution_id: Some(execution_id.to_string()),
                 status: Some(status),
                 limit: None,
                 after: None,
@@ -513,28 +635,31 @@ fn fail_open_rounds(
             .map_err(store_error)?;
         for row in rows {
             let record = crate::record::from_row(&row)?;
-            let Some(lease) = record.lease.filter(|l| l.owner_id == held.lease.owner_id) else {
+            let Some(lease) = record.lease.filter(|l| l.owner_id == owner_id) else {
                 continue;
             };
             let round_id = &record.pending.round_id;
-            let message = format!("the execution ended while this round was open: {why}");
-            let failed = crate::store_protocol::apply_in(
-                tx,
-                round_id,
-                Operation::Fail(FailureReport {
-                    lease: lease.clone(),
-                    code,
-                    message: message.clone(),
-                }),
-                now,
-            );
-            if failed.is_err() {
+            let failed = match end.code {
+                Some(code) => crate::store_protocol::apply_in(
+                    tx,
+                    round_id,
+                    Operation::Fail(FailureReport {
+                        lease: lease.clone(),
+                        code,
+                        message: end.message.clone(),
+                    }),
+                    now,
+                )
+                .is_ok(),
+                None => false,
+            };
+            if !failed {
                 crate::store_protocol::apply_in(
                     tx,
                     round_id,
                     Operation::FailRecovery(RecoveryReport {
                         lease: Some(lease),
-                        message,
+                        message: end.message.clone(),
                     }),
                     now,
                 )?;
@@ -542,24 +667,6 @@ fn fail_open_rounds(
         }
     }
     Ok(())
-}
-
-/// Finishes `loaded` (whose worker is gone) failed, inside `tx`.
-pub fn finish_abandoned(
-    tx: &Transaction,
-    mut loaded: LoadedExecution,
-    outcome: ExecutionOutcome,
-    now: Timestamp,
-) -> Result<ExecutionState> {
-    let mut outcome = outcome;
-    outcome.tool_results = loaded.data.tool_results.clone();
-    loaded.data.outcome = Some(outcome);
-    loaded.row.status = ExecutionStatus::Finished;
-    loaded.row.lease_expires_at = None;
-    loaded.data.lease_token = None;
-    let data = loaded.data.clone();
-    let row = save(tx, loaded, now)?;
-    Ok(state_of(&row, &data, false))
 }
 
 pub use crate::execution_rules::check_execution_id;

@@ -10,11 +10,10 @@
 
 use super::execution;
 use crate::errors::Result;
-use crate::exports::m3::managed_input::runtime::{
-    ExecutionFailure, ExecutionOutcome, FailureKind, OutcomeKind, RecoveryReport,
-};
+use crate::exports::m3::managed_input::execution_rules::ExecutionOperation;
+use crate::exports::m3::managed_input::runtime::RecoveryReport;
 use crate::m3::managed_input::store::{RoundFilter, TransactionMode};
-use crate::m3::managed_input::types::{Cursor, ExecutionStatus, FailureCode};
+use crate::m3::managed_input::types::{Cursor, ExecutionStatus};
 use crate::store_protocol::{self, begin, store_error};
 use crate::time;
 
@@ -61,68 +60,35 @@ fn give_up(
     round_message: &str,
     execution_message: &str,
 ) -> Result<crate::exports::m3::managed_input::runtime::ExecutionState> {
-    use crate::exports::m3::managed_input::round_protocol::{Operation, RecoveryReport as Report};
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    let loaded = match execution::load(&tx, execution_id)? {
-        Some(loaded)
-            if matches!(
-                loaded.row.status,
-                ExecutionStatus::Queued | ExecutionStatus::Running
-            ) && loaded.row.owner_id.as_deref() == Some(owner_id) =>
-        {
-            loaded
-        }
-        _ => {
-            return Err(crate::errors::recovery(
-                crate::m3::managed_input::types::ErrorCode::RecoveryUnavailable,
-                format!("execution {execution_id} is not held by this worker"),
-            ));
-        }
+    let give_up = ExecutionOperation::GiveUp(owner_id.to_string());
+    let Some((state, _)) = execution::abandon_in(
+        &tx,
+        execution_id,
+        give_up,
+        execution_message,
+        round_message,
+        now,
+    )?
+    else {
+        // `decide` refuses a give-up of what the worker does not hold, so this is unreachable
+        // in practice; it is still not a success.
+        return Err(crate::errors::recovery(
+            crate::m3::managed_input::types::ErrorCode::RecoveryUnavailable,
+            format!("execution {execution_id} is not held by this worker"),
+        ));
     };
-    for status in execution::OPEN_STATUSES {
-        let rows = tx
-            .list(&RoundFilter {
-                execution_id: Some(execution_id.to_string()),
-                status: Some(status),
-                limit: None,
-                after: None,
-            })
-            .map_err(store_error)?;
-        for row in rows {
-            let round = crate::record::from_row(&row)?;
-            let Some(lease) = round.lease.filter(|l| l.owner_id == owner_id) else {
-                continue;
-            };
-            store_protocol::apply_in(
-                &tx,
-                &round.pending.round_id,
-                Operation::FailRecovery(Report {
-                    lease: Some(lease),
-                    message: round_message.to_string(),
-                }),
-                &now,
-            )?;
-        }
-    }
-    let outcome = ExecutionOutcome {
-        kind: OutcomeKind::Failed,
-        failure: Some(ExecutionFailure {
-            kind: FailureKind::RoundFailed,
-            code: Some(FailureCode::RecoveryUnavailable),
-            message: execution_message.to_string(),
-        }),
-        tool_results: Vec::new(),
-        final_message: None,
-    };
-    let state = execution::finish_abandoned(&tx, loaded, outcome, now)?;
     tx.commit().map_err(store_error)?;
     Ok(state)
 }
 
-fn expired(lease_expires_at: Option<&crate::m3::managed_input::types::Timestamp>) -> bool {
-    let now = time::now();
-    lease_expires_at.is_some_and(|at| time::at_or_after(&now, at))
+/// Whether a hold expiring at `lease_expires_at` has expired at `now`.
+fn expired(
+    lease_expires_at: Option<&crate::m3::managed_input::types::Timestamp>,
+    now: &crate::m3::managed_input::types::Timestamp,
+) -> bool {
+    lease_expires_at.is_some_and(|at| time::at_or_after(now, at))
 }
 
 /// `recover`.
@@ -155,7 +121,7 @@ pub fn recover() -> Result<RecoveryReport> {
                     report.records_unreadable += 1;
                     continue;
                 };
-                if !expired(round.lease.as_ref().map(|l| &l.expires_at)) {
+                if !expired(round.lease.as_ref().map(|l| &l.expires_at), &time::now()) {
                     continue;
                 }
                 // Re-checked inside its own transaction: a renewal since the list wins.
@@ -192,7 +158,7 @@ pub fn recover() -> Result<RecoveryReport> {
             // Only the expired ones are kept (their rows are small).
             abandoned.extend(
                 page.into_iter()
-                    .filter(|r| expired(r.lease_expires_at.as_ref())),
+                    .filter(|r| expired(r.lease_expires_at.as_ref(), &now)),
             );
             if !full {
                 break;
@@ -200,35 +166,31 @@ pub fn recover() -> Result<RecoveryReport> {
         }
     }
     for row in abandoned {
-        let loaded = match execution::load(&tx, &row.execution_id) {
-            Ok(Some(loaded)) => loaded,
-            Ok(None) => continue,
-            Err(crate::m3::managed_input::types::ManagedInputError::Storage(detail))
-                if detail.code == crate::m3::managed_input::types::ErrorCode::CorruptRecord =>
-            {
-                report.records_unreadable += 1;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        report.left_behind.extend(loaded.data.spawned.clone());
-        let message = if loaded.row.status == ExecutionStatus::Queued {
+        let message = if row.status == ExecutionStatus::Queued {
             "the process that submitted the execution is gone and no worker started it"
         } else {
             "the execution's worker is gone"
         };
-        let outcome = ExecutionOutcome {
-            kind: OutcomeKind::Failed,
-            failure: Some(ExecutionFailure {
-                kind: FailureKind::RoundFailed,
-                code: Some(FailureCode::RecoveryUnavailable),
-                message: message.into(),
-            }),
-            tool_results: Vec::new(),
-            final_message: None,
-        };
-        execution::finish_abandoned(&tx, loaded, outcome, now)?;
-        report.executions_failed += 1;
+        match execution::abandon_in(
+            &tx,
+            &row.execution_id,
+            ExecutionOperation::Recover,
+            message,
+            GONE,
+            now,
+        ) {
+            Ok(Some((_, spawned))) => {
+                report.left_behind.extend(spawned);
+                report.executions_failed += 1;
+            }
+            Ok(None) => {}
+            Err(crate::m3::managed_input::types::ManagedInputError::Storage(detail))
+                if detail.code == crate::m3::managed_input::types::ErrorCode::CorruptRecord =>
+            {
+                report.records_unreadable += 1;
+            }
+            Err(e) => return Err(e),
+        }
     }
     tx.commit().map_err(store_error)?;
     Ok(report)
