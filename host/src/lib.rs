@@ -52,68 +52,54 @@
 // m3's own tests and tools, outside the API. `tests/all/tidy.rs` keeps it so.
 #![deny(private_interfaces, private_bounds, unnameable_types)]
 
-mod bindings;
-mod clock;
-mod component_cache;
-mod convert;
+mod api;
+mod checks;
+mod component;
 #[doc = include_str!("../../EMBEDDING.md")]
 pub mod embedding {}
-mod engine;
-mod error;
-mod execution;
-mod execution_store;
-mod fault;
-mod guest_imports;
-pub mod health;
-mod instance;
+mod imports;
 mod kit;
-mod mutation;
-mod policy;
 mod process;
-mod record;
-mod response;
-mod round;
-mod sandbox;
-mod server;
 mod sqlite;
-mod store;
-mod submission;
 #[doc(hidden)]
 pub mod testing;
 mod worker;
 
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{
+pub use api::clock::{Clock, ManualClock, SystemClock};
+pub use api::error::{
     EngineError, EngineErrorKind, ErrorCode, ErrorDetail, ManagedInputConflict, ManagedInputError,
     ManagedInputRecoveryError, ManagedInputStateError, ManagedInputValidationError, OpenError,
     StorageError,
 };
-pub use execution::{
+pub use api::execution::{
     ExecutionFailure, ExecutionOutcome, ExecutionResult, ExecutionState, ExecutionStatus,
     FailureKind, OperationTimeout, OutcomeKind, TimeoutCause, ToolResult,
 };
-pub use execution_store::{
+pub use api::execution_store::{
     ExecutionStore, ExecutionStoreError, InMemoryExecutionStore, SqliteExecutionStore,
 };
-pub use instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
+pub use api::health;
+pub use api::managed_input::{
+    ManagedInputStore, SqliteManagedInputStore, StoreOptions, StoreResult,
+};
+pub use api::policy::{POLICY_COMPONENT, Policy, PreparedRound};
+pub use api::record::{
+    FailureCode, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord, ManagedInputStatus,
+    RoundFailure, RoundFilter,
+};
+pub use api::response::{ElicitationAction, ElicitationResponse, RedactedResponse};
+pub use api::round::{
+    Deadline, ElicitationRequest, FormElicitationRequest, HarnessMetadata, NewRound, OperationKind,
+    OwnerClaim, PendingElicitationRound, RequestContext, UrlElicitationRequest,
+};
+pub use api::server::{McpEra, StdioServer};
+pub use api::submission::{HumanInput, ModelValidationError, Submission};
+pub use component::instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
+pub use component::sandbox::{ImportBinding, ImportProvider, SandboxProbe};
 pub use kit::{
     Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, CodexOptions,
     ExecutionError, ExecutionHandle, Harness, KitOptions, McpTestKit, ModelProvider,
     PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
 };
-pub use policy::{POLICY_COMPONENT, Policy, PreparedRound};
-pub use record::{
-    FailureCode, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord, ManagedInputStatus,
-    RoundFailure, RoundFilter,
-};
-pub use response::{ElicitationAction, ElicitationResponse, RedactedResponse};
-pub use round::{
-    Deadline, ElicitationRequest, FormElicitationRequest, HarnessMetadata, NewRound, OperationKind,
-    OwnerClaim, PendingElicitationRound, RequestContext, UrlElicitationRequest,
-};
-pub use sandbox::{ImportBinding, ImportProvider, SandboxProbe};
-pub use server::{McpEra, StdioServer};
 pub use sqlite::database::Synchronous;
-pub use store::{ManagedInputStore, SqliteManagedInputStore, StoreOptions, StoreResult};
-pub use submission::{HumanInput, ModelValidationError, Submission};
 pub use worker::{Executions, RecoveryReport};

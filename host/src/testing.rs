@@ -2,8 +2,8 @@
 //! need them (a fixture read without a kit, a queued execution nobody runs). Not part of the API:
 //! anything here may change in any release.
 
-use crate::execution::ExecutionState;
-use crate::execution_store::ExecutionStore;
+use crate::api::execution::ExecutionState;
+use crate::api::execution_store::ExecutionStore;
 use crate::kit::ExecutionError;
 
 /// The state of execution `execution_id` as stored, read without a kit (a kit recovers what it
@@ -18,14 +18,17 @@ pub fn execution_state(
 /// Every stored execution's state, oldest first, read without a kit.
 pub fn execution_states(store: &dyn ExecutionStore) -> Result<Vec<ExecutionState>, ExecutionError> {
     let states = store.executions()?.list(None, None)?;
-    Ok(states.iter().map(crate::execution::state_back).collect())
+    Ok(states
+        .iter()
+        .map(crate::api::execution::state_back)
+        .collect())
 }
 
 /// Stores `submission` as a queued execution held by `agent`'s kit, without starting a worker
 /// (what a submitter that dies right after submitting leaves behind). Returns its id.
 pub fn submit_without_running(
     agent: &crate::kit::Agent,
-    submission: crate::submission::Submission,
+    submission: crate::api::submission::Submission,
 ) -> Result<String, ExecutionError> {
     agent.store_only(submission)
 }
@@ -61,27 +64,27 @@ impl ChangeSignal {
 pub mod internals {
     /// The generated bindings.
     pub mod bindings {
-        pub use crate::bindings::*;
+        pub use crate::component::bindings::*;
     }
     /// The compiled-artifact cache.
     pub mod component_cache {
-        pub use crate::component_cache::*;
+        pub use crate::component::cache::*;
     }
     /// WIT <-> public types.
     pub mod convert {
-        pub use crate::convert::*;
+        pub use crate::component::convert::*;
     }
     /// The compiled component.
     pub mod engine {
-        pub use crate::engine::*;
+        pub use crate::component::engine::*;
     }
     /// The host's import implementations.
     pub mod guest_imports {
-        pub use crate::guest_imports::*;
+        pub use crate::imports::*;
     }
     /// Instances and their limits.
     pub mod instance {
-        pub use crate::instance::*;
+        pub use crate::component::instance::*;
     }
     /// The SQLite backend.
     pub mod sqlite {
@@ -96,7 +99,7 @@ pub mod internals {
     pub fn open_with_runtime(
         path: impl AsRef<std::path::Path>,
         options: crate::StoreOptions,
-        runtime: std::sync::Arc<crate::engine::ComponentRuntime>,
+        runtime: std::sync::Arc<crate::component::engine::ComponentRuntime>,
     ) -> Result<crate::SqliteManagedInputStore, crate::OpenError> {
         crate::SqliteManagedInputStore::open_with_runtime(path, options, runtime)
     }
@@ -107,17 +110,17 @@ pub mod internals {
 #[derive(Debug)]
 pub struct CompiledEngine {
     /// Where the compiled code came from.
-    pub cache: crate::component_cache::CacheOutcome,
+    pub cache: crate::component::cache::CacheOutcome,
 }
 
 /// Compiles (or loads) the engine component with the cache at `cache_dir`, as every process does
 /// on first use, but without sharing the result.
 pub fn compile_engine(
     cache_dir: Option<&std::path::Path>,
-) -> Result<CompiledEngine, crate::error::EngineError> {
-    let runtime = crate::engine::ComponentRuntime::new(
-        crate::engine::GUEST_WASM,
-        crate::engine::GUEST_WASM_SHA256,
+) -> Result<CompiledEngine, crate::api::error::EngineError> {
+    let runtime = crate::component::engine::ComponentRuntime::new(
+        crate::component::engine::GUEST_WASM,
+        crate::component::engine::GUEST_WASM_SHA256,
         cache_dir,
     )?;
     Ok(CompiledEngine {
@@ -138,13 +141,13 @@ pub fn run_as_worker(
     executions: &crate::worker::Executions,
     execution_id: &str,
     owner_id: &str,
-) -> Result<ExecutionState, crate::error::ManagedInputError> {
+) -> Result<ExecutionState, crate::api::error::ManagedInputError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| {
-            crate::error::ManagedInputError::Engine(crate::error::EngineError {
-                kind: crate::error::EngineErrorKind::Load,
+            crate::api::error::ManagedInputError::Engine(crate::api::error::EngineError {
+                kind: crate::api::error::EngineErrorKind::Load,
                 message: format!("no runtime: {e}"),
             })
         })?;
@@ -154,5 +157,5 @@ pub fn run_as_worker(
         std::collections::BTreeMap::new(),
         std::sync::Arc::new(tokio::sync::Notify::new()),
     ))?;
-    Ok(crate::execution::state_back(&state))
+    Ok(crate::api::execution::state_back(&state))
 }

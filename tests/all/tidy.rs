@@ -312,7 +312,11 @@ fn strip(source: &str) -> Stripped {
 
 /// Files whose job is to map between equivalent types (public Rust <-> WIT <-> SQL text). They
 /// may name statuses and failure codes, but only in arms mapping a variant to the same variant.
-const MAPPING_FILES: &[&str] = &["convert.rs", "sqlite/transaction.rs", "record.rs"];
+const MAPPING_FILES: &[&str] = &[
+    "component/convert.rs",
+    "sqlite/transaction.rs",
+    "api/record.rs",
+];
 const STATUSES: &[&str] = &[
     "Pending",
     "ResponseValidated",
@@ -471,7 +475,7 @@ fn host_rule_violations(rel: &str, source: &str) -> Vec<String> {
                 flag("the host assigns a status");
             }
         }
-        if rel != "error.rs" && rel != "convert.rs" {
+        if rel != "api/error.rs" && rel != "component/convert.rs" {
             for (at, _) in code.match_indices("ErrorCode::") {
                 if code[..at].ends_with("rusqlite::") {
                     continue;
@@ -498,37 +502,40 @@ fn host_rules_catch_transitions_and_validation() {
     let caught = |rel: &str, sample: &str| !host_rule_violations(rel, sample).is_empty();
     let transition =
         "fn f(record: &mut Record) {\n    record.status = ManagedInputStatus::Resolved;\n}\n";
-    assert!(caught("store.rs", transition));
+    assert!(caught("api/managed_input.rs", transition));
     assert!(
-        caught("convert.rs", transition),
+        caught("component/convert.rs", transition),
         "assignment is caught everywhere"
     );
-    assert!(caught("store.rs", "let s = Status::Delivered;"));
-    assert!(caught("store.rs", "status = next;"));
-    assert!(caught("store.rs", "self.status=next;"));
+    assert!(caught("api/managed_input.rs", "let s = Status::Delivered;"));
+    assert!(caught("api/managed_input.rs", "status = next;"));
+    assert!(caught("api/managed_input.rs", "self.status=next;"));
     assert!(caught(
-        "store.rs",
+        "api/managed_input.rs",
         "let next = match r.status { ManagedInputStatus::Delivered => ManagedInputStatus::Resolved, s => s };"
     ));
     assert!(caught(
-        "convert.rs",
+        "component/convert.rs",
         "        wit::Status::Delivered => ManagedInputStatus::Resolved,"
     ));
     assert!(caught(
-        "record.rs",
+        "api/record.rs",
         "        Self::Delivered => \"resolved\","
     ));
     assert!(caught(
-        "store.rs",
+        "api/managed_input.rs",
         "fail(r, FailureCode::RecoveryUnavailable)"
     ));
-    assert!(caught("instance.rs", "use jsonschema::Validator;"));
     assert!(caught(
-        "store.rs",
+        "component/instance.rs",
+        "use jsonschema::Validator;"
+    ));
+    assert!(caught(
+        "api/managed_input.rs",
         "edge_validation(ErrorCode::SchemaViolation, m)"
     ));
     assert!(caught(
-        "round.rs",
+        "api/round.rs",
         "if schema.get(\"minLength\").is_some() {}"
     ));
 
@@ -536,7 +543,7 @@ fn host_rules_catch_transitions_and_validation() {
     let none: Vec<String> = Vec::new();
     assert_eq!(
         clean(
-            "store.rs",
+            "api/managed_input.rs",
             "// record.status = ManagedInputStatus::Resolved;\n/* Status::Failed */"
         ),
         none
@@ -550,7 +557,7 @@ fn host_rules_catch_transitions_and_validation() {
     );
     assert_eq!(
         clean(
-            "convert.rs",
+            "component/convert.rs",
             "        ManagedInputStatus::Pending => wit::Status::Pending,"
         ),
         none
@@ -563,11 +570,17 @@ fn host_rules_catch_transitions_and_validation() {
         none
     );
     assert_eq!(
-        clean("record.rs", "            Self::Failed => \"failed\","),
+        clean("api/record.rs", "            Self::Failed => \"failed\","),
         none
     );
-    assert_eq!(clean("store.rs", "if rec.status == other.status {}"), none);
-    assert_eq!(clean("store.rs", "let status = child.wait()?;"), none);
+    assert_eq!(
+        clean("api/managed_input.rs", "if rec.status == other.status {}"),
+        none
+    );
+    assert_eq!(
+        clean("api/managed_input.rs", "let status = child.wait()?;"),
+        none
+    );
     assert_eq!(
         clean(
             "sqlite/transaction.rs",
@@ -575,7 +588,10 @@ fn host_rules_catch_transitions_and_validation() {
         ),
         none
     );
-    assert_eq!(clean("store.rs", "let substatus = 1; my_status = 2;"), none);
+    assert_eq!(
+        clean("api/managed_input.rs", "let substatus = 1; my_status = 2;"),
+        none
+    );
     assert_eq!(
         clean(
             "sqlite/database.rs",
@@ -584,10 +600,16 @@ fn host_rules_catch_transitions_and_validation() {
         none
     );
     assert_eq!(
-        clean("store.rs", "edge_validation(ErrorCode::PayloadTooLarge, m)"),
+        clean(
+            "api/managed_input.rs",
+            "edge_validation(ErrorCode::PayloadTooLarge, m)"
+        ),
         none
     );
-    assert_eq!(clean("store.rs", "let c = '\"'; let s = \"a\\\"b\";"), none);
+    assert_eq!(
+        clean("api/managed_input.rs", "let c = '\"'; let s = \"a\\\"b\";"),
+        none
+    );
 }
 
 #[test]
@@ -663,8 +685,8 @@ fn block_fns(source: &str, header: &str) -> Result<BTreeSet<String>> {
 fn every_wit_function_of_managed_input_is_a_method_of_the_store_trait() -> Result<()> {
     let root = workspace_root();
     let wit = std::fs::read_to_string(root.join("wit/exports.wit"))?;
-    let store_rs = std::fs::read_to_string(root.join("host/src/store.rs"))?;
-    let policy_rs = std::fs::read_to_string(root.join("host/src/policy.rs"))?;
+    let store_rs = std::fs::read_to_string(root.join("host/src/api/managed_input.rs"))?;
+    let policy_rs = std::fs::read_to_string(root.join("host/src/api/policy.rs"))?;
 
     let protocol = wit_functions(&wit, "managed-input")?;
     ensure!(
@@ -727,7 +749,9 @@ fn every_public_item_of_the_host_has_docs() -> Result<()> {
         let code = strip(&std::fs::read_to_string(&file)?).code;
         // Generated bindings; the error-code variants, documented by their `snake_case` name
         // and the rejection table.
-        if code.contains("missing_docs") && !["bindings.rs", "error.rs"].contains(&rel.as_str()) {
+        if code.contains("missing_docs")
+            && !["component/bindings.rs", "api/error.rs"].contains(&rel.as_str())
+        {
             silenced.push(rel);
         }
     }
@@ -819,8 +843,8 @@ fn host_source_holds_no_mcp_protocol_names() -> Result<()> {
 }
 
 /// The names a source file gives to generated binding types and modules: whatever its `use`
-/// statements bring in from `crate::bindings` (a module alias such as `wit`, or the types
-/// themselves), plus the paths `bindings::` and `crate::bindings`.
+/// statements bring in from `crate::component::bindings` (a module alias such as `wit`, or the
+/// types themselves), plus the paths through `bindings::`.
 fn generated_names(code: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::from(["bindings".to_string()]);
     for statement in code.split(';') {
@@ -833,7 +857,14 @@ fn generated_names(code: &str) -> BTreeSet<String> {
             continue;
         };
         let path: String = path.split_whitespace().collect::<Vec<_>>().join(" ");
-        if !path.starts_with("crate::bindings") && !path.starts_with("bindings::") {
+        let generated = [
+            "crate::component::bindings",
+            "crate::bindings",
+            "bindings::",
+        ]
+        .iter()
+        .any(|prefix| path.starts_with(prefix));
+        if !generated {
             continue;
         }
         let tail = path.rsplit("::").next().unwrap_or_default();
@@ -895,55 +926,61 @@ fn generated_in_public_signatures(code: &str) -> Vec<(usize, String)> {
 }
 
 /// The host files that define the public API: the modules `lib.rs` re-exports from (`pub use
-/// module::...`) and its public modules (`testing` aside, which is outside the API); for a
-/// folder module, `mod.rs` and the files it re-exports from.
+/// a::b::{..}` is the module `a::b`, `pub use a::b;` the module or item `b` of `a`) and its public
+/// modules (`testing` aside, which is outside the API); for a folder module, its `mod.rs` and the
+/// files it re-exports from.
 fn public_api_files(src: &Path) -> Result<Vec<PathBuf>> {
+    // The file of the longest prefix of `segments` that is a module.
+    let module_file = |segments: &[&str]| -> Option<PathBuf> {
+        (1..=segments.len()).rev().find_map(|k| {
+            let base = src.join(segments[..k].join("/"));
+            [base.with_extension("rs"), base.join("mod.rs")]
+                .into_iter()
+                .find(|f| f.exists())
+        })
+    };
     let lib = strip(&std::fs::read_to_string(src.join("lib.rs"))?).code;
-    let mut modules = BTreeSet::new();
+    let mut files = vec![src.join("lib.rs")];
     for statement in lib.split(';') {
         let statement = statement.trim();
-        if let Some(path) = statement.strip_prefix("pub use ") {
-            modules.insert(
-                path.split("::")
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string(),
-            );
+        let path = if let Some(path) = statement.strip_prefix("pub use ") {
+            path.split('{')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string()
         } else if let Some(name) = statement.rsplit("pub mod ").next()
             && statement.contains("pub mod ")
             && name != "testing"
             && !name.contains('{')
         {
-            modules.insert(name.trim().to_string());
-        }
-    }
-    let mut files = vec![src.join("lib.rs")];
-    for module in modules {
-        let file = src.join(format!("{module}.rs"));
-        if file.exists() {
-            files.push(file);
+            name.trim().to_string()
+        } else {
+            continue;
+        };
+        let segments: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+        let file = module_file(&segments)
+            .with_context(|| format!("lib.rs re-exports from {path}, which has no file"))?;
+        if files.contains(&file) {
             continue;
         }
-        let folder = src.join(&module);
-        let root = folder.join("mod.rs");
-        ensure!(
-            root.exists(),
-            "lib.rs re-exports from {module}, which has no file"
-        );
-        let code = strip(&std::fs::read_to_string(&root)?).code;
-        for statement in code.split(';') {
-            if let Some(path) = statement.trim().strip_prefix("pub use ") {
-                let sub = folder.join(format!(
-                    "{}.rs",
-                    path.split("::").next().unwrap_or_default().trim()
-                ));
-                if sub.exists() && !files.contains(&sub) {
-                    files.push(sub);
+        // A folder module: also the files its `mod.rs` re-exports from.
+        if file.ends_with("mod.rs") {
+            let folder = file.parent().unwrap_or(src).to_path_buf();
+            let code = strip(&std::fs::read_to_string(&file)?).code;
+            for statement in code.split(';') {
+                if let Some(path) = statement.trim().strip_prefix("pub use ") {
+                    let sub = folder.join(format!(
+                        "{}.rs",
+                        path.split("::").next().unwrap_or_default().trim()
+                    ));
+                    if sub.exists() && !files.contains(&sub) {
+                        files.push(sub);
+                    }
                 }
             }
         }
-        files.push(root);
+        files.push(file);
     }
     Ok(files)
 }
@@ -952,13 +989,13 @@ fn public_api_files(src: &Path) -> Result<Vec<PathBuf>> {
 /// name, and through the full path; private items and plain types are not flagged.
 #[test]
 fn the_generated_type_check_finds_a_planted_leak() {
-    let planted = "use crate::bindings::exports::m3::managed_input::runtime as wit;\n\
-                   use crate::bindings::m3::managed_input::types::{Timestamp, Status as WitStatus};\n\
+    let planted = "use crate::component::bindings::exports::m3::managed_input::runtime as wit;\n\
+                   use crate::component::bindings::m3::managed_input::types::{Timestamp, Status as WitStatus};\n\
                    pub struct Public {\n    pub at: Timestamp,\n    pub name: String,\n}\n\
                    impl Public {\n    pub fn state(&self) -> wit::ExecutionState {\n        todo()\n    }\n\
                    pub(crate) fn inner(&self) -> wit::ExecutionSpec {\n        todo()\n    }\n\
                    pub fn status(&self) -> Option<WitStatus> {\n        None\n    }\n\
-                   pub fn full(&self) -> crate::bindings::m3::managed_input::types::Cursor {\n        todo()\n    }\n\
+                   pub fn full(&self) -> crate::component::bindings::m3::managed_input::types::Cursor {\n        todo()\n    }\n\
                    pub fn plain(&self) -> ExecutionState {\n        todo()\n    }\n}\n";
     let found: Vec<usize> = generated_in_public_signatures(planted)
         .into_iter()
@@ -985,9 +1022,11 @@ fn no_generated_type_in_the_public_api() -> Result<()> {
         lib.contains("#![deny(private_interfaces, private_bounds, unnameable_types)]"),
         "lib.rs no longer denies private types in public signatures"
     );
+    let component = strip(&std::fs::read_to_string(src.join("component/mod.rs"))?).code;
     ensure!(
-        lib.lines().any(|l| l.trim() == "mod bindings;"),
-        "the generated bindings are no longer a private module"
+        lib.lines().any(|l| l.trim() == "mod component;")
+            && component.lines().any(|l| l.trim() == "pub mod bindings;"),
+        "the generated bindings are no longer inside the private `component` module"
     );
     let mut leaks = Vec::new();
     for file in public_api_files(&src)? {
@@ -1004,7 +1043,8 @@ fn no_generated_type_in_the_public_api() -> Result<()> {
     Ok(())
 }
 
-/// The module a host file is (`kit/mod.rs` is `kit`, `worker/io.rs` is `worker::io`).
+/// The module a host file is (`kit/mod.rs` is `kit`, `imports/process.rs` is
+/// `imports::process`).
 fn host_module(rel: &str) -> String {
     rel.trim_end_matches(".rs")
         .trim_end_matches("/mod")
@@ -1018,7 +1058,7 @@ fn host_module_uses(src: &Path) -> Result<std::collections::BTreeMap<String, BTr
     for file in rust_files(src)? {
         let rel = file.strip_prefix(src)?.to_string_lossy().replace('\\', "/");
         let module = host_module(&rel);
-        if module == "lib" || module == "bindings" {
+        if module == "lib" || module == "component::bindings" {
             continue;
         }
         let code = strip(&std::fs::read_to_string(&file)?).code;
@@ -1109,10 +1149,16 @@ fn host_modules_use_each_other_in_no_circle() -> Result<()> {
     ensure!(found.is_empty(), "host modules in a circle: {found:?}");
     // The check sees a circle when there is one.
     let mut planted = uses.clone();
-    planted.get_mut("round").unwrap().insert("record".into());
-    planted.get_mut("record").unwrap().insert("round".into());
+    planted
+        .get_mut("api::round")
+        .context("no api::round")?
+        .insert("api::record".into());
+    planted
+        .get_mut("api::record")
+        .context("no api::record")?
+        .insert("api::round".into());
     ensure!(
-        circles(&planted) == vec![vec!["record".to_string(), "round".to_string()]],
+        circles(&planted) == vec![vec!["api::record".to_string(), "api::round".to_string()]],
         "a planted circle was not found: {:?}",
         circles(&planted)
     );

@@ -540,6 +540,79 @@ fn run_flooded(sb: &Sandbox, command: &str, args: &[&str]) -> (Output, u64) {
     (out, peak)
 }
 
+/// A legacy MCP server whose one tool streams `mib` MiB of progress notifications as fast as
+/// it can (under the output limit), then answers.
+fn chatty_server(mib: u32) -> String {
+    format!(
+        r#"
+import json, sys
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+note = json.dumps({{"jsonrpc": "2.0", "method": "notifications/message",
+                   "params": {{"level": "info", "data": "still working"}}}}) + "\n"
+chunk = note * 512
+for line in sys.stdin:
+    request = json.loads(line)
+    if "id" not in request:
+        continue
+    method = request.get("method")
+    if method == "initialize":
+        send({{"jsonrpc": "2.0", "id": request["id"], "result": {{"protocolVersion": "2025-06-18",
+              "capabilities": {{"tools": {{}}}}, "serverInfo": {{"name": "chatty", "version": "1"}}}}}})
+    elif method == "tools/call":
+        for _ in range({mib} * 1024 * 1024 // len(chunk)):
+            sys.stdout.write(chunk)
+        send({{"jsonrpc": "2.0", "id": request["id"], "result": {{"content": [{{"type": "text", "text": "done"}}]}}}})
+    else:
+        send({{"jsonrpc": "2.0", "id": request["id"], "result": {{}}}})
+"#
+    )
+}
+
+/// A server that keeps the worker busy reading for longer than its lease (a chatty tool
+/// streaming its progress, under the output limit) does not cost the worker its lease:
+/// renewals, deadlines and cancel requests are checked between its messages too, not only when
+/// the worker's wait times out.
+#[test]
+fn a_server_that_writes_without_pause_does_not_cost_the_worker_its_lease() {
+    let sb = Sandbox::new();
+    let script = chatty_server(96);
+    let run: Vec<String> = [
+        "run",
+        "--no-prompt",
+        "--json",
+        "--lease",
+        "1",
+        "--server-name",
+        "chatty",
+        "--server-command",
+        "python3",
+        "--server-arg",
+        "-c",
+        "--server-arg",
+        &script,
+        "--server-era",
+        "legacy",
+        "--tool",
+        "chatty:work",
+        "--human-input",
+        "managed",
+        "Work.",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = sb.m3(&run.iter().map(String::as_str).collect::<Vec<_>>());
+    let result: Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(result["result"]["outcome"], "succeeded", "{result}");
+    assert_eq!(
+        result["result"]["tool_calls"].as_array().map(Vec::len),
+        Some(1),
+        "{result}"
+    );
+}
+
 /// A server that floods its output (junk lines, or endless valid notifications) fails its
 /// execution with `server_error` naming the limit, and the command's memory stays bounded.
 #[test]

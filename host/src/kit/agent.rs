@@ -1,6 +1,6 @@
 //! Agent specs, scripts and elicitation plans.
 
-use crate::response::ElicitationResponse;
+use crate::api::response::ElicitationResponse;
 use serde::{Deserialize, Serialize};
 
 /// The agent harness that runs a submission.

@@ -1,9 +1,9 @@
 //! The kit's error type.
 
-use crate::error::{EngineError, ManagedInputError};
-use crate::execution::OperationTimeout;
-use crate::execution_store::ExecutionStoreError;
-use crate::submission::ModelValidationError;
+use crate::api::error::{EngineError, ManagedInputError};
+use crate::api::execution::OperationTimeout;
+use crate::api::execution_store::ExecutionStoreError;
+use crate::api::submission::ModelValidationError;
 
 /// Errors of the execution API.
 #[derive(Debug, thiserror::Error)]

@@ -1,12 +1,12 @@
 //! Execution handles: read the pending round, answer it, watch and cancel the execution.
 
 use super::ExecutionError;
-use crate::error::ManagedInputError;
-use crate::execution::{
+use crate::api::error::ManagedInputError;
+use crate::api::execution::{
     ExecutionResult, ExecutionState, ExecutionStatus, FailureKind, OperationTimeout, TimeoutCause,
 };
-use crate::response::ElicitationResponse;
-use crate::round::PendingElicitationRound;
+use crate::api::response::ElicitationResponse;
+use crate::api::round::PendingElicitationRound;
 use crate::worker::Executions;
 use std::collections::BTreeMap;
 use std::sync::Arc;

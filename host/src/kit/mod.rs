@@ -23,12 +23,12 @@ pub use agent::{
 pub use error::ExecutionError;
 pub use handle::{AsyncExecutionHandle, ExecutionHandle};
 
-use crate::server::McpEra;
+use crate::api::server::McpEra;
 
-use crate::bindings::exports::m3::managed_input::runtime as wit;
-use crate::execution_store::ExecutionStore;
-use crate::policy::Policy;
-use crate::submission::{HumanInput, ModelValidationError, Submission};
+use crate::api::execution_store::ExecutionStore;
+use crate::api::policy::Policy;
+use crate::api::submission::{HumanInput, ModelValidationError, Submission};
+use crate::component::bindings::exports::m3::managed_input::runtime as wit;
 use crate::worker::{Executions, SubmitFailure};
 use handle::Shared;
 use std::collections::BTreeMap;

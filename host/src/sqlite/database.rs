@@ -1,6 +1,6 @@
 //! A database file and how connections to it are made.
 
-use crate::error::OpenError;
+use crate::api::error::OpenError;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -204,7 +204,7 @@ fn create_private(path: &Path) -> Result<(), OpenError> {
 
 /// Refuses paths that would open something other than the plain file the caller named.
 pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
-    if crate::mutation::broken(crate::mutation::HostRule::PathRefusals) {
+    if crate::checks::mutation::broken(crate::checks::mutation::HostRule::PathRefusals) {
         return Ok(());
     }
     let text = path.as_os_str().as_encoded_bytes();

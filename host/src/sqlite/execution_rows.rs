@@ -3,8 +3,8 @@
 //! document; it never reads the document.
 
 use super::transaction::{Transaction, from_ns, store_error, to_ns};
-use crate::bindings::m3::managed_input::store::{ExecutionRow, StoreError};
-use crate::bindings::m3::managed_input::types::{Cursor, ExecutionStatus};
+use crate::component::bindings::m3::managed_input::store::{ExecutionRow, StoreError};
+use crate::component::bindings::m3::managed_input::types::{Cursor, ExecutionStatus};
 use rusqlite::{OptionalExtension, params};
 
 const COLUMNS: &str = "execution_id, status, version, owner_id, lease_expires_at_ns, \

@@ -2,7 +2,7 @@
 
 /// `PRAGMA application_id` of an m3 database ("M3MI").
 pub const APPLICATION_ID: i64 = 0x4d33_4d49;
-use crate::error::OpenError;
+use crate::api::error::OpenError;
 use rusqlite::Connection;
 
 /// Migrations in order; index `i` takes the schema from version `i` to `i + 1`.

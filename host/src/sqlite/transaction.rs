@@ -1,10 +1,10 @@
 //! One transaction on its own connection: the resource behind the component's `store` import.
 
 use super::database::{Database, is_busy};
-use crate::bindings::m3::managed_input::store::{
+use crate::component::bindings::m3::managed_input::store::{
     RoundFilter, RoundRow, StoreError, TransactionMode,
 };
-use crate::bindings::m3::managed_input::types::{Status, Timestamp};
+use crate::component::bindings::m3::managed_input::types::{Status, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// An open transaction. Dropped without [`Transaction::commit`], it rolls back (the connection

@@ -6,19 +6,18 @@
 //! it is a suspended future on tokio, not a thread.
 
 pub mod changes;
-pub mod io;
 
-use crate::bindings::exports::m3::managed_input::runtime as wit;
-use crate::convert;
-use crate::error::{EngineError, EngineErrorKind, ManagedInputError};
-use crate::execution::ExecutionState;
-use crate::execution::state_back;
-use crate::guest_imports::HostState;
-use crate::instance::bounded_store;
-use crate::round::PendingElicitationRound;
-use crate::store::{SqliteManagedInputStore, StoreResult};
+use crate::api::error::{EngineError, EngineErrorKind, ManagedInputError};
+use crate::api::execution::ExecutionState;
+use crate::api::execution::state_back;
+use crate::api::managed_input::{SqliteManagedInputStore, StoreResult};
+use crate::api::round::PendingElicitationRound;
+use crate::component::bindings::exports::m3::managed_input::runtime as wit;
+use crate::component::convert;
+use crate::component::instance::bounded_store;
+use crate::imports::HostState;
+use crate::imports::process::ExecutionIo;
 use changes::DatabaseChanges;
-use io::ExecutionIo;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -113,7 +112,7 @@ impl Executions {
     /// the component, so a long listing never outgrows one call's budget).
     pub(crate) fn list(
         &self,
-        status: Option<crate::bindings::m3::managed_input::types::ExecutionStatus>,
+        status: Option<crate::component::bindings::m3::managed_input::types::ExecutionStatus>,
         limit: Option<u32>,
     ) -> StoreResult<Vec<wit::ExecutionState>> {
         const PAGE: u32 = 100;
@@ -137,12 +136,13 @@ impl Executions {
                 })?
                 .map_err(|e| convert::error_back(&e))?;
             let full = page.len() as u32 == wanted;
-            after = page
-                .last()
-                .map(|s| crate::bindings::m3::managed_input::types::Cursor {
-                    created_at: s.created_at,
-                    id: s.execution_id.clone(),
-                });
+            after =
+                page.last().map(
+                    |s| crate::component::bindings::m3::managed_input::types::Cursor {
+                        created_at: s.created_at,
+                        id: s.execution_id.clone(),
+                    },
+                );
             states.extend(page);
             if !full {
                 return Ok(states);
@@ -268,7 +268,7 @@ impl Executions {
                 // The instance trapped: the worker's state (its server's pending request) died
                 // with it. Its execution and open rounds are failed now, not left answerable
                 // until its lease expires.
-                let mut stopped = crate::instance::classify(&e, store.data());
+                let mut stopped = crate::component::instance::classify(&e, store.data());
                 if let Err(failed) = self.abandon(execution_id, owner_id, &stopped.kind.to_string())
                 {
                     stopped.message = format!(

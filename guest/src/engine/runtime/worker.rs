@@ -41,6 +41,9 @@ pub const MAX_TURN_DEADLINE_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 pub const EXIT_GRACE_MS: u64 = 1_000;
 /// The longest single wait (the worker re-checks its state at least this often).
 pub const MAX_WAIT_MS: u64 = 60_000;
+/// While the child keeps writing (events never time out), the worker still checks its state
+/// (leases, timers, deadlines, cancel requests, answers) at least this often.
+pub const BUSY_CHECK_MS: u64 = 1_000;
 /// Most bytes a server (or harness) may write to stdout in one execution: past it the server
 /// is stopped and the execution fails `server-error` naming the limit (a server that floods its
 /// output, valid messages or not, never runs for ever).
@@ -391,6 +394,8 @@ struct Worker {
     /// What was left of the timer when a round began to wait for its answer.
     paused_ms: Option<u64>,
     next_renewal: Timestamp,
+    /// When the worker last checked its state ([`Worker::check`]).
+    last_check: Timestamp,
     server_gone: bool,
     stdout_closed: bool,
     /// When the worker's leases (the execution's and the open round's) expire unless renewed.
@@ -484,6 +489,7 @@ impl Worker {
         let leases_expire = time::add_millis(&now, spec.lease_ttl_ms);
         Ok(Self {
             next_renewal: time::add_millis(&now, spec.lease_renew_ms),
+            last_check: now,
             held,
             spec,
             session,
@@ -530,6 +536,17 @@ impl Worker {
                     failure.message = refusal;
                 }
                 return outcome;
+            }
+            // A child that writes without pause never lets `events::next` time out: whatever
+            // is due (a lease renewal above all) is checked between its events too.
+            if self.overdue() {
+                match self.check() {
+                    Ok(more) => inputs.extend(more),
+                    Err(Stop(outcome)) => return outcome,
+                }
+                if !inputs.is_empty() {
+                    continue;
+                }
             }
             let timeout = self.wait_ms();
             match events::next(timeout) {
@@ -615,8 +632,21 @@ impl Worker {
         Some(Input::ServerFault(what))
     }
 
-    fn wait_ms(&self) -> u64 {
+    /// Whether something is due that only [`Worker::check`] does: the wait until it is over,
+    /// or the last check is [`BUSY_CHECK_MS`] old.
+    fn overdue(&self) -> bool {
         let now = time::now();
+        self.wait_from(&now) == 0
+            || time::at_or_after(&now, &time::add_millis(&self.last_check, BUSY_CHECK_MS))
+    }
+
+    fn wait_ms(&self) -> u64 {
+        self.wait_from(&time::now()).clamp(1, MAX_WAIT_MS)
+    }
+
+    /// Milliseconds from `now` until the next renewal, timer or deadline (0: one is due).
+    fn wait_from(&self, now: &Timestamp) -> u64 {
+        let now = *now;
         let mut wait = millis_until(&now, &self.next_renewal);
         if let Some(timer) = &self.timer {
             wait = wait.min(millis_until(&now, timer));
@@ -627,7 +657,7 @@ impl Worker {
         {
             wait = wait.min(millis_until(&now, deadline));
         }
-        wait.clamp(1, MAX_WAIT_MS)
+        wait
     }
 
     fn write(&mut self, line: &str) -> Option<Input> {
@@ -797,6 +827,7 @@ impl Worker {
     /// or its deadline.
     fn check(&mut self) -> Result<Vec<Input>, Stop> {
         let now = time::now();
+        self.last_check = now;
         let mut inputs = Vec::new();
         if let Some(timer) = &self.timer
             && time::at_or_after(&now, timer)

@@ -2,11 +2,11 @@
 //! under a memory limit and a compute budget (fuel, refilled whenever an m3 import returns to
 //! the component); an instance that traps is discarded.
 
-use crate::bindings;
-use crate::clock::Clock;
-use crate::engine::ComponentRuntime;
-use crate::error::{EngineError, EngineErrorKind};
-use crate::guest_imports::HostState;
+use crate::api::clock::Clock;
+use crate::api::error::{EngineError, EngineErrorKind};
+use crate::component::bindings;
+use crate::component::engine::ComponentRuntime;
+use crate::imports::HostState;
 use crate::sqlite::database::Database;
 use std::sync::{Arc, Mutex};
 use wasmtime::{CallHook, Store};

@@ -2,20 +2,20 @@
 //! without changing it, the schema version this build writes, and the engine component (its
 //! digest, and where its compiled code came from).
 
-use crate::error::EngineError;
+use crate::api::error::EngineError;
 use std::path::{Path, PathBuf};
 
-pub use crate::component_cache::CacheOutcome;
+pub use crate::component::cache::CacheOutcome;
 pub use crate::sqlite::database::Health as DatabaseHealth;
 pub use crate::sqlite::migrations::SCHEMA_VERSION;
 
 /// The engine component's bytes (WIT world `engine`), as embedded in this build.
 pub fn engine_component() -> &'static [u8] {
-    crate::engine::GUEST_WASM
+    crate::component::engine::GUEST_WASM
 }
 
 /// The SHA-256 of [`engine_component`], in hex.
-pub const ENGINE_COMPONENT_SHA256: &str = crate::engine::GUEST_WASM_SHA256;
+pub const ENGINE_COMPONENT_SHA256: &str = crate::component::engine::GUEST_WASM_SHA256;
 
 /// Reads the health of the database file at `path` (opened read-only).
 pub fn database_health(path: &Path) -> rusqlite::Result<DatabaseHealth> {
@@ -24,15 +24,17 @@ pub fn database_health(path: &Path) -> rusqlite::Result<DatabaseHealth> {
 
 /// Where compiled components are cached (`$M3_CACHE_DIR` or the user's cache directory).
 pub fn component_cache_dir() -> Option<PathBuf> {
-    crate::component_cache::default_cache_dir()
+    crate::component::cache::default_cache_dir()
 }
 
 /// Loads the engine component (once per process) and says where its compiled code came from.
 pub fn load_engine() -> Result<CacheOutcome, EngineError> {
-    Ok(crate::engine::ComponentRuntime::shared()?.cache.clone())
+    Ok(crate::component::engine::ComponentRuntime::shared()?
+        .cache
+        .clone())
 }
 
 /// Where the engine's compiled code came from, if this process has loaded it.
 pub fn engine_if_loaded() -> Option<CacheOutcome> {
-    crate::engine::ComponentRuntime::shared_if_loaded().map(|r| r.cache.clone())
+    crate::component::engine::ComponentRuntime::shared_if_loaded().map(|r| r.cache.clone())
 }

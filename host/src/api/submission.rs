@@ -1,6 +1,6 @@
 //! Submission checks (the specification's `ModelValidationError`), decided by the component.
 
-use crate::bindings::exports::m3::managed_input::policy as wit;
+use crate::component::bindings::exports::m3::managed_input::policy as wit;
 
 /// How a submission handles an MCP elicitation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -51,7 +51,7 @@ pub struct Submission {
     /// calls).
     pub prompt: String,
     /// The MCP server binding.
-    pub server: crate::server::StdioServer,
+    pub server: crate::api::server::StdioServer,
     /// The `server:tool` allow-list: the only tools the agent may call.
     pub tools: Vec<String>,
     /// How elicitations are handled (default [`HumanInput::Fail`]).
@@ -67,7 +67,7 @@ pub const DEFAULT_ROUND_LIMIT: u32 = 10;
 
 impl Submission {
     /// `prompt` against `server`, no tools allowed yet, human input `fail`.
-    pub fn new(prompt: impl Into<String>, server: crate::server::StdioServer) -> Self {
+    pub fn new(prompt: impl Into<String>, server: crate::api::server::StdioServer) -> Self {
         Self {
             prompt: prompt.into(),
             server,

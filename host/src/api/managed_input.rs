@@ -4,15 +4,15 @@
 //! transaction through the host's `store` import. This module only converts types and enforces
 //! size limits at the edge.
 
-use crate::bindings;
-use crate::clock::{Clock, SystemClock};
-use crate::convert;
-use crate::engine::ComponentRuntime;
-use crate::error::{ErrorCode, ManagedInputError, OpenError};
-use crate::instance::{GuestLimits, InstancePool};
-use crate::record::{FailureCode, ManagedInputLease, ManagedInputRecord, RoundFilter};
-use crate::response::{ElicitationResponse, RedactedResponse};
-use crate::round::{NewRound, OwnerClaim};
+use crate::api::clock::{Clock, SystemClock};
+use crate::api::error::{ErrorCode, ManagedInputError, OpenError};
+use crate::api::record::{FailureCode, ManagedInputLease, ManagedInputRecord, RoundFilter};
+use crate::api::response::{ElicitationResponse, RedactedResponse};
+use crate::api::round::{NewRound, OwnerClaim};
+use crate::component::bindings;
+use crate::component::convert;
+use crate::component::engine::ComponentRuntime;
+use crate::component::instance::{GuestLimits, InstancePool};
 use crate::sqlite::database::{Database, Synchronous};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -210,8 +210,8 @@ impl SqliteManagedInputStore {
     /// The ids of the rounds `filter` selects, oldest first, read without decoding the rows.
     fn round_ids(&self, filter: &RoundFilter) -> StoreResult<Vec<String>> {
         let failure = |e: rusqlite::Error| {
-            ManagedInputError::Storage(crate::error::StorageError {
-                detail: crate::error::ErrorDetail {
+            ManagedInputError::Storage(crate::api::error::StorageError {
+                detail: crate::api::error::ErrorDetail {
                     code: if crate::sqlite::database::is_busy(&e) {
                         ErrorCode::StorageBusy
                     } else {
@@ -282,7 +282,7 @@ impl SqliteManagedInputStore {
         point: &'static str,
         f: impl FnOnce(
             &bindings::Engine,
-            &mut wasmtime::Store<crate::guest_imports::HostState>,
+            &mut wasmtime::Store<crate::imports::HostState>,
         ) -> wasmtime::Result<
             Result<W, bindings::m3::managed_input::types::ManagedInputError>,
         >,
@@ -290,7 +290,7 @@ impl SqliteManagedInputStore {
     ) -> StoreResult<T> {
         match self.pool.call(f)? {
             Ok(value) => {
-                crate::fault::hit(point);
+                crate::checks::fault::hit(point);
                 back(value)
             }
             Err(e) => Err(convert::error_back(&e)),
@@ -302,7 +302,7 @@ impl SqliteManagedInputStore {
         point: &'static str,
         f: impl FnOnce(
             &bindings::exports::m3::managed_input::managed_input::Guest,
-            &mut wasmtime::Store<crate::guest_imports::HostState>,
+            &mut wasmtime::Store<crate::imports::HostState>,
         ) -> wasmtime::Result<
             Result<
                 bindings::m3::managed_input::types::ManagedInputRecord,

@@ -1,14 +1,14 @@
 //! The component's pure validation rules (`policy` export), callable without a database.
 
-use crate::clock::SystemClock;
-use crate::convert;
-use crate::engine::ComponentRuntime;
-use crate::error::{EngineError, ErrorCode, ManagedInputError};
-use crate::instance::{GuestLimits, InstancePool};
-use crate::response::ElicitationResponse;
-use crate::round::PendingElicitationRound;
-use crate::sandbox::{self, ImportBinding};
-use crate::submission::{self, HumanInput, ModelValidationError};
+use crate::api::clock::SystemClock;
+use crate::api::error::{EngineError, ErrorCode, ManagedInputError};
+use crate::api::response::ElicitationResponse;
+use crate::api::round::PendingElicitationRound;
+use crate::api::submission::{self, HumanInput, ModelValidationError};
+use crate::component::convert;
+use crate::component::engine::ComponentRuntime;
+use crate::component::instance::{GuestLimits, InstancePool};
+use crate::component::sandbox::{self, ImportBinding};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -23,7 +23,7 @@ pub const MAX_RESPONSES_BYTES: usize = 1024 * 1024;
 /// A round in the component's form, ready to validate answers against.
 #[derive(Debug, Clone)]
 pub struct PreparedRound {
-    round: crate::bindings::m3::managed_input::types::PendingRound,
+    round: crate::component::bindings::m3::managed_input::types::PendingRound,
 }
 
 /// The validation rules of the component, without storage.
@@ -179,7 +179,7 @@ impl Policy {
     /// Runs one sandbox probe inside the component (see the WIT `sandbox-probe`).
     pub fn probe(
         &self,
-        which: crate::sandbox::SandboxProbe,
+        which: crate::component::sandbox::SandboxProbe,
         amount: u64,
     ) -> Result<String, EngineError> {
         self.pool.call(|b, s| {

@@ -3,9 +3,9 @@
 //! Every other import (environment, stdio, clocks, filesystem, sockets) is defined as a function
 //! that traps, so the component has no ambient authority.
 
-use crate::bindings;
-use crate::guest_imports::HostState;
-use crate::worker::io::ProcessContext;
+use crate::component::bindings;
+use crate::imports::HostState;
+use crate::imports::process::ProcessContext;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime_wasi::random::WasiRandom;
 
@@ -93,13 +93,14 @@ pub fn link_sync(linker: &mut Linker<HostState>, component: &Component) -> wasmt
     link_random_and_traps(linker, component)
 }
 
-/// The `clock` and `store` imports, each reached through [`HostState::for_import`] (which
-/// marks the return to the component for the compute budget's refill).
+/// The `clock` and `store` imports, each linked to its own context by a projection of
+/// [`HostState`] (which also marks the return to the component for the compute budget's refill).
 fn link_clock_and_store(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    use crate::imports::{clock::ClockContext, store::StoreContext};
     use bindings::m3::managed_input::{clock, store, types};
-    types::add_to_linker::<HostState, HasSelf<HostState>>(linker, HostState::for_import)?;
-    clock::add_to_linker::<HostState, HasSelf<HostState>>(linker, HostState::for_import)?;
-    store::add_to_linker::<HostState, HasSelf<HostState>>(linker, HostState::for_import)?;
+    types::add_to_linker::<HostState, HasSelf<ClockContext>>(linker, HostState::for_clock)?;
+    clock::add_to_linker::<HostState, HasSelf<ClockContext>>(linker, HostState::for_clock)?;
+    store::add_to_linker::<HostState, HasSelf<StoreContext>>(linker, HostState::for_store)?;
     Ok(())
 }
 

@@ -1,8 +1,8 @@
 //! What a caller sees of an execution: its lifecycle, its outcome, and the typed errors of the
 //! execution API.
 
-use crate::bindings::exports::m3::managed_input::runtime as wit;
-use crate::record::FailureCode;
+use crate::api::record::FailureCode;
+use crate::component::bindings::exports::m3::managed_input::runtime as wit;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -98,7 +98,7 @@ pub struct ToolResult {
     /// `server:name`: the tool name, prompt name or resource URI after the server's name.
     pub tool: String,
     /// Tool, prompt or resource.
-    pub kind: crate::round::OperationKind,
+    pub kind: crate::api::round::OperationKind,
     /// The MCP result object (`CallToolResult`, `GetPromptResult` or `ReadResourceResult`).
     pub result: serde_json::Value,
 }
@@ -116,12 +116,12 @@ impl ToolResult {
                 .unwrap_or_default()
         };
         let texts: Vec<Value> = match self.kind {
-            crate::round::OperationKind::Tool => list("content"),
-            crate::round::OperationKind::Prompt => list("messages")
+            crate::api::round::OperationKind::Tool => list("content"),
+            crate::api::round::OperationKind::Prompt => list("messages")
                 .into_iter()
                 .filter_map(|m| m.get("content").cloned())
                 .collect(),
-            crate::round::OperationKind::Resource => list("contents"),
+            crate::api::round::OperationKind::Resource => list("contents"),
         };
         texts
             .iter()
@@ -234,7 +234,7 @@ impl std::fmt::Display for TimeoutCause {
     }
 }
 
-fn timestamp(t: &crate::bindings::m3::managed_input::types::Timestamp) -> DateTime<Utc> {
+fn timestamp(t: &crate::component::bindings::m3::managed_input::types::Timestamp) -> DateTime<Utc> {
     DateTime::from_timestamp(t.seconds, t.nanoseconds).unwrap_or_default()
 }
 
@@ -270,7 +270,7 @@ fn outcome_back(o: &wit::ExecutionOutcome) -> ExecutionOutcome {
                 wit::FailureKind::ServerError => FailureKind::ServerError,
                 wit::FailureKind::InvalidSubmission => FailureKind::InvalidSubmission,
             },
-            code: f.code.map(crate::convert::failure_code_back),
+            code: f.code.map(crate::component::convert::failure_code_back),
             message: f.message.clone(),
         }),
         tool_results: o
@@ -279,8 +279,8 @@ fn outcome_back(o: &wit::ExecutionOutcome) -> ExecutionOutcome {
             .map(|t| ToolResult {
                 tool: t.tool.clone(),
                 kind: t.kind.map_or(
-                    crate::round::OperationKind::Tool,
-                    crate::convert::operation_kind_back,
+                    crate::api::round::OperationKind::Tool,
+                    crate::component::convert::operation_kind_back,
                 ),
                 result: serde_json::from_str(&t.result).unwrap_or(serde_json::Value::Null),
             })

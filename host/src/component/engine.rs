@@ -3,11 +3,11 @@
 //! Compiled once per process (from the on-disk cache when possible) and shared by every store
 //! object; instances are cheap to make from the `InstancePre`.
 
-use crate::bindings;
-use crate::component_cache::{self, CacheOutcome};
-use crate::error::{EngineError, EngineErrorKind};
-use crate::guest_imports::HostState;
-use crate::sandbox;
+use crate::api::error::{EngineError, EngineErrorKind};
+use crate::component::bindings;
+use crate::component::cache::{self, CacheOutcome};
+use crate::component::sandbox;
+use crate::imports::HostState;
 use std::sync::{Arc, OnceLock};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
@@ -68,7 +68,7 @@ impl ComponentRuntime {
     ) -> Result<Self, EngineError> {
         let engine = Engine::new(&engine_config()).map_err(load_error)?;
         let (component, cache) =
-            component_cache::load(&engine, wasm, wasm_sha256, cache_dir).map_err(load_error)?;
+            cache::load(&engine, wasm, wasm_sha256, cache_dir).map_err(load_error)?;
         let mut linker = Linker::<HostState>::new(&engine);
         sandbox::link_sync(&mut linker, &component).map_err(load_error)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
@@ -90,8 +90,8 @@ impl ComponentRuntime {
     pub fn shared() -> Result<Arc<Self>, EngineError> {
         SHARED
             .get_or_init(|| {
-                let dir = component_cache::default_cache_dir();
-                if let Some(mutant) = crate::mutation::component() {
+                let dir = cache::default_cache_dir();
+                if let Some(mutant) = crate::checks::mutation::component() {
                     let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(mutant));
                     return Self::new(mutant, &digest, dir.as_deref()).map(Arc::new);
                 }

@@ -2,8 +2,8 @@
 //! component asks for, with exactly the environment the kit was given, and reports what happens;
 //! it decides nothing.
 
-use crate::bindings::m3::managed_input::events::{self, Event};
-use crate::bindings::m3::managed_input::process::{self, SpawnSpec, Spawned};
+use crate::component::bindings::m3::managed_input::events::{self, Event};
+use crate::component::bindings::m3::managed_input::process::{self, SpawnSpec, Spawned};
 use crate::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir};
 use std::collections::BTreeMap;
 use std::sync::Arc;

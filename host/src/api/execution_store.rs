@@ -5,9 +5,9 @@
 //! store still runs `fail`-mode executions: it keeps them in a private database file that is
 //! deleted with the store, so nothing outlives it.
 
-use crate::error::OpenError;
+use crate::api::error::OpenError;
+use crate::api::managed_input::{ManagedInputStore, SqliteManagedInputStore, StoreOptions};
 use crate::process::ScratchDir;
-use crate::store::{ManagedInputStore, SqliteManagedInputStore, StoreOptions};
 use crate::worker::Executions;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

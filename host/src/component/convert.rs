@@ -1,22 +1,22 @@
 //! Conversions between the WIT types of the component and the public Rust types. Field by field,
 //! no decisions.
 
-use crate::bindings::exports::m3::managed_input::managed_input as wit_mi;
-use crate::bindings::m3::managed_input::types as wit;
-use crate::error::{
+use crate::api::error::{
     ErrorCode, ErrorDetail, ManagedInputConflict, ManagedInputError, ManagedInputRecoveryError,
     ManagedInputStateError, ManagedInputValidationError, StorageError,
 };
-use crate::record::{
+use crate::api::record::{
     FailureCode, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord, ManagedInputStatus,
     RoundFailure, RoundFilter,
 };
-use crate::response::{ElicitationAction, ElicitationResponse, RedactedResponse};
-use crate::round::HarnessMetadata;
-use crate::round::{
+use crate::api::response::{ElicitationAction, ElicitationResponse, RedactedResponse};
+use crate::api::round::HarnessMetadata;
+use crate::api::round::{
     Deadline, ElicitationRequest, FormElicitationRequest, NewRound, OperationKind, OwnerClaim,
     PendingElicitationRound, RequestContext, UrlElicitationRequest,
 };
+use crate::component::bindings::exports::m3::managed_input::managed_input as wit_mi;
+use crate::component::bindings::m3::managed_input::types as wit;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 

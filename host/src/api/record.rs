@@ -1,7 +1,7 @@
 //! What the store keeps about a round: status, lease, answers and lifecycle.
 
-use crate::response::ElicitationResponse;
-use crate::round::{HarnessMetadata, PendingElicitationRound};
+use crate::api::response::ElicitationResponse;
+use crate::api::round::{HarnessMetadata, PendingElicitationRound};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -1,0 +1,115 @@
+//! What the host gives the component: the per-instance state, holding one context per
+//! capability (`clock`, `store`, `process` and `events`), each import linked to its own context
+//! by a projection. Pure I/O: the host tells the time, runs transactions and reports what its
+//! child process does; it decides nothing.
+
+pub mod clock;
+pub mod process;
+pub mod store;
+
+use crate::api::clock::Clock;
+use crate::sqlite::database::Database;
+use std::sync::Arc;
+use wasmtime_wasi::random::WasiRandomCtx;
+
+/// Memory limiter of one instance; remembers whether it refused a growth.
+pub struct GuestLimiter {
+    /// Most bytes of linear memory.
+    pub max_memory: usize,
+    /// Set when a growth past the limit was refused (and trapped).
+    pub refused: bool,
+}
+
+impl wasmtime::ResourceLimiter for GuestLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_memory {
+            self.refused = true;
+            wasmtime::bail!("guest memory limit of {} bytes exceeded", self.max_memory);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// The state of one component instance.
+pub struct HostState {
+    /// `wasi:random`.
+    pub random: WasiRandomCtx,
+    /// Memory limits.
+    pub limiter: GuestLimiter,
+    /// The `clock` import's context.
+    clock: clock::ClockContext,
+    /// The `store` import's context (no database for policy-only use: every transaction
+    /// fails).
+    store: store::StoreContext,
+    /// An m3 import ran since the component's budget was last refilled: the component's fuel
+    /// is refilled as the host returns to it (only m3 imports refill it: a loop on a runtime
+    /// library call or `wasi:random` never does).
+    pub host_returned: bool,
+    /// The most fuel used between two refills since the host last reset it (diagnostics).
+    pub fuel_peak: u64,
+    /// The forbidden import the component called (`interface#function`), if it called one: its
+    /// trap is then a `ForbiddenImport`, told by this, not by the trap's message.
+    pub forbidden_import: Option<String>,
+    /// The execution's child process and events (`None` outside `run-execution`: the
+    /// `process` import then refuses and `events.next` only times out).
+    pub process: process::ProcessContext,
+}
+
+impl HostState {
+    /// State for a new instance.
+    pub fn new(clock: Arc<dyn Clock>, db: Option<Arc<Database>>, max_memory: usize) -> Self {
+        Self {
+            random: WasiRandomCtx::default(),
+            limiter: GuestLimiter {
+                max_memory,
+                refused: false,
+            },
+            clock: clock::ClockContext::new(clock),
+            store: store::StoreContext::new(db),
+            host_returned: false,
+            fuel_peak: 0,
+            forbidden_import: None,
+            process: process::ProcessContext::default(),
+        }
+    }
+
+    /// Marks that the host is about to return to the component: the call hook then refills its
+    /// compute budget. Every m3 import is reached through one of the projections below, which
+    /// call this: the one place it happens.
+    fn returning(&mut self) {
+        self.host_returned = true;
+    }
+
+    /// The `clock` capability (the `types` interface, which has no functions, is linked here
+    /// too).
+    pub(crate) fn for_clock(&mut self) -> &mut clock::ClockContext {
+        self.returning();
+        &mut self.clock
+    }
+
+    /// The `store` capability.
+    pub(crate) fn for_store(&mut self) -> &mut store::StoreContext {
+        self.returning();
+        &mut self.store
+    }
+
+    /// The `process` and `events` capabilities (one child process, its events).
+    pub(crate) fn for_process(&mut self) -> &mut process::ProcessContext {
+        self.returning();
+        &mut self.process
+    }
+}

@@ -1,0 +1,144 @@
+//! The `store` import: rows and transactions over the instance's database. Pure I/O: the host
+//! runs the transactions it is asked to and decides nothing.
+
+use crate::component::bindings::m3::managed_input::store::{
+    self, ExecutionRow, HostTransaction, RoundFilter, RoundRow, StoreError, TransactionMode,
+};
+use crate::component::bindings::m3::managed_input::types;
+use crate::sqlite::database::Database;
+use crate::sqlite::transaction::Transaction;
+use std::sync::Arc;
+use wasmtime::component::{Resource, ResourceTable};
+
+/// What the `store` import reaches: the open transactions handed to the component and the
+/// database they run on.
+pub struct StoreContext {
+    /// Resources handed to the component (open transactions).
+    table: ResourceTable,
+    /// The database (`None` for policy-only use: every transaction fails).
+    db: Option<Arc<Database>>,
+}
+
+impl StoreContext {
+    /// A context on `db`.
+    pub fn new(db: Option<Arc<Database>>) -> Self {
+        Self {
+            table: ResourceTable::new(),
+            db,
+        }
+    }
+}
+
+impl store::Host for StoreContext {}
+
+impl HostTransaction for StoreContext {
+    fn begin(
+        &mut self,
+        mode: TransactionMode,
+    ) -> wasmtime::Result<Result<Resource<Transaction>, StoreError>> {
+        let opened = match &self.db {
+            Some(db) => Transaction::begin(db, mode),
+            None => Err(StoreError::Failure("this instance has no database".into())),
+        };
+        let result = match opened {
+            Ok(tx) => Ok(self.table.push(tx)?),
+            Err(e) => Err(e),
+        };
+        Ok(result)
+    }
+
+    fn get(
+        &mut self,
+        tx: Resource<Transaction>,
+        round_id: String,
+    ) -> wasmtime::Result<Result<Option<RoundRow>, StoreError>> {
+        let result = self.table.get(&tx)?.get(&round_id);
+        Ok(result)
+    }
+
+    fn list(
+        &mut self,
+        tx: Resource<Transaction>,
+        filter: RoundFilter,
+    ) -> wasmtime::Result<Result<Vec<RoundRow>, StoreError>> {
+        let result = self.table.get(&tx)?.list(&filter);
+        Ok(result)
+    }
+
+    fn insert(
+        &mut self,
+        tx: Resource<Transaction>,
+        row: RoundRow,
+    ) -> wasmtime::Result<Result<bool, StoreError>> {
+        let result = self.table.get(&tx)?.insert(&row);
+        Ok(result)
+    }
+
+    fn compare_and_set(
+        &mut self,
+        tx: Resource<Transaction>,
+        row: RoundRow,
+        expected_version: u64,
+    ) -> wasmtime::Result<Result<bool, StoreError>> {
+        let result = self.table.get(&tx)?.compare_and_set(&row, expected_version);
+        Ok(result)
+    }
+
+    fn get_execution(
+        &mut self,
+        tx: Resource<Transaction>,
+        execution_id: String,
+    ) -> wasmtime::Result<Result<Option<ExecutionRow>, StoreError>> {
+        let result = self.table.get(&tx)?.get_execution(&execution_id);
+        Ok(result)
+    }
+
+    fn list_executions(
+        &mut self,
+        tx: Resource<Transaction>,
+        status: Option<types::ExecutionStatus>,
+        limit: Option<u32>,
+        after: Option<types::Cursor>,
+    ) -> wasmtime::Result<Result<Vec<ExecutionRow>, StoreError>> {
+        let result = self
+            .table
+            .get(&tx)?
+            .list_executions(status, limit, after.as_ref());
+        Ok(result)
+    }
+
+    fn insert_execution(
+        &mut self,
+        tx: Resource<Transaction>,
+        row: ExecutionRow,
+    ) -> wasmtime::Result<Result<bool, StoreError>> {
+        let result = self.table.get(&tx)?.insert_execution(&row);
+        Ok(result)
+    }
+
+    fn compare_and_set_execution(
+        &mut self,
+        tx: Resource<Transaction>,
+        row: ExecutionRow,
+        expected_version: u64,
+    ) -> wasmtime::Result<Result<bool, StoreError>> {
+        let result = self
+            .table
+            .get(&tx)?
+            .compare_and_set_execution(&row, expected_version);
+        Ok(result)
+    }
+
+    fn commit(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<Result<(), StoreError>> {
+        crate::checks::fault::hit("commit.before");
+        let result = self.table.get_mut(&tx)?.commit();
+        crate::checks::fault::hit("commit.after");
+        Ok(result)
+    }
+
+    fn drop(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<()> {
+        // Dropping the connection rolls back anything not committed.
+        self.table.delete(tx)?;
+        Ok(())
+    }
+}
