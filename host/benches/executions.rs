@@ -57,13 +57,14 @@
 mod common;
 
 use chrono::{DateTime, Utc};
+use common::fixture::{address, booking_agent, era_name, path_text};
 use common::stats::{Stats, stats_json};
 use common::{BenchResult, RunArgs, Table, shipping_server_binary, target_dir};
 use m3::{
-    AgentSpec, AsyncExecutionHandle, AsyncMcpTestKit, ElicitationResponse, ExecutionHandle,
-    ExecutionStatus, ExecutionStore, HumanInput, ManagedInputRecord, ManagedInputStore, McpEra,
-    McpTestKit, OutcomeKind, PendingElicitationRound, Script, SqliteExecutionStore,
-    SqliteManagedInputStore, StdioServer, StoreOptions, Submission,
+    AsyncExecutionHandle, AsyncMcpTestKit, ExecutionHandle, ExecutionStatus, ExecutionStore,
+    HumanInput, ManagedInputRecord, ManagedInputStore, McpEra, McpTestKit, OutcomeKind,
+    PendingElicitationRound, SqliteExecutionStore, SqliteManagedInputStore, StdioServer,
+    StoreOptions, Submission,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -213,28 +214,6 @@ fn ms_between(earlier: i64, later: i64) -> f64 {
     (later - earlier) as f64 / 1e6
 }
 
-fn address() -> BTreeMap<String, ElicitationResponse> {
-    BTreeMap::from([(
-        "shipping_address".to_string(),
-        ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
-    )])
-}
-
-fn booking_agent() -> AgentSpec {
-    AgentSpec::scripted(Script::call(
-        "shipping:book_shipment",
-        json!({"item": "book", "quantity": 1}),
-    ))
-}
-
-fn era_name(era: McpEra) -> &'static str {
-    match era {
-        McpEra::Auto => "auto",
-        McpEra::Legacy => "legacy",
-        McpEra::Modern => "modern",
-    }
-}
-
 /// The server binding: the shipping server in `era` asking `rounds` times, behind the relay
 /// writing to `relay_log` when given.
 fn server_binding(
@@ -260,12 +239,6 @@ fn server_binding(
         None => StdioServer::new("shipping", path_text(server)?).args(server_args),
     };
     Ok(binding.era(era))
-}
-
-fn path_text(path: &Path) -> BenchResult<String> {
-    path.to_str()
-        .map(str::to_string)
-        .ok_or_else(|| format!("not a UTF-8 path: {}", path.display()).into())
 }
 
 fn submission(binding: StdioServer, rounds: u32) -> Submission {

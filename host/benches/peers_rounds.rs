@@ -52,6 +52,7 @@
 mod common;
 
 use chrono::Utc;
+use common::fixture::{era_name, path_text};
 use common::stats::{Stats, secs, stats_json, sync_name};
 use common::{BenchResult, RunArgs, Table, target_dir, workspace_dir};
 use m3::{
@@ -212,14 +213,6 @@ impl Plan {
 // ---------------------------------------------------------------------------------------------
 // Statistics and formatting
 
-fn era_name(era: McpEra) -> &'static str {
-    match era {
-        McpEra::Auto => "auto",
-        McpEra::Legacy => "legacy",
-        McpEra::Modern => "modern",
-    }
-}
-
 /// `median (min..max)` with `digits` decimals.
 fn spread(s: &Option<Stats>, digits: usize) -> String {
     s.as_ref().map_or_else(
@@ -324,12 +317,6 @@ fn output_ok(output: std::process::Output, what: &str) -> BenchResult<Vec<u8>> {
         )
         .into())
     }
-}
-
-fn path_text(path: &Path) -> BenchResult<String> {
-    path.to_str()
-        .map(str::to_string)
-        .ok_or_else(|| format!("not a UTF-8 path: {}", path.display()).into())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -70,13 +70,14 @@
 mod common;
 
 use chrono::Utc;
+use common::fixture::{address, booking_agent, path_text};
 use common::stats::{Stats, stats_json};
 use common::{BenchResult, RunArgs, Table, shipping_server_binary, target_dir};
 use m3::{
-    AgentSpec, AsyncExecutionHandle, AsyncMcpTestKit, ElicitationResponse, ExecutionHandle,
-    ExecutionStatus, ExecutionStore, HumanInput, ManagedInputStatus, ManagedInputStore, McpEra,
-    McpTestKit, OutcomeKind, PendingElicitationRound, RoundFilter, Script, SqliteExecutionStore,
-    SqliteManagedInputStore, StdioServer, StoreOptions, Submission,
+    AsyncExecutionHandle, AsyncMcpTestKit, ExecutionHandle, ExecutionStatus, ExecutionStore,
+    HumanInput, ManagedInputStatus, ManagedInputStore, McpEra, McpTestKit, OutcomeKind,
+    PendingElicitationRound, RoundFilter, SqliteExecutionStore, SqliteManagedInputStore,
+    StdioServer, StoreOptions, Submission,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -256,31 +257,11 @@ impl SplitMix {
 // ---------------------------------------------------------------------------------------------
 // Fixtures
 
-fn address() -> BTreeMap<String, ElicitationResponse> {
-    BTreeMap::from([(
-        "shipping_address".to_string(),
-        ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
-    )])
-}
-
-fn booking_agent() -> AgentSpec {
-    AgentSpec::scripted(Script::call(
-        "shipping:book_shipment",
-        json!({"item": "book", "quantity": 1}),
-    ))
-}
-
 /// The shipping server (modern era), asking once per call.
 fn server_binding(server: &Path) -> BenchResult<StdioServer> {
     Ok(StdioServer::new("shipping", path_text(server)?)
         .args(["--era", "modern", "--ask-rounds", "1"])
         .era(McpEra::Modern))
-}
-
-fn path_text(path: &Path) -> BenchResult<String> {
-    path.to_str()
-        .map(str::to_string)
-        .ok_or_else(|| format!("not a UTF-8 path: {}", path.display()).into())
 }
 
 fn submission(binding: StdioServer) -> Submission {

@@ -6,9 +6,8 @@ use m3::testing::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir};
 use m3_guest::m3::managed_input::types::{ElicitationAction, ElicitationResponse, FailureCode};
 use m3_guest::mcp::era::{Era, EraChoice};
 use m3_guest::mcp::framing::LineBuffer;
-use m3_guest::runtime::scripted::{
-    Action, Finished, Input, Mode, ScriptedSession, SessionConfig, Step,
-};
+use m3_guest::runtime::scripted::{ScriptedSession, SessionConfig, Step};
+use m3_guest::runtime::session::{Action, Finished, Input, Mode};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::time::timeout;

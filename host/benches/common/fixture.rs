@@ -1,7 +1,45 @@
-//! The form fixture the engine and validation benchmarks share: every kind of field of the MCP
-//! form subset (the same form as `tests/support`'s `every_kind_schema`).
+//! The fixtures the benchmarks share: every kind of field of the MCP form subset (the same form
+//! as `tests/support`'s `every_kind_schema`), the booking agent and its answer against the
+//! bundled shipping server, and small conversions.
 
+use m3::{AgentSpec, ElicitationResponse, McpEra, Script};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::BenchResult;
+
+/// A path as text (bench arguments and JSON need UTF-8).
+pub fn path_text(path: &Path) -> BenchResult<String> {
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("not a UTF-8 path: {}", path.display()).into())
+}
+
+/// The era's name, as the tables print it.
+pub fn era_name(era: McpEra) -> &'static str {
+    match era {
+        McpEra::Auto => "auto",
+        McpEra::Legacy => "legacy",
+        McpEra::Modern => "modern",
+    }
+}
+
+/// The agent that books one shipment with the bundled shipping server.
+pub fn booking_agent() -> AgentSpec {
+    AgentSpec::scripted(Script::call(
+        "shipping:book_shipment",
+        json!({"item": "book", "quantity": 1}),
+    ))
+}
+
+/// The shipping server's address round, answered.
+pub fn address() -> BTreeMap<String, ElicitationResponse> {
+    BTreeMap::from([(
+        "shipping_address".to_string(),
+        ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
+    )])
+}
 
 /// The every-kind form.
 pub fn every_kind_schema() -> Value {

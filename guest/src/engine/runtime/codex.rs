@@ -15,7 +15,7 @@
 //! the round in the same step: Codex clearing the request (`serverRequest/resolved`), the tool
 //! call completing or the turn ending while it is open withdraw it (`request-withdrawn`).
 
-use super::scripted::{Action, Finished, Input, Mode, Operation};
+use super::session::{Action, Finished, Input, Mode, Operation};
 use crate::m3::managed_input::types::{FailureCode, OperationKind};
 use crate::mcp::message::{self, Incoming, RpcError};
 use crate::mcp::request;

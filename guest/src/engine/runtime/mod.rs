@@ -1,7 +1,9 @@
 //! The execution runtime: executions as stored rows, the worker that drives one to its end, and
-//! recovery. The MCP session itself is a state machine written "sans I/O" ([`scripted`]); the
-//! worker performs its actions against the host's `process`/`events` imports and the store.
+//! recovery. Each harness session is a state machine written "sans I/O" that speaks the
+//! [`session`] protocol; the worker performs its actions against the host's `process`/`events`
+//! imports and the store.
 //!
+//! - `session`: the protocol between a session and the worker (inputs, actions, how it ended).
 //! - `scripted`: one MCP server connection driven by the scripted harness: era probe,
 //!   handshake, the script's tool calls in order, and elicitation rounds in both eras.
 //! - `codex`: one `codex app-server` connection driven by the codex harness.
@@ -15,4 +17,5 @@ pub mod execution;
 pub mod plan;
 pub mod recovery;
 pub mod scripted;
+pub mod session;
 pub mod worker;

@@ -13,7 +13,8 @@
 use super::codex::{CodexConfig, CodexSession};
 use super::execution::{self, Claim, ExecutionLease};
 use super::plan::Plan;
-use super::scripted::{Action, Finished, Input, Mode, ScriptedSession, SessionConfig, Step};
+use super::scripted::{ScriptedSession, SessionConfig, Step};
+use super::session::{Action, Finished, Input, Mode};
 use crate::errors::{Result, validation};
 use crate::exports::m3::managed_input::runtime::{
     CodexSettings, EraChoice as WitEra, ExecutionFailure, ExecutionOutcome, ExecutionSpec,
@@ -721,7 +722,7 @@ impl Worker {
 
     fn open_round(
         &mut self,
-        operation: super::scripted::Operation,
+        operation: super::session::Operation,
         round_index: u32,
         requests: Vec<(String, crate::m3::managed_input::types::ElicitationRequest)>,
         request_state: Option<String>,
