@@ -501,32 +501,45 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-/// Runs `m3 run` against `server_command args...` (managed input) and returns its output and the
-/// highest peak memory seen while it ran.
-fn run_flooded(sb: &Sandbox, command: &str, args: &[&str]) -> (Output, u64) {
-    let mut run: Vec<String> = [
-        "run",
-        "--no-prompt",
-        "--json",
-        "--server-name",
-        "flood",
-        "--server-command",
-        command,
-        "--server-era",
-        "legacy",
-        "--tool",
-        "flood:anything",
-        "--human-input",
-        "managed",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+/// `m3 run` (JSON, no prompt, managed input, legacy era) calling `tool` (`server:name`) on the
+/// server `command args...`, with `options` before the server's flags.
+fn managed_run(
+    tool: &str,
+    command: &str,
+    args: &[&str],
+    options: &[&str],
+    prompt: &str,
+) -> Vec<String> {
+    let server = tool.split(':').next().unwrap_or_default();
+    let mut run: Vec<String> = ["run", "--no-prompt", "--json"]
+        .iter()
+        .chain(options)
+        .chain(&[
+            "--server-name",
+            server,
+            "--server-command",
+            command,
+            "--server-era",
+            "legacy",
+            "--tool",
+            tool,
+            "--human-input",
+            "managed",
+        ])
+        .map(|s| s.to_string())
+        .collect();
     for arg in args {
         run.push("--server-arg".into());
         run.push(arg.to_string());
     }
-    run.push("Flood.".into());
+    run.push(prompt.into());
+    run
+}
+
+/// Runs `m3 run` against `server_command args...` (managed input) and returns its output and the
+/// highest peak memory seen while it ran.
+fn run_flooded(sb: &Sandbox, command: &str, args: &[&str]) -> (Output, u64) {
+    let run = managed_run("flood:anything", command, args, &[], "Flood.");
     let mut running = sb.spawn(&run);
     let pid = running.guard.child.id();
     let mut peak = 0;
@@ -578,31 +591,13 @@ for line in sys.stdin:
 fn a_server_that_writes_without_pause_does_not_cost_the_worker_its_lease() {
     let sb = Sandbox::new();
     let script = chatty_server(96);
-    let run: Vec<String> = [
-        "run",
-        "--no-prompt",
-        "--json",
-        "--lease",
-        "1",
-        "--server-name",
-        "chatty",
-        "--server-command",
-        "python3",
-        "--server-arg",
-        "-c",
-        "--server-arg",
-        &script,
-        "--server-era",
-        "legacy",
-        "--tool",
+    let run = managed_run(
         "chatty:work",
-        "--human-input",
-        "managed",
+        "python3",
+        &["-c", &script],
+        &["--lease", "1"],
         "Work.",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    );
     let out = sb.m3(&run.iter().map(String::as_str).collect::<Vec<_>>());
     let result: Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
     assert_eq!(result["result"]["outcome"], "succeeded", "{result}");

@@ -350,7 +350,16 @@ pub fn decide_in(
     operation: ExecutionOperation,
     now: &Timestamp,
 ) -> Result<Decided> {
-    let loaded = load(tx, execution_id)?;
+    decide_on(execution_id, load(tx, execution_id)?, operation, now)
+}
+
+/// Decides `operation` on `loaded`, the execution `execution_id` as read (none: missing).
+fn decide_on(
+    execution_id: &str,
+    loaded: Option<LoadedExecution>,
+    operation: ExecutionOperation,
+    now: &Timestamp,
+) -> Result<Decided> {
     let head = loaded.as_ref().map(LoadedExecution::head);
     let decision = execution_rules::decide(execution_id, head.as_ref(), operation, now)?;
     // `decide` refuses a missing execution, so there is one here.
@@ -399,15 +408,17 @@ pub enum Claim {
 pub fn claim(execution_id: &str, owner_id: &str) -> Result<Claim> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
-    // The lease length is the submission's: read it before deciding.
-    let ttl = load(&tx, execution_id)?
+    // The lease length is the submission's, read with the row that is decided on.
+    let loaded = load(&tx, execution_id)?;
+    let ttl = loaded
+        .as_ref()
         .map(|l| l.data.spec.lease_ttl_ms)
         .ok_or_else(|| execution_rules::not_found(execution_id))?;
     let claim = ExecutionOperation::Claim(ExecutionClaim {
         owner_id: owner_id.to_string(),
         lease_ttl_ms: ttl,
     });
-    let decided = decide_in(&tx, execution_id, claim, &now)?;
+    let decided = decide_on(execution_id, loaded, claim, &now)?;
     let data = decided.loaded.data.clone();
     let granted = match (&decided.decision.write, &decided.decision.next.lease) {
         (ExecutionWrite::Update, Some(granted)) => granted.clone(),
