@@ -72,8 +72,9 @@ pub use api::error::{
     StorageError,
 };
 pub use api::execution::{
-    ExecutionFailure, ExecutionOutcome, ExecutionResult, ExecutionState, ExecutionStatus,
-    FailureKind, OperationTimeout, OutcomeKind, TimeoutCause, ToolResult,
+    ExecutionDiagnostics, ExecutionEvent, ExecutionFailure, ExecutionOutcome, ExecutionResult,
+    ExecutionState, ExecutionStatus, FailureKind, OperationTimeout, OutcomeKind, TimeoutCause,
+    ToolResult,
 };
 pub use api::execution_store::{
     ExecutionStore, ExecutionStoreError, InMemoryExecutionStore, SqliteExecutionStore,
@@ -96,10 +97,11 @@ pub use api::server::{McpEra, StdioServer};
 pub use api::submission::{HumanInput, ModelValidationError, Submission};
 pub use component::instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
 pub use component::sandbox::{ImportBinding, ImportProvider, SandboxProbe};
+pub use kit::codex::{sign_in as codex_sign_in, user_codex_home};
 pub use kit::{
-    Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, CodexOptions,
-    ExecutionError, ExecutionHandle, Harness, KitOptions, McpTestKit, ModelProvider,
-    PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
+    Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, CodexCredentials,
+    CodexOptions, CodexSignIn, ExecutionError, ExecutionHandle, Harness, KitOptions, McpTestKit,
+    ModelProvider, PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
 };
 pub use sqlite::database::Synchronous;
 pub use worker::{Executions, RecoveryReport};

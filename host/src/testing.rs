@@ -155,6 +155,7 @@ pub fn run_as_worker(
         execution_id,
         owner_id,
         std::collections::BTreeMap::new(),
+        std::collections::BTreeMap::new(),
         std::sync::Arc::new(tokio::sync::Notify::new()),
     ))?;
     Ok(crate::api::execution::state_back(&state))

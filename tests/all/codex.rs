@@ -72,16 +72,35 @@ fn codex_kit(
     model: &FakeModel,
     turn_deadline: Duration,
 ) -> Result<(McpTestKit, Agent)> {
-    let store = Arc::new(SqliteExecutionStore::open(&db.path)?);
-    let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
-    let kit = McpTestKit::new(store, env)?;
-    let options = CodexOptions {
-        binary: codex_binary()?.display().to_string(),
-        model_provider: Some(model.provider()),
+    codex_kit_with(db, model.provider(), [], |options| CodexOptions {
         turn_deadline,
+        ..options
+    })
+}
+
+/// A kit whose children get `PATH` and `env`, with one Codex agent on `provider` (no sign-in
+/// unless `options` adds one).
+fn codex_kit_with<const N: usize>(
+    db: &TempDb,
+    provider: ModelProvider,
+    env: [(&str, &str); N],
+    options: impl FnOnce(CodexOptions) -> CodexOptions,
+) -> Result<(McpTestKit, Agent)> {
+    let store = Arc::new(SqliteExecutionStore::open(&db.path)?);
+    let mut child_env = BTreeMap::from([(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_default(),
+    )]);
+    child_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let kit = McpTestKit::new(store, child_env)?;
+    let options = options(CodexOptions {
+        binary: codex_binary()?.display().to_string(),
+        model_provider: Some(provider),
+        turn_deadline: Duration::from_secs(120),
         request_timeout: Duration::from_secs(60),
+        credentials: CodexCredentials::None,
         ..CodexOptions::default()
-    };
+    });
     let agent = kit
         .agents([AgentSpec::codex(["fake-model"], options)])?
         .remove(0);
@@ -369,7 +388,7 @@ fn the_spec_example_with_an_empty_env_finds_codex() -> Result<()> {
 }
 
 /// Codex's own approval requests: the allow-listed tool's approval prompt is approved without a
-/// round; a shell command the model asks for is declined by the default permission policy and
+/// round; a shell command the model asks for does not exist (Codex's shell is switched off) and
 /// never becomes a round; the turn still ends.
 #[test]
 fn approvals_never_become_rounds() -> Result<()> {
@@ -396,8 +415,8 @@ fn approvals_never_become_rounds() -> Result<()> {
         .find(|l| l.contains("output of \"call-shell\""))
         .context("the model got the command's outcome")?;
     assert!(
-        shell_output.contains("rejected"),
-        "the command approval was declined: {shell_output}"
+        shell_output.contains("unsupported call"),
+        "Codex's shell is switched off: {shell_output}"
     );
     assert!(
         !db.dir.path().join("m3-should-not-exist").exists(),
@@ -517,5 +536,317 @@ fn a_killed_codex_worker_s_round_is_recovered() -> Result<()> {
         "ManagedInputRecoveryError",
         ErrorCode::RecoveryUnavailable,
     );
+    Ok(())
+}
+
+/// The environment (`NAME=VALUE` entries) of every live process whose executable is `program`.
+fn environments_of(program: &Path) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let dir = entry.path();
+        if std::fs::read_link(dir.join("exe")).ok().as_deref() != Some(program) {
+            continue;
+        }
+        if let Ok(bytes) = std::fs::read(dir.join("environ")) {
+            found.push(
+                bytes
+                    .split(|b| *b == 0)
+                    .filter(|e| !e.is_empty())
+                    .map(|e| String::from_utf8_lossy(e).into_owned())
+                    .collect(),
+            );
+        }
+    }
+    found
+}
+
+/// Confinement: the model is offered exactly the submission's MCP tools (Codex's own shell,
+/// patching, sub-agents, image viewing, web search and every other built-in tool are switched
+/// off in its configuration); when it calls them anyway nothing runs; the MCP server's
+/// environment reaches the server alone (never Codex's own environment, nor the model), through
+/// an owner-only file in the private home; the execution's events say what Codex was given.
+#[test]
+fn the_agent_is_offered_exactly_the_allowed_tools() -> Result<()> {
+    const SECRET: &str = "ship-secret-5d1e";
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), "builtin")?;
+    let (_kit, agent) = codex_kit_with(&db, model.provider(), [], |o| o)?;
+    let server = StdioServer::new("shipping", SHIPPING_SERVER)
+        .args(["--era", "legacy"])
+        .env("SHIP_PASSWORD", SECRET);
+    let handle = agent.submit(
+        Submission::new("Book the shipment.", server)
+            .tools(["shipping:book_shipment"])
+            .human_input(HumanInput::Managed),
+    )?;
+    let pending = wait_pending(&handle)?;
+    // While the round waits: Codex's environment has no server secret; the server's has it.
+    let codex = codex_binary()?.canonicalize()?;
+    let codex_envs = environments_of(&codex);
+    ensure!(!codex_envs.is_empty(), "no running codex process found");
+    let ours: Vec<&Vec<String>> = codex_envs
+        .iter()
+        .filter(|env| {
+            env.iter()
+                .any(|e| e.starts_with("CODEX_HOME=") && e.contains("m3-execution"))
+        })
+        .collect();
+    ensure!(
+        !ours.is_empty(),
+        "no codex process of an m3 execution found"
+    );
+    for env in &ours {
+        assert!(
+            !env.iter()
+                .any(|e| e.contains(SECRET) || e.starts_with("SHIP_PASSWORD=")),
+            "Codex's own environment holds the server's secret: {env:?}"
+        );
+        let home = env
+            .iter()
+            .find_map(|e| e.strip_prefix("CODEX_HOME="))
+            .context("CODEX_HOME")?;
+        let config = Path::new(home).join("config.toml");
+        if config.exists() {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&config)?.permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "the private config is the owner's alone");
+        }
+    }
+    let server_path = Path::new(SHIPPING_SERVER).canonicalize()?;
+    assert!(
+        environments_of(&server_path)
+            .iter()
+            .any(|env| env.iter().any(|e| e == &format!("SHIP_PASSWORD={SECRET}"))),
+        "the MCP server got its environment"
+    );
+    handle.respond_elicitation(&pending.round_id, address(), "k")?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    assert!(result.succeeded(), "{}", result.outcome);
+    let log = std::fs::read_to_string(db.dir.path().join("model-builtin.log"))?;
+    let offered: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("fake-model: tools offered: "))
+        .collect();
+    ensure!(
+        offered.len() >= 6,
+        "the model was asked {} times",
+        offered.len()
+    );
+    // Codex 0.171.0 always adds its three MCP resource tools once an MCP server is configured
+    // (no configuration key removes them); they reach the submission's server alone.
+    for tools in &offered {
+        assert_eq!(
+            *tools,
+            r#"["list_mcp_resources", "list_mcp_resource_templates", "read_mcp_resource", "mcp__shipping"]"#,
+            "the model was offered more"
+        );
+    }
+    for name in [
+        "exec_command",
+        "apply_patch",
+        "spawn_agent",
+        "view_image",
+        "web_search",
+    ] {
+        let output = log
+            .lines()
+            .find(|l| l.contains(&format!("output of \"call-{name}\"")))
+            .with_context(|| format!("no output for {name}"))?;
+        assert!(
+            output.contains("unsupported call"),
+            "{name} ran or was offered: {output}"
+        );
+    }
+    assert!(!log.contains(SECRET), "the model saw the server's secret");
+    assert!(
+        !db.dir.path().join("m3-should-not-exist").exists(),
+        "a built-in tool wrote the marker"
+    );
+    let diagnostics = handle.diagnostics()?;
+    let said = |kind: &str, text: &str| {
+        diagnostics
+            .events
+            .iter()
+            .any(|e| e.kind == kind && e.message.contains(text))
+    };
+    assert!(said("harness", "own tools switched off"), "{diagnostics:?}");
+    assert!(said("mcp-server", "`shipping` is ready"), "{diagnostics:?}");
+    assert!(
+        said("approval", "approved the call of `book_shipment`"),
+        "{diagnostics:?}"
+    );
+    Ok(())
+}
+
+/// Credentials reach Codex and nothing else: an endpoint that requires `Authorization: Bearer
+/// <key>` works with the key in an environment variable named by `env_key`, and with a copied
+/// `auth.json` (an API-key sign-in); without either it is refused at once as `model_error`
+/// carrying the status.
+#[test]
+fn credentials_from_env_key_or_a_copied_sign_in_and_a_clean_refusal_without() -> Result<()> {
+    const KEY: &str = "sk-test-7f3a";
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), &format!("auth:{KEY}"))?;
+    let run = |agent: &Agent| -> Result<ExecutionResult> {
+        let handle = agent.submit(submission(HumanInput::Managed))?;
+        loop {
+            if let Some(pending) = handle.pending_elicitation()? {
+                handle.respond_elicitation(&pending.round_id, address(), "k")?;
+            }
+            let snapshot = handle.snapshot()?;
+            if snapshot.lifecycle == ExecutionStatus::Finished {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        Ok(handle.result(Some(Duration::from_secs(60)))?)
+    };
+    // The key in the kit's environment, named by the provider.
+    let (_kit, agent) = codex_kit_with(
+        &db,
+        model.provider().env_key("M3_TEST_MODEL_KEY"),
+        [("M3_TEST_MODEL_KEY", KEY)],
+        |o| o,
+    )?;
+    let result = run(&agent)?;
+    assert!(result.succeeded(), "env_key: {}", result.outcome);
+    // An API-key sign-in, copied from another Codex home.
+    let home = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("auth.json"),
+        serde_json::to_string(&json!({"OPENAI_API_KEY": KEY}))?,
+    )?;
+    let (_kit, agent) = codex_kit_with(&db, model.provider().with_openai_auth(), [], |o| {
+        CodexOptions {
+            credentials: CodexCredentials::From(home.path().to_path_buf()),
+            ..o
+        }
+    })?;
+    let result = run(&agent)?;
+    assert!(result.succeeded(), "auth.json: {}", result.outcome);
+    // Neither: refused, named, fast.
+    let (_kit, agent) = codex_kit_with(&db, model.provider().with_openai_auth(), [], |o| o)?;
+    let handle = agent.submit(submission(HumanInput::Managed))?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    let failure = result.outcome.failure.clone().context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::ModelError, "{}", result.outcome);
+    assert!(failure.message.contains("401"), "{}", failure.message);
+    assert!(!failure.message.contains(KEY));
+    let diagnostics = handle.diagnostics()?;
+    assert!(
+        diagnostics
+            .events
+            .iter()
+            .any(|e| e.kind == "model" && e.message.contains("401")),
+        "{diagnostics:?}"
+    );
+    assert!(!format!("{diagnostics:?}").contains(KEY));
+    Ok(())
+}
+
+/// Each failure ends the execution at once with its own kind and a message naming the cause: a
+/// server that does not start, a tool the server does not have, a model URL that refuses
+/// connections, a model answering HTTP 500; a program that is not Codex is refused at submission.
+#[test]
+fn failures_are_fast_and_named() -> Result<()> {
+    let db = TempDb::new();
+    let model = FakeModel::start(db.dir.path(), "tool")?;
+    let failure_of = |agent: &Agent,
+                      submission: Submission|
+     -> Result<(ExecutionFailure, ExecutionDiagnostics)> {
+        let handle = agent.submit(submission)?;
+        let result = handle.result(Some(Duration::from_secs(120)))?;
+        let failure = result.outcome.failure.clone().context("a failure")?;
+        Ok((failure, handle.diagnostics()?))
+    };
+    let quick = |provider: ModelProvider| ModelProvider {
+        max_retries: Some(1),
+        ..provider
+    };
+    let (_kit, agent) = codex_kit_with(&db, quick(model.provider()), [], |o| o)?;
+    // A server that exits at once.
+    let (failure, diagnostics) = failure_of(
+        &agent,
+        Submission::new("Book it.", StdioServer::new("shipping", "/bin/false"))
+            .tools(["shipping:book_shipment"]),
+    )?;
+    assert_eq!(failure.kind, FailureKind::ServerError);
+    assert!(
+        failure.message.contains("`shipping` did not start"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        diagnostics
+            .events
+            .iter()
+            .any(|e| e.kind == "mcp-server" && e.message.contains("failed")),
+        "{diagnostics:?}"
+    );
+    assert!(diagnostics.stderr_tail.is_some(), "Codex's stderr is kept");
+    // A misspelled tool.
+    let (failure, _) = failure_of(
+        &agent,
+        Submission::new(
+            "Book it.",
+            StdioServer::new("shipping", SHIPPING_SERVER).args(["--era", "legacy"]),
+        )
+        .tools(["shipping:book_shipmnet"]),
+    )?;
+    assert_eq!(failure.kind, FailureKind::ToolNotFound);
+    assert!(
+        failure.message.contains("`book_shipmnet`"),
+        "{}",
+        failure.message
+    );
+    // A model URL nobody listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let (_kit, agent) = codex_kit_with(
+        &db,
+        quick(ModelProvider::responses(
+            "nobody",
+            format!("http://127.0.0.1:{closed}/v1"),
+        )),
+        [],
+        |o| o,
+    )?;
+    let (failure, _) = failure_of(&agent, submission(HumanInput::Managed))?;
+    assert_eq!(failure.kind, FailureKind::ModelError);
+    assert!(
+        failure.message.contains("connection error"),
+        "{}",
+        failure.message
+    );
+    // A model answering 500.
+    let broken = FakeModel::start(db.dir.path(), "status:500")?;
+    let (_kit, agent) = codex_kit_with(&db, quick(broken.provider()), [], |o| o)?;
+    let (failure, _) = failure_of(&agent, submission(HumanInput::Managed))?;
+    assert_eq!(failure.kind, FailureKind::ModelError);
+    assert!(failure.message.contains("HTTP 500"), "{}", failure.message);
+    // A program that is not Codex.
+    let store = Arc::new(SqliteExecutionStore::open(&db.path)?);
+    let kit = McpTestKit::new(store, [("PATH", "/usr/bin:/bin")])?;
+    let agent = kit
+        .agents([AgentSpec::codex(
+            ["m"],
+            CodexOptions {
+                binary: "/bin/true".into(),
+                credentials: CodexCredentials::None,
+                ..CodexOptions::default()
+            },
+        )])?
+        .remove(0);
+    match agent.submit(submission(HumanInput::Managed)) {
+        Err(ExecutionError::ModelValidation(e)) => {
+            assert!(
+                e.message.contains("/bin/true") && e.message.contains("not the Codex CLI"),
+                "{}",
+                e.message
+            )
+        }
+        other => panic!("expected a ModelValidationError, got {other:?}"),
+    }
     Ok(())
 }

@@ -20,6 +20,10 @@ fn handshake() -> Vec<Value> {
         json!({"expect": "initialized"}),
         json!({"expect": "thread/start"}),
         json!({"send": {"id": "$id", "result": {"thread": {"id": "thread-1"}}}}),
+        json!({"expect": "mcpServerStatus/list"}),
+        json!({"send": {"id": "$id", "result": {"data": [{"name": "shipping",
+            "runtimeStatus": "connected", "tools": {"book_shipment": {"name": "book_shipment"}},
+            "toolsError": null}]}}}),
         json!({"expect": "turn/start"}),
         json!({"send": {"id": "$id", "result": {"turn": {"id": "turn-1", "status": "inProgress"}}}}),
         json!({"send": {"method": "item/started", "params": {"threadId": "thread-1", "turnId": "turn-1",
@@ -59,6 +63,7 @@ fn replay(db: &TempDb, script: Vec<Value>) -> Result<(McpTestKit, ExecutionHandl
         binary: FAKE_CODEX.into(),
         turn_deadline: Duration::from_secs(30),
         request_timeout: Duration::from_secs(10),
+        credentials: CodexCredentials::None,
         ..CodexOptions::default()
     };
     let agent = kit

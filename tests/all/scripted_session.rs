@@ -84,7 +84,7 @@ async fn run(
                         child.write_line(&line.to_string()).await.unwrap();
                     }
                     Action::StartProbeTimer | Action::ArmTimer(_) => probe_armed = true,
-                    Action::FinalMessage(_) => {}
+                    Action::FinalMessage(_) | Action::Event { .. } => {}
                     Action::OpenRound {
                         round_index,
                         requests,

@@ -8,6 +8,8 @@
 //!   expected request's id);
 //! - `{"wait_ms": N}`: sleep.
 //!
+//! `--version` prints `codex-cli 0.171.0-fake` (the kit checks its program at submission).
+//!
 //! Every line received is appended to `$M3_FAKE_CODEX_LOG`. After the script it reads until
 //! its stdin closes.
 
@@ -29,6 +31,11 @@ fn substitute(value: &Value, id: &Value) -> Value {
 }
 
 fn main() -> Result<()> {
+    // The kit checks at submission that its program is the Codex CLI.
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        println!("codex-cli 0.171.0-fake");
+        return Ok(());
+    }
     let script: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(
         std::env::var("M3_FAKE_CODEX_SCRIPT").context("M3_FAKE_CODEX_SCRIPT")?,
     )?)?;

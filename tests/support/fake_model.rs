@@ -11,6 +11,12 @@
 //!   must end the turn).
 //! - `shell`: first asks to run `touch MARKER_PATH` unsandboxed (provoking Codex's command
 //!   approval), then the tool call, then the final message.
+//! - `builtin`: first calls Codex's own tools, one per turn (`exec_command` writing `env` to
+//!   MARKER_PATH, `apply_patch` adding MARKER_PATH, `spawn_agent`, `view_image`,
+//!   `web_search`), then the MCP tool, then the final message.
+//! - `auth:KEY`: as `tool`, but every request without `Authorization: Bearer KEY` is refused
+//!   with HTTP 401.
+//! - `status:CODE`: every request is answered with HTTP CODE.
 //!
 //! Every request's path and first 200 bytes of body go to stderr, and the output of every
 //! function call the conversation holds (tests read it, e.g. to see a declined command).
@@ -92,6 +98,7 @@ fn serve(stream: TcpStream, mode: &str, arguments: &str, marker: &str) -> anyhow
         }
         let mut length = 0usize;
         let mut chunked = false;
+        let mut authorization = None;
         loop {
             let mut header = String::new();
             reader.read_line(&mut header)?;
@@ -105,6 +112,9 @@ fn serve(stream: TcpStream, mode: &str, arguments: &str, marker: &str) -> anyhow
             }
             if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
                 chunked = true;
+            }
+            if lower.starts_with("authorization:") {
+                authorization = Some(header["authorization:".len()..].trim().to_string());
             }
         }
         let body = if chunked {
@@ -134,6 +144,31 @@ fn serve(stream: TcpStream, mode: &str, arguments: &str, marker: &str) -> anyhow
             writer.flush()?;
             continue;
         }
+        let refusal = match (mode.strip_prefix("auth:"), mode.strip_prefix("status:")) {
+            (Some(key), _) if authorization.as_deref() != Some(&format!("Bearer {key}")) => {
+                eprintln!("fake-model: refused: authorization missing or wrong");
+                Some(401)
+            }
+            (_, Some(code)) => Some(code.parse::<u16>().unwrap_or(500)),
+            _ => None,
+        };
+        if let Some(code) = refusal {
+            let text = json!({"error": {"message": format!("refused with {code}"),
+                "type": "invalid_request_error", "code": code.to_string()}})
+            .to_string();
+            write!(
+                writer,
+                "HTTP/1.1 {code} Refused\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{text}",
+                text.len()
+            )?;
+            writer.flush()?;
+            continue;
+        }
+        let mode = if mode.starts_with("auth:") {
+            "tool"
+        } else {
+            mode
+        };
         if mode == "silent" {
             // Never answer: hold the connection until the client gives up.
             std::thread::sleep(std::time::Duration::from_secs(3600));
@@ -157,6 +192,15 @@ fn serve(stream: TcpStream, mode: &str, arguments: &str, marker: &str) -> anyhow
             .filter_map(|t| t["name"].as_str())
             .collect();
         eprintln!("fake-model: tools offered: {tools:?}");
+        eprintln!(
+            "fake-model: tool types offered: {:?}",
+            request["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| t["type"].as_str().unwrap_or(""))
+                .collect::<Vec<_>>()
+        );
         let events = turn(&request, mode, arguments, marker);
         let mut stream_body = String::new();
         for (event, data) in events {
@@ -245,7 +289,39 @@ fn turn(request: &Value, mode: &str, arguments: &str, marker: &str) -> Vec<(Stri
     let id = format!("resp-{done}");
     let shell_first = mode == "shell";
     let mut events = vec![created(&id)];
-    if shell_first && done == 0 {
+    let builtin = [
+        ("exec_command", json!({"cmd": format!("env > {marker}")})),
+        (
+            "apply_patch",
+            json!({"input": format!("*** Begin Patch\n*** Add File: {marker}\n+x\n*** End Patch\n")}),
+        ),
+        (
+            "spawn_agent",
+            json!({"message": format!("run `touch {marker}`")}),
+        ),
+        ("view_image", json!({"path": "/etc/hostname"})),
+        ("web_search", json!({"query": "m3"})),
+    ];
+    if mode == "builtin" && done < builtin.len() {
+        let (name, arguments) = &builtin[done];
+        events.push(item(json!({
+            "type": "function_call", "call_id": format!("call-{name}"), "name": name,
+            "arguments": arguments.to_string()
+        })));
+    } else if mode == "builtin"
+        && done == builtin.len()
+        && let Some((namespace, tool)) = first_mcp_tool(request)
+    {
+        events.push(item(json!({
+            "type": "function_call", "call_id": format!("call-{done}"), "name": tool,
+            "namespace": namespace, "arguments": arguments
+        })));
+    } else if mode == "builtin" {
+        events.push(item(json!({
+            "type": "message", "role": "assistant", "id": format!("msg-{done}"),
+            "content": [{"type": "output_text", "text": FINAL_MESSAGE}]
+        })));
+    } else if shell_first && done == 0 {
         // An unsandboxed command: under approval policy `on-request` Codex asks the client.
         events.push(item(json!({
             "type": "function_call", "call_id": "call-shell", "name": "exec_command",

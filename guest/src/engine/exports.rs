@@ -109,6 +109,13 @@ impl runtime_export::Guest for Component {
         runtime::execution::snapshot(&execution_id)
     }
 
+    fn diagnostics(
+        execution_id: String,
+    ) -> Result<runtime_export::ExecutionDiagnostics, ManagedInputError> {
+        runtime::execution::check_execution_id(&execution_id)?;
+        runtime::execution::diagnostics(&execution_id)
+    }
+
     fn list_executions(
         status: Option<crate::m3::managed_input::types::ExecutionStatus>,
         limit: Option<u32>,

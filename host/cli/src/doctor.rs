@@ -43,6 +43,23 @@ fn version_of(program: &std::path::Path) -> Option<String> {
     text.lines().next().map(|l| l.trim().to_string())
 }
 
+/// Where Codex's sign-in would come from and what kind it is, and whether an API key is in this
+/// process's environment: names and kinds only, never a value.
+fn codex_credentials() -> Value {
+    let home = m3::user_codex_home();
+    let sign_in = home.as_deref().map(m3::codex_sign_in);
+    let key_variables: Vec<&str> = ["OPENAI_API_KEY", "CODEX_API_KEY"]
+        .into_iter()
+        .filter(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
+        .collect();
+    json!({
+        "codex_home": home.map(|h| h.display().to_string()),
+        "sign_in": sign_in.as_ref().map(ToString::to_string),
+        "signed_in": matches!(sign_in, Some(m3::CodexSignIn::ApiKey | m3::CodexSignIn::Account)),
+        "api_key_variables": key_variables,
+    })
+}
+
 /// Every round of the database that cannot be read: `{"round_id", "error"}` each.
 fn unreadable_records(cli: &Cli) -> Result<Vec<Value>> {
     let executions = crate::executions(cli)?;
@@ -167,7 +184,12 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
             } else {
                 let found = find_in_path(program);
                 let version = found.as_deref().and_then(version_of);
-                json!({"found": found.map(|p| p.display().to_string()), "version": version})
+                let mut entry =
+                    json!({"found": found.map(|p| p.display().to_string()), "version": version});
+                if *name == "codex" {
+                    entry["credentials"] = codex_credentials();
+                }
+                entry
             };
             (name.to_string(), entry)
         })

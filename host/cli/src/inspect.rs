@@ -162,9 +162,13 @@ pub fn executions(cli: &Cli) -> Result<ExitCode> {
 pub fn status(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
     let executions = crate::recovered_executions(cli)?;
     let state = executions.snapshot(execution_id)?;
+    let diagnostics = executions.diagnostics(execution_id)?;
     let records = list_rounds(cli, None, Some(execution_id))?;
     if cli.json {
         let mut value = json::execution(&state);
+        value["events"] = serde_json::to_value(&diagnostics.events)?;
+        value["events_dropped"] = diagnostics.events_dropped.into();
+        value["stderr_tail"] = serde_json::json!(diagnostics.stderr_tail);
         let rounds: Vec<Value> = records
             .iter()
             .map(|r| redacted_record(cli, r))
@@ -189,8 +193,42 @@ pub fn status(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
         if !records.is_empty() {
             println!("{}", rounds_table(&records));
         }
+        print_events(&diagnostics);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `m3 events`: what the execution's harness did or reported, and its stderr tail.
+pub fn events(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
+    let diagnostics = crate::executions(cli)?.diagnostics(execution_id)?;
+    if cli.json {
+        print_json(&serde_json::to_value(&diagnostics)?, false);
+    } else if diagnostics.events.is_empty() && diagnostics.stderr_tail.is_none() {
+        println!("no events");
+    } else {
+        print_events(&diagnostics);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_events(diagnostics: &m3::ExecutionDiagnostics) {
+    for event in &diagnostics.events {
+        println!(
+            "{}  {:<10}  {}",
+            event.at.format("%Y-%m-%dT%H:%M:%SZ"),
+            event.kind,
+            event.message
+        );
+    }
+    if diagnostics.events_dropped > 0 {
+        println!("({} more events were not kept)", diagnostics.events_dropped);
+    }
+    if let Some(tail) = &diagnostics.stderr_tail {
+        println!("harness stderr (last lines):");
+        for line in tail.lines() {
+            println!("  {line}");
+        }
+    }
 }
 
 /// `m3 cancel`.

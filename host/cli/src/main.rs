@@ -93,8 +93,14 @@ enum Command {
     },
     /// Executions, oldest first.
     Executions,
-    /// One execution: lifecycle, outcome and rounds.
+    /// One execution: lifecycle, outcome, rounds and its harness's events.
     Status {
+        /// The execution.
+        execution_id: String,
+    },
+    /// What an execution's harness did or reported (MCP server start-up, approvals, commands,
+    /// model errors), and its stderr tail once it failed.
+    Events {
         /// The execution.
         execution_id: String,
     },
@@ -205,6 +211,7 @@ fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Show { round_id, redacted } => inspect::show(cli, round_id, *redacted),
         Command::Executions => inspect::executions(cli),
         Command::Status { execution_id } => inspect::status(cli, execution_id),
+        Command::Events { execution_id } => inspect::events(cli, execution_id),
         Command::Cancel { execution_id } => inspect::cancel(cli, execution_id),
         Command::Validate { round, responses } => policy_check::validate(cli, round, responses),
         Command::CheckSchema { file } => policy_check::check_schema(cli, file),

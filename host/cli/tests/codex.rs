@@ -154,3 +154,44 @@ fn doctor_reports_the_codex_binary_and_its_version() {
     let report: Value = serde_json::from_slice(&without.stdout).unwrap();
     assert!(report["harnesses"]["codex"]["found"].is_null(), "{report}");
 }
+
+/// `m3 doctor` says whether a Codex sign-in and an API key variable were found, never their
+/// values.
+#[test]
+fn doctor_reports_the_codex_sign_in_without_its_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("codex-home");
+    std::fs::create_dir(&home).unwrap();
+    let doctor = |env: &[(&str, &str)]| -> (Value, String) {
+        let out = Command::new(M3)
+            .arg("--db")
+            .arg(dir.path().join("x.sqlite"))
+            .args(["doctor", "--json"])
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("CODEX_API_KEY")
+            .env("CODEX_HOME", &home)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (serde_json::from_str(&text).unwrap(), text)
+    };
+    let (report, _) = doctor(&[]);
+    let credentials = &report["harnesses"]["codex"]["credentials"];
+    assert_eq!(credentials["signed_in"], false, "{report}");
+    assert_eq!(credentials["codex_home"], home.display().to_string());
+    std::fs::write(
+        home.join("auth.json"),
+        r#"{"OPENAI_API_KEY":"sk-doctor-secret"}"#,
+    )
+    .unwrap();
+    let (report, text) = doctor(&[("OPENAI_API_KEY", "sk-env-secret")]);
+    let credentials = &report["harnesses"]["codex"]["credentials"];
+    assert_eq!(credentials["signed_in"], true, "{report}");
+    assert_eq!(credentials["sign_in"], "an API-key sign-in");
+    assert_eq!(
+        credentials["api_key_variables"],
+        serde_json::json!(["OPENAI_API_KEY"])
+    );
+    assert!(!text.contains("sk-doctor-secret") && !text.contains("sk-env-secret"));
+}

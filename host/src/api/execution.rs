@@ -44,13 +44,16 @@ impl OutcomeKind {
 }
 
 impl FailureKind {
-    /// `operation_timeout`, `round_failed`, `server_error` or `invalid_submission`.
+    /// `operation_timeout`, `round_failed`, `server_error`, `invalid_submission`,
+    /// `model_error` or `tool_not_found`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::OperationTimeout => "operation_timeout",
             Self::RoundFailed => "round_failed",
             Self::ServerError => "server_error",
             Self::InvalidSubmission => "invalid_submission",
+            Self::ModelError => "model_error",
+            Self::ToolNotFound => "tool_not_found",
         }
     }
 }
@@ -79,6 +82,34 @@ pub enum FailureKind {
     ServerError,
     /// The submission could not be run.
     InvalidSubmission,
+    /// The model endpoint could not be reached or refused the request (the message names the
+    /// HTTP status or the connection error).
+    ModelError,
+    /// An allow-listed tool is not among the server's tools.
+    ToolNotFound,
+}
+
+/// Something an agent harness did or reported (Codex: MCP server start-up, approvals given or
+/// declined, commands, model errors), kept with the execution.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ExecutionEvent {
+    /// When the worker recorded it (UTC).
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// `mcp-server`, `approval`, `command`, `model` or `harness`.
+    pub kind: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// An execution's diagnostics: its harness's events and the tail of its stderr.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct ExecutionDiagnostics {
+    /// Oldest first (the first 64 are kept).
+    pub events: Vec<ExecutionEvent>,
+    /// How many events were not kept.
+    pub events_dropped: u32,
+    /// The tail (at most 4 KiB) of the harness's stderr, kept when the execution failed.
+    pub stderr_tail: Option<String>,
 }
 
 /// A failed execution's reason. The message never carries answers or secrets.
@@ -269,6 +300,8 @@ fn outcome_back(o: &wit::ExecutionOutcome) -> ExecutionOutcome {
                 wit::FailureKind::RoundFailed => FailureKind::RoundFailed,
                 wit::FailureKind::ServerError => FailureKind::ServerError,
                 wit::FailureKind::InvalidSubmission => FailureKind::InvalidSubmission,
+                wit::FailureKind::ModelError => FailureKind::ModelError,
+                wit::FailureKind::ToolNotFound => FailureKind::ToolNotFound,
             },
             code: f.code.map(crate::component::convert::failure_code_back),
             message: f.message.clone(),
@@ -286,5 +319,22 @@ fn outcome_back(o: &wit::ExecutionOutcome) -> ExecutionOutcome {
             })
             .collect(),
         final_message: o.final_message.clone(),
+    }
+}
+
+/// The component's diagnostics, in public types.
+pub(crate) fn diagnostics_back(d: &wit::ExecutionDiagnostics) -> ExecutionDiagnostics {
+    ExecutionDiagnostics {
+        events: d
+            .events
+            .iter()
+            .map(|e| ExecutionEvent {
+                at: timestamp(&e.at),
+                kind: e.kind.clone(),
+                message: e.message.clone(),
+            })
+            .collect(),
+        events_dropped: d.events_dropped,
+        stderr_tail: d.stderr_tail.clone(),
     }
 }

@@ -4,16 +4,22 @@
 
 use crate::component::bindings::m3::managed_input::events::{self, Event};
 use crate::component::bindings::m3::managed_input::process::{self, SpawnSpec, Spawned};
-use crate::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir};
+use crate::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir, home};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, watch};
 
+/// Most bytes of a child's stderr tail handed to the component (the WIT's 4 KiB).
+const STDERR_TAIL_LIMIT: usize = 4096;
+
 /// The I/O of one running execution.
 pub struct ExecutionIo {
-    /// The child's whole environment: the kit's `env`, then the server binding's `env`.
+    /// The kit's `env`.
     pub env: BTreeMap<String, String>,
+    /// The server binding's `env`: added to the child's environment, or (for a harness that
+    /// starts the server itself) written to its private home's `config.toml` for that server.
+    pub server_env: BTreeMap<String, String>,
     /// Woken by this process after it commits an answer or a cancel request.
     pub wake: Arc<Notify>,
     /// Commits by any connection or process.
@@ -27,14 +33,17 @@ pub struct ExecutionIo {
 }
 
 impl ExecutionIo {
-    /// I/O for an execution whose child gets exactly `env`.
+    /// I/O for an execution whose child gets exactly `env` and the server binding's
+    /// `server_env`.
     pub fn new(
         env: BTreeMap<String, String>,
+        server_env: BTreeMap<String, String>,
         wake: Arc<Notify>,
         changes: watch::Receiver<u64>,
     ) -> Self {
         Self {
             env,
+            server_env,
             wake,
             changes,
             scratch: None,
@@ -63,13 +72,23 @@ impl ExecutionIo {
                 .map_err(|e| e.to_string())?,
         };
         let mut env = self.env.clone();
+        if spec.server_env_table.is_none() {
+            env.extend(self.server_env.clone());
+        }
         if let Some(name) = spec.home_env.filter(|n| !n.is_empty() && !n.contains('=')) {
             // A private home for the child (e.g. CODEX_HOME), made through the capability.
             let home = "home";
             if !scratch.dir().exists(home) {
                 scratch.dir().create_dir(home).map_err(|e| e.to_string())?;
             }
+            let dir = scratch.dir().open_dir(home).map_err(|e| e.to_string())?;
+            home::copy_files(&dir, &spec.home_files)?;
+            if let Some(server) = &spec.server_env_table {
+                home::write_server_env(&dir, server, &self.server_env)?;
+            }
             env.insert(name, scratch.path().join(home).display().to_string());
+        } else if spec.server_env_table.is_some() || !spec.home_files.is_empty() {
+            return Err("home files and a server environment table need a private home".into());
         }
         let workdir = scratch.path().display().to_string();
         let spec = ProcessSpec {
@@ -202,6 +221,19 @@ impl process::Host for ProcessContext {
             child.close_stdin();
         }
         Ok(())
+    }
+
+    fn stderr_tail(&mut self) -> wasmtime::Result<String> {
+        let tail = match self.io() {
+            Ok(io) => io
+                .child
+                .as_ref()
+                .map(ChildProcess::stderr_tail)
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        let start = tail.len().saturating_sub(STDERR_TAIL_LIMIT);
+        Ok(String::from_utf8_lossy(&tail[start..]).into_owned())
     }
 
     fn kill(&mut self) -> wasmtime::Result<()> {

@@ -34,8 +34,25 @@ pub struct ModelProvider {
     pub base_url: String,
     /// The wire API: `responses` (the default) or `chat`.
     pub wire_api: String,
-    /// Whether Codex must send OpenAI credentials (from its environment or login).
+    /// Whether Codex sends the OpenAI sign-in (the `auth.json` the private `CODEX_HOME`
+    /// receives, see [`CodexCredentials`]) as the bearer token.
+    #[serde(default)]
     pub requires_openai_auth: bool,
+    /// The environment variable (in the kit's `env`) whose value Codex sends as the API key
+    /// (`Authorization: Bearer`); only Codex's own environment holds it.
+    #[serde(default)]
+    pub env_key: Option<String>,
+    /// Extra HTTP headers with fixed values. They are stored with the execution: put secrets
+    /// in [`ModelProvider::env_http_headers`].
+    #[serde(default)]
+    pub http_headers: std::collections::BTreeMap<String, String>,
+    /// Extra HTTP headers whose values Codex reads from environment variables of the kit's
+    /// `env` (header name -> variable name).
+    #[serde(default)]
+    pub env_http_headers: std::collections::BTreeMap<String, String>,
+    /// How often Codex retries a failed model request or stream (default: Codex's own, 5).
+    #[serde(default)]
+    pub max_retries: Option<u32>,
 }
 
 impl ModelProvider {
@@ -46,8 +63,38 @@ impl ModelProvider {
             base_url: base_url.into(),
             wire_api: "responses".into(),
             requires_openai_auth: false,
+            env_key: None,
+            http_headers: Default::default(),
+            env_http_headers: Default::default(),
+            max_retries: None,
         }
     }
+
+    /// The API key comes from the environment variable `name` of the kit's `env`.
+    pub fn env_key(mut self, name: impl Into<String>) -> Self {
+        self.env_key = Some(name.into());
+        self
+    }
+
+    /// Codex sends the copied OpenAI sign-in (`auth.json`) as the bearer token.
+    pub fn with_openai_auth(mut self) -> Self {
+        self.requires_openai_auth = true;
+        self
+    }
+}
+
+/// Where the private `CODEX_HOME` of each execution gets the user's Codex sign-in
+/// (`auth.json`, copied owner-only; nothing else of their configuration or history).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CodexCredentials {
+    /// `$CODEX_HOME` of this process, else `~/.codex` (the default): the spec's "signed-in
+    /// Codex account".
+    #[default]
+    UserHome,
+    /// Another Codex home directory.
+    From(std::path::PathBuf),
+    /// No sign-in: only keyless endpoints or an [`ModelProvider::env_key`] work.
+    None,
 }
 
 /// What the kit answers to Codex's own permission requests (command and file-change approvals,
@@ -65,15 +112,17 @@ pub enum PermissionPolicy {
 pub struct CodexOptions {
     /// The `codex` program: a path, or a name looked up in the kit's `PATH` (default `codex`).
     pub binary: String,
-    /// The model endpoint (default: Codex's own configuration).
+    /// The model endpoint (default: Codex's own provider, OpenAI, with the copied sign-in).
     pub model_provider: Option<ModelProvider>,
     /// How long a turn may run before the kit interrupts it (default 10 minutes; Codex retries
     /// forever when no model answers).
     pub turn_deadline: std::time::Duration,
     /// How long any request to Codex may go unanswered (default 60 s).
     pub request_timeout: std::time::Duration,
-    /// Codex's own permission requests.
+    /// Codex's own permission requests (outside the allow-list).
     pub permission_policy: PermissionPolicy,
+    /// Where the sign-in comes from.
+    pub credentials: CodexCredentials,
 }
 
 impl Default for CodexOptions {
@@ -84,6 +133,7 @@ impl Default for CodexOptions {
             turn_deadline: std::time::Duration::from_secs(600),
             request_timeout: std::time::Duration::from_secs(60),
             permission_policy: PermissionPolicy::Decline,
+            credentials: CodexCredentials::UserHome,
         }
     }
 }

@@ -105,6 +105,13 @@ impl AsyncExecutionHandle {
         blocking(move || snapshot(&shared)).await
     }
 
+    /// The execution's diagnostics: its harness's events (Codex: MCP server start-up,
+    /// approvals, commands, model errors) and, once it failed, its harness's stderr tail.
+    pub async fn diagnostics(&self) -> Result<crate::ExecutionDiagnostics, ExecutionError> {
+        let shared = self.shared.clone();
+        blocking(move || Ok(shared.executions.diagnostics(&shared.execution_id)?)).await
+    }
+
     /// Waits for the terminal result, through the store (the worker may run in another
     /// process). `Err(OperationTimeout)` when `timeout` (if any) runs out first, and when the
     /// execution ended because a deadline passed (a round's, or a Codex turn's): that error
@@ -220,6 +227,11 @@ impl ExecutionHandle {
     /// See [`AsyncExecutionHandle::snapshot`].
     pub fn snapshot(&self) -> Result<ExecutionState, ExecutionError> {
         self.runtime.block_on(self.inner.snapshot())
+    }
+
+    /// See [`AsyncExecutionHandle::diagnostics`].
+    pub fn diagnostics(&self) -> Result<crate::ExecutionDiagnostics, ExecutionError> {
+        self.runtime.block_on(self.inner.diagnostics())
     }
 
     /// See [`AsyncExecutionHandle::result`].

@@ -13,13 +13,15 @@
 //! the store, submitted by any process.
 
 pub mod agent;
+pub mod codex;
 mod error;
 pub mod handle;
 
 pub use agent::{
-    AgentSpec, CodexOptions, Harness, ModelProvider, PermissionPolicy, PlanEntry, PlanMatch,
-    Script, ScriptStep,
+    AgentSpec, CodexCredentials, CodexOptions, Harness, ModelProvider, PermissionPolicy, PlanEntry,
+    PlanMatch, Script, ScriptStep,
 };
+pub use codex::CodexSignIn;
 pub use error::ExecutionError;
 pub use handle::{AsyncExecutionHandle, ExecutionHandle};
 
@@ -306,12 +308,13 @@ impl AsyncMcpTestKit {
         model: Option<&str>,
         submission: Submission,
     ) -> Result<AsyncExecutionHandle, ExecutionError> {
-        let mut env = self.inner.env.clone();
-        env.extend(submission.server.env.clone());
+        let env = self.inner.env.clone();
+        let server_env = submission.server.env.clone();
         let kit = self.clone();
         let agent = agent.clone();
         let model = model.map(str::to_string);
-        let child_env = env.clone();
+        let mut child_env = env.clone();
+        child_env.extend(server_env.clone());
         let (executions, execution_id) = tokio::task::spawn_blocking(move || {
             kit.store_submission(&agent, model, &submission, &child_env)
         })
@@ -329,7 +332,7 @@ impl AsyncMcpTestKit {
         let owner = self.inner.owner_id.clone();
         tokio::spawn(async move {
             let ended = executions
-                .run(&execution_id, &owner, env, wake)
+                .run(&execution_id, &owner, env, server_env, wake)
                 .await
                 .map(|_| ());
             let _ = report.send(Some(ended));
@@ -382,7 +385,15 @@ impl AsyncMcpTestKit {
                     base_url: p.base_url.clone(),
                     wire_api: p.wire_api.clone(),
                     requires_openai_auth: p.requires_openai_auth,
+                    env_key: p.env_key.clone(),
+                    http_headers: p.http_headers.clone().into_iter().collect(),
+                    env_http_headers: p.env_http_headers.clone().into_iter().collect(),
+                    max_retries: p.max_retries,
                 }),
+            credentials_from: resolved.credentials_from.clone(),
+            permission_policy: match agent.codex.permission_policy {
+                PermissionPolicy::Decline => wit::PermissionPolicy::Decline,
+            },
             turn_deadline_ms: millis(agent.codex.turn_deadline),
             request_timeout_ms: millis(agent.codex.request_timeout),
         });
@@ -432,6 +443,8 @@ struct ResolvedPrograms {
     server_command: String,
     server_cwd: Option<String>,
     codex: Option<String>,
+    /// The Codex home whose sign-in is copied (absolute).
+    credentials_from: Option<String>,
 }
 
 /// Resolves the server's program and working directory (and the `codex` program) for a child
@@ -459,17 +472,21 @@ fn resolve_programs(
         Some(dir) => Some(text(resolve::directory(dir, base).map_err(refused)?)),
         None => None,
     };
-    let codex = match agent.harness {
-        Harness::Codex => Some(text(
-            resolve::program("the codex program", &agent.codex.binary, env, base)
-                .map_err(refused)?,
-        )),
-        Harness::Scripted => None,
+    let (codex, credentials_from) = match agent.harness {
+        Harness::Codex => {
+            let binary = resolve::program("the codex program", &agent.codex.binary, env, base)
+                .map_err(refused)?;
+            crate::kit::codex::check_binary(&binary)?;
+            let credentials = crate::kit::codex::credentials_home(&agent.codex.credentials, base)?;
+            (Some(text(binary)), credentials.map(text))
+        }
+        Harness::Scripted => (None, None),
     };
     Ok(ResolvedPrograms {
         server_command: text(server_command),
         server_cwd,
         codex,
+        credentials_from,
     })
 }
 

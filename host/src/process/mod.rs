@@ -7,6 +7,7 @@
 //! client does the line framing. Protocol knowledge stays in the component.
 
 pub mod child;
+pub mod home;
 pub mod resolve;
 pub mod scratch;
 

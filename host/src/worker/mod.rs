@@ -103,6 +103,22 @@ impl Executions {
         Ok(state_back(&state))
     }
 
+    /// The execution's diagnostics: its harness's events and stderr tail.
+    pub fn diagnostics(
+        &self,
+        execution_id: &str,
+    ) -> StoreResult<crate::api::execution::ExecutionDiagnostics> {
+        let diagnostics = self
+            .store
+            .pool()
+            .call(|b, s| {
+                b.m3_managed_input_runtime()
+                    .call_diagnostics(s, execution_id)
+            })?
+            .map_err(|e| convert::error_back(&e))?;
+        Ok(crate::api::execution::diagnostics_back(&diagnostics))
+    }
+
     /// Every execution, oldest first, at most `limit`.
     pub fn states(&self, limit: Option<u32>) -> StoreResult<Vec<ExecutionState>> {
         Ok(self.list(None, limit)?.iter().map(state_back).collect())
@@ -228,7 +244,8 @@ impl Executions {
     }
 
     /// Drives the queued execution `execution_id` to its end as worker `owner_id`. Its child
-    /// gets exactly `env`; `wake` is notified by whoever commits an answer or a cancel request
+    /// gets exactly `env` and the server binding's `server_env` (a harness that starts the
+    /// server itself passes that on to the server alone); `wake` is notified by whoever commits an answer or a cancel request
     /// in this process (commits from elsewhere are noticed through the database). The child is
     /// killed and reaped however the call ends.
     pub(crate) async fn run(
@@ -236,6 +253,7 @@ impl Executions {
         execution_id: &str,
         owner_id: &str,
         env: BTreeMap<String, String>,
+        server_env: BTreeMap<String, String>,
         wake: Arc<Notify>,
     ) -> StoreResult<wit::ExecutionState> {
         let pool = self.store.pool();
@@ -246,7 +264,12 @@ impl Executions {
             Some(self.store.database().clone()),
             pool.limits().max_memory,
         );
-        state.process.io = Some(ExecutionIo::new(env, wake, subscription.receiver.clone()));
+        state.process.io = Some(ExecutionIo::new(
+            env,
+            server_env,
+            wake,
+            subscription.receiver.clone(),
+        ));
         let mut store = bounded_store(&runtime.engine, state, pool.limits());
         let bindings = runtime
             .execution_pre

@@ -33,8 +33,6 @@ pub struct CodexConfig {
     pub command: String,
     /// Its arguments.
     pub args: Vec<String>,
-    /// Names of the environment variables Codex passes on to it (values stay with the host).
-    pub env_names: Vec<String>,
     /// Its working directory (an absolute path; `None`: Codex's default).
     pub server_cwd: Option<String>,
     /// The allow-listed tool names (without the server prefix).
@@ -63,6 +61,12 @@ enum State {
     StartingThread {
         id: u64,
     },
+    /// `mcpServerStatus/list` sent: is the server up, and has it every allow-listed tool?
+    CheckingServer {
+        id: u64,
+    },
+    /// The server is still starting: wait for its start-up status, then check again.
+    WaitingForServer,
     StartingTurn {
         id: u64,
     },
@@ -181,15 +185,36 @@ impl CodexSession {
     }
 
     fn failed(&mut self, code: Option<FailureCode>, message: String, out: &mut Vec<Action>) {
+        self.end(Finished::Failed { code, message }, out);
+    }
+
+    /// Ends the session with `finished`, failing the open round in the same step.
+    fn end(&mut self, finished: Finished, out: &mut Vec<Action>) {
         if let Some(round) = self.open.take()
             && !round.unhandled
         {
-            out.push(Action::FailRound {
-                code: code.unwrap_or(FailureCode::ServerError),
-                message: message.clone(),
-            });
+            let (code, message) = match &finished {
+                Finished::Failed { code, message } => {
+                    (code.unwrap_or(FailureCode::ServerError), message.clone())
+                }
+                Finished::Cancelled => {
+                    (FailureCode::Cancelled, "the execution was cancelled".into())
+                }
+                Finished::TimedOut { message }
+                | Finished::ModelError { message }
+                | Finished::ToolNotFound { message } => (FailureCode::ServerError, message.clone()),
+                Finished::Succeeded => (FailureCode::ServerError, "the session ended".into()),
+            };
+            out.push(Action::FailRound { code, message });
         }
-        self.finish(Finished::Failed { code, message }, out);
+        self.finish(finished, out);
+    }
+
+    fn event(kind: &'static str, message: impl Into<String>, out: &mut Vec<Action>) {
+        out.push(Action::Event {
+            kind,
+            message: message.into(),
+        });
     }
 
     /// Feeds one input; returns the actions to perform, in order.
@@ -255,10 +280,21 @@ impl CodexSession {
         match &self.state {
             State::Initializing { .. }
             | State::StartingThread { .. }
+            | State::CheckingServer { .. }
             | State::StartingTurn { .. } => {
                 self.failed(
                     Some(FailureCode::ServerError),
                     "codex app-server did not answer in time".into(),
+                    out,
+                );
+            }
+            State::WaitingForServer => {
+                self.failed(
+                    Some(FailureCode::ServerError),
+                    format!(
+                        "the MCP server `{}` did not finish starting in time",
+                        self.config.server
+                    ),
                     out,
                 );
             }
@@ -337,6 +373,7 @@ impl CodexSession {
         let expected = match &self.state {
             State::Initializing { id }
             | State::StartingThread { id }
+            | State::CheckingServer { id }
             | State::StartingTurn { id } => *id,
             _ => return,
         };
@@ -359,10 +396,11 @@ impl CodexSession {
                     "initialized",
                     json!({}),
                 )));
+                // The server's environment is not here: the host wrote it to the private
+                // home's `config.toml` for this server alone (Codex merges the two).
                 let mut server = json!({
                     "command": self.config.command,
                     "args": self.config.args,
-                    "env_vars": self.config.env_names,
                     "enabled_tools": self.config.tools,
                     "startup_timeout_sec": 20,
                 });
@@ -380,13 +418,19 @@ impl CodexSession {
             }
             State::StartingThread { .. } => {
                 self.thread_id = text(field(&result, "thread"), "id");
-                let params = json!({
-                    "threadId": self.thread_id,
-                    "input": [{"type": "text", "text": self.config.prompt, "text_elements": []}],
-                });
-                let id = self.request("turn/start", params, out);
-                self.state = State::StartingTurn { id };
+                Self::event(
+                    "harness",
+                    format!(
+                        "codex thread started with its own tools switched off; MCP server `{}` \
+                         with the tools {}",
+                        self.config.server,
+                        self.config.tools.join(", ")
+                    ),
+                    out,
+                );
+                self.check_server(out);
             }
+            State::CheckingServer { .. } => self.server_checked(&result, out),
             State::StartingTurn { .. } => {
                 self.turn_id = text(field(&result, "turn"), "id");
                 out.push(Action::ArmTimer(self.config.turn_deadline_ms));
@@ -396,10 +440,167 @@ impl CodexSession {
         }
     }
 
+    /// Asks Codex for the server's status and tools (it answers once the server has started).
+    fn check_server(&mut self, out: &mut Vec<Action>) {
+        let params = json!({"threadId": self.thread_id, "serverName": self.config.server});
+        let id = self.request("mcpServerStatus/list", params, out);
+        self.state = State::CheckingServer { id };
+    }
+
+    /// The server's status: failed to start -> `server-error` with Codex's message; an
+    /// allow-listed tool missing -> `tool-not-found`; still starting -> wait; else the turn.
+    fn server_checked(&mut self, result: &Value, out: &mut Vec<Action>) {
+        let entry = field(result, "data")
+            .as_array()
+            .and_then(|d| d.iter().find(|s| s["name"] == self.config.server.as_str()))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let status = entry
+            .get("runtimeStatus")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let error = entry.get("toolsError").and_then(Value::as_str);
+        if status == "failed" || (entry.is_null() && error.is_none()) {
+            let why = error.unwrap_or("codex does not know it");
+            return self.server_failed(why, out);
+        }
+        if status == "starting" {
+            self.state = State::WaitingForServer;
+            out.push(Action::ArmTimer(self.config.request_timeout_ms));
+            return;
+        }
+        if let Some(error) = error {
+            return self.server_failed(error, out);
+        }
+        let tools = field(&entry, "tools");
+        let missing: Vec<&str> = self
+            .config
+            .tools
+            .iter()
+            .filter(|t| tools.get(t.as_str()).is_none())
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            let message = format!(
+                "the server `{}` has no tool {}",
+                self.config.server,
+                missing
+                    .iter()
+                    .map(|t| format!("`{}`", crate::errors::bounded(t)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            Self::event("mcp-server", message.clone(), out);
+            return self.end(Finished::ToolNotFound { message }, out);
+        }
+        let params = json!({
+            "threadId": self.thread_id,
+            "input": [{"type": "text", "text": self.config.prompt, "text_elements": []}],
+        });
+        let id = self.request("turn/start", params, out);
+        self.state = State::StartingTurn { id };
+    }
+
+    fn server_failed(&mut self, why: &str, out: &mut Vec<Action>) {
+        let message = format!(
+            "the MCP server `{}` did not start: {}",
+            self.config.server,
+            clip(why)
+        );
+        self.failed(Some(FailureCode::ServerError), message, out);
+    }
+
+    /// Codex's `error` notification: recorded; an endpoint that refuses the credentials (401,
+    /// 403) ends the turn at once instead of after Codex's retries.
+    fn model_error(&mut self, params: &Value, out: &mut Vec<Action>) {
+        let error = field(params, "error");
+        let described = describe_model_error(error);
+        let retry = params.get("willRetry").and_then(Value::as_bool) == Some(true);
+        Self::event(
+            "model",
+            if retry {
+                format!("{described} (codex retries)")
+            } else {
+                described.clone()
+            },
+            out,
+        );
+        if retry && matches!(http_status(error), Some(401 | 403)) && self.state == State::InTurn {
+            let message = format!("the model endpoint refused the request: {described}");
+            self.interrupt(
+                Finished::ModelError {
+                    message: message.clone(),
+                },
+                FailureCode::ServerError,
+                &message,
+                out,
+            );
+        }
+    }
+
+    /// An item Codex started that is neither the conversation nor an MCP call: recorded (a
+    /// command, a file change, a search: none should run with its tools switched off).
+    fn other_item(item: &Value, out: &mut Vec<Action>) {
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or("item");
+        if matches!(
+            kind,
+            "userMessage" | "agentMessage" | "reasoning" | "mcpToolCall" | "plan"
+        ) {
+            return;
+        }
+        let what = ["command", "query", "path", "tool", "prompt"]
+            .iter()
+            .find_map(|k| {
+                item.get(*k).map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+            })
+            .unwrap_or_default();
+        Self::event(
+            "command",
+            format!("codex started a `{kind}` item: {what}"),
+            out,
+        );
+    }
+
     fn notification(&mut self, method: &str, params: &Value, out: &mut Vec<Action>) {
         match method {
+            "mcpServer/startupStatus/updated" if params["name"] == self.config.server.as_str() => {
+                let status = params.get("status").and_then(Value::as_str).unwrap_or("");
+                let error = params.get("error").and_then(Value::as_str);
+                match (status, error) {
+                    ("ready", _) => {
+                        Self::event(
+                            "mcp-server",
+                            format!("`{}` is ready", self.config.server),
+                            out,
+                        );
+                        if self.state == State::WaitingForServer {
+                            self.check_server(out);
+                        }
+                    }
+                    ("failed", why) => {
+                        let why = why.unwrap_or("no reason given");
+                        Self::event(
+                            "mcp-server",
+                            format!("`{}` failed: {}", self.config.server, why),
+                            out,
+                        );
+                        if matches!(
+                            self.state,
+                            State::WaitingForServer | State::CheckingServer { .. }
+                        ) {
+                            self.server_failed(why, out);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "error" => self.model_error(params, out),
             "item/started" => {
                 let item = field(params, "item");
+                Self::other_item(item, out);
                 if item["type"] == "mcpToolCall" {
                     self.call = Some(ToolCall {
                         id: text(item, "id").unwrap_or_default(),
@@ -497,13 +698,16 @@ impl CodexSession {
             ),
             (_, "completed") => self.finish(Finished::Succeeded, out),
             (_, other) => {
-                let message = field(turn, "error")
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .map_or_else(
-                        || format!("the turn ended {other}"),
-                        |m| format!("the turn failed: {m}"),
-                    );
+                let error = field(turn, "error");
+                if model_failure(error) {
+                    let message =
+                        format!("the model request failed: {}", describe_model_error(error));
+                    return self.end(Finished::ModelError { message }, out);
+                }
+                let message = error.get("message").and_then(Value::as_str).map_or_else(
+                    || format!("the turn ended {other}"),
+                    |m| format!("the turn failed: {}", clip(m)),
+                );
                 self.failed(None, message, out);
             }
         }
@@ -521,11 +725,42 @@ impl CodexSession {
                 } else {
                     json!({"action": "decline", "content": null, "_meta": null})
                 };
+                Self::event(
+                    "approval",
+                    format!(
+                        "{} the call of `{}` ({})",
+                        if allowed { "approved" } else { "declined" },
+                        crate::errors::bounded(tool),
+                        if allowed {
+                            "in the allow-list"
+                        } else {
+                            "not in the allow-list"
+                        }
+                    ),
+                    out,
+                );
                 out.push(Action::Send(message::result(&id, answer)));
                 return;
             }
             return self.elicitation(id, params, out);
         }
+        let what = ["command", "reason", "tool"]
+            .iter()
+            .find_map(|k| params.get(*k))
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .unwrap_or_default();
+        Self::event(
+            "approval",
+            format!(
+                "declined `{}` by the permission policy: {}",
+                crate::errors::bounded(method),
+                what
+            ),
+            out,
+        );
         out.push(Action::Send(match decline(method) {
             Some(result) => message::result(&id, result),
             None => message::error(&id, -32601, "not supported by this client"),
@@ -653,6 +888,76 @@ impl CodexSession {
     }
 }
 
+/// Codex's own text, cut to 300 bytes for a message (it names causes, never answers).
+fn clip(text: &str) -> String {
+    const MAX: usize = 300;
+    if text.len() <= MAX {
+        return text.to_string();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// The HTTP status in a Codex error's `codexErrorInfo` (`{variant: {httpStatusCode}}`, or the
+/// named variants that stand for one).
+fn http_status(error: &Value) -> Option<u64> {
+    match field(error, "codexErrorInfo") {
+        Value::Object(map) => map
+            .values()
+            .find_map(|v| v.get("httpStatusCode").and_then(Value::as_u64)),
+        Value::String(name) => match name.as_str() {
+            "unauthorized" => Some(401),
+            "badRequest" => Some(400),
+            "modelNotFound" => Some(404),
+            "rateLimitExceeded" | "usageLimitExceeded" => Some(429),
+            "internalServerError" => Some(500),
+            "serverOverloaded" => Some(503),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether a failed turn's error is the model endpoint's (unreachable, or an HTTP error).
+fn model_failure(error: &Value) -> bool {
+    match field(error, "codexErrorInfo") {
+        Value::Object(map) => map.keys().any(|k| {
+            matches!(
+                k.as_str(),
+                "httpConnectionFailed"
+                    | "responseStreamConnectionFailed"
+                    | "responseStreamDisconnected"
+                    | "responseTooManyFailedAttempts"
+            )
+        }),
+        Value::String(_) => http_status(error).is_some(),
+        _ => false,
+    }
+}
+
+/// A Codex error as one line: the HTTP status (or that the connection failed) and Codex's
+/// message.
+fn describe_model_error(error: &Value) -> String {
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+    let details = error
+        .get("additionalDetails")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let text = if details.is_empty() || details == message {
+        message.to_string()
+    } else {
+        format!("{message}: {details}")
+    };
+    let text = clip(&text);
+    match http_status(error) {
+        Some(status) => format!("HTTP {status}: {text}"),
+        None => format!("connection error: {text}"),
+    }
+}
+
 /// The kit's answer (by the default permission policy: decline) to a request Codex sends that
 /// is not an elicitation; `None`: answer with a JSON-RPC error.
 fn decline(method: &str) -> Option<Value> {
@@ -679,7 +984,6 @@ mod tests {
             server: "shipping".into(),
             command: "/bin/shipping".into(),
             args: vec![],
-            env_names: vec![],
             server_cwd: None,
             tools: vec!["book_shipment".into()],
             prompt: "Book it".into(),
@@ -726,12 +1030,167 @@ mod tests {
             "no working directory given: Codex's default"
         );
         let a = s.handle(line(json!({"id": 2, "result": {"thread": {"id": "t1"}}})));
+        assert_eq!(sent(&a)[0]["method"], "mcpServerStatus/list");
+        assert_eq!(sent(&a)[0]["params"]["serverName"], "shipping");
+        let a = s.handle(line(server_status(
+            "connected",
+            &["book_shipment", "other"],
+        )));
         assert_eq!(sent(&a)[0]["method"], "turn/start");
         assert_eq!(sent(&a)[0]["params"]["threadId"], "t1");
-        s.handle(line(json!({"id": 3, "result": {"turn": {"id": "u1"}}})));
+        s.handle(line(json!({"id": 4, "result": {"turn": {"id": "u1"}}})));
         s.handle(line(json!({"method": "item/started", "params": {"item": {
             "type": "mcpToolCall", "id": "c1", "tool": "book_shipment", "arguments": {"item": "book"}}}})));
         s
+    }
+
+    fn server_status(status: &str, tools: &[&str]) -> Value {
+        let tools: serde_json::Map<String, Value> = tools
+            .iter()
+            .map(|t| (t.to_string(), json!({"name": t})))
+            .collect();
+        json!({"id": 3, "result": {"data": [{"name": "shipping", "runtimeStatus": status,
+            "tools": tools, "toolsError": null}]}})
+    }
+
+    /// A session that has sent `mcpServerStatus/list` (id 3).
+    fn checking_server() -> CodexSession {
+        let mut s = session(Mode::Managed);
+        s.handle(Input::Start);
+        s.handle(line(json!({"id": 1, "result": {}})));
+        s.handle(line(json!({"id": 2, "result": {"thread": {"id": "t1"}}})));
+        s
+    }
+
+    fn finished_with(a: &[Action]) -> Finished {
+        match a.last() {
+            Some(Action::Finish(f)) => f.clone(),
+            other => panic!("not finished: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_server_that_did_not_start_fails_at_once_with_codex_s_message() {
+        let mut s = checking_server();
+        let a = s.handle(line(
+            json!({"id": 3, "result": {"data": [{"name": "shipping",
+            "runtimeStatus": "failed", "tools": {},
+            "toolsError": "MCP startup failed: No such file or directory (os error 2)"}]}}),
+        ));
+        let Finished::Failed { code, message } = finished_with(&a) else {
+            panic!("{a:?}")
+        };
+        assert_eq!(code, Some(FailureCode::ServerError));
+        assert!(message.contains("`shipping` did not start"), "{message}");
+        assert!(message.contains("No such file or directory"), "{message}");
+    }
+
+    #[test]
+    fn a_tool_the_server_does_not_have_fails_tool_not_found() {
+        let mut s = checking_server();
+        let a = s.handle(line(server_status("connected", &["book_shipmentt"])));
+        let Finished::ToolNotFound { message } = finished_with(&a) else {
+            panic!("{a:?}")
+        };
+        assert!(message.contains("no tool `book_shipment`"), "{message}");
+        assert!(!sent(&a).iter().any(|m| m["method"] == "turn/start"));
+    }
+
+    #[test]
+    fn a_server_still_starting_is_waited_for_then_checked_again() {
+        let mut s = checking_server();
+        let a = s.handle(line(server_status("starting", &[])));
+        assert!(sent(&a).is_empty());
+        let a = s.handle(line(json!({"method": "mcpServer/startupStatus/updated",
+            "params": {"name": "shipping", "status": "ready", "error": null}})));
+        assert_eq!(sent(&a)[0]["method"], "mcpServerStatus/list");
+        // A failure while waiting ends it.
+        let mut s = checking_server();
+        s.handle(line(server_status("starting", &[])));
+        let a = s.handle(line(json!({"method": "mcpServer/startupStatus/updated",
+            "params": {"name": "shipping", "status": "failed", "error": "handshake failed"}})));
+        let Finished::Failed { message, .. } = finished_with(&a) else {
+            panic!("{a:?}")
+        };
+        assert!(message.contains("handshake failed"), "{message}");
+    }
+
+    #[test]
+    fn model_errors_carry_the_http_status_or_the_connection_error() {
+        // A refused credential ends the turn at once.
+        let mut s = in_turn(Mode::Managed);
+        let a = s.handle(line(
+            json!({"method": "error", "params": {"willRetry": true, "error": {
+            "message": "Reconnecting... 1/5",
+            "codexErrorInfo": {"responseStreamDisconnected": {"httpStatusCode": 401}},
+            "additionalDetails": "unexpected status 401 Unauthorized"}}}),
+        ));
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::Event { kind: "model", .. }))
+        );
+        assert_eq!(sent(&a)[0]["method"], "turn/interrupt");
+        let a = s.handle(line(json!({"method": "turn/completed", "params": {"turn": {"id": "u1", "status": "interrupted"}}})));
+        let Finished::ModelError { message } = finished_with(&a) else {
+            panic!("{a:?}")
+        };
+        assert!(message.contains("HTTP 401"), "{message}");
+        // A server error after Codex's retries.
+        let mut s = in_turn(Mode::Managed);
+        let a = s.handle(line(
+            json!({"method": "turn/completed", "params": {"turn": {"id": "u1",
+            "status": "failed", "error": {"message": "high demand",
+            "codexErrorInfo": "internalServerError"}}}}),
+        ));
+        let Finished::ModelError { message } = finished_with(&a) else {
+            panic!("{a:?}")
+        };
+        assert!(message.contains("HTTP 500"), "{message}");
+        // No connection at all.
+        let mut s = in_turn(Mode::Managed);
+        let a = s.handle(line(
+            json!({"method": "turn/completed", "params": {"turn": {"id": "u1",
+            "status": "failed", "error": {"message": "Connection failed: error sending request",
+            "codexErrorInfo": {"httpConnectionFailed": {"httpStatusCode": null}}}}}}),
+        ));
+        let Finished::ModelError { message } = finished_with(&a) else {
+            panic!("{a:?}")
+        };
+        assert!(message.contains("connection error"), "{message}");
+        // Anything else stays a failed turn.
+        let mut s = in_turn(Mode::Managed);
+        let a = s.handle(line(json!({"method": "turn/completed", "params": {"turn": {"id": "u1",
+            "status": "failed", "error": {"message": "sandbox", "codexErrorInfo": "sandboxError"}}}})));
+        assert!(matches!(finished_with(&a), Finished::Failed { .. }));
+    }
+
+    #[test]
+    fn approvals_and_declined_requests_are_recorded_as_events() {
+        let mut s = in_turn(Mode::Managed);
+        let a = s.handle(line(
+            json!({"id": 7, "method": "item/commandExecution/requestApproval", "params": {"command": "env"}}),
+        ));
+        let events: Vec<&String> = a
+            .iter()
+            .filter_map(|x| match x {
+                Action::Event {
+                    kind: "approval",
+                    message,
+                } => Some(message),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(events.len(), 1);
+        assert!(
+            events[0].contains("declined") && events[0].contains("env"),
+            "{}",
+            events[0]
+        );
+        let a = s.handle(line(json!({"method": "item/started", "params": {"item": {
+            "type": "commandExecution", "id": "x", "command": "ls /"}}})));
+        assert!(a.iter().any(
+            |x| matches!(x, Action::Event { kind: "command", message } if message.contains("ls /"))
+        ));
     }
 
     fn elicitation(id: u64) -> Value {

@@ -9,8 +9,8 @@ use crate::exports::m3::managed_input::execution_rules::{
 };
 use crate::exports::m3::managed_input::managed_input::ListFilter;
 use crate::exports::m3::managed_input::runtime::{
-    ExecutionFailure, ExecutionLifecycle, ExecutionOutcome, ExecutionSpec, ExecutionState,
-    FailureKind, OutcomeKind, ToolResult,
+    ExecutionDiagnostics, ExecutionEvent, ExecutionFailure, ExecutionLifecycle, ExecutionOutcome,
+    ExecutionSpec, ExecutionState, FailureKind, OutcomeKind, ToolResult,
 };
 use crate::m3::managed_input::store::{ExecutionRow, RoundFilter, Transaction, TransactionMode};
 use crate::m3::managed_input::types::{
@@ -36,7 +36,18 @@ pub struct ExecutionData {
     pub spawned: Option<crate::m3::managed_input::process::Spawned>,
     /// The token of the current lease (owner and expiry are the row's).
     pub lease_token: Option<String>,
+    /// The harness's events, oldest first (at most [`MAX_EVENTS`]).
+    pub events: Vec<stored::execution::ExecutionEvent>,
+    /// How many events were not kept.
+    pub events_dropped: u32,
+    /// The tail of the harness's stderr, kept when the execution finished.
+    pub stderr_tail: Option<String>,
 }
+
+/// Most events kept per execution (the first ones: how it started matters most).
+pub const MAX_EVENTS: usize = 64;
+/// Longest event message kept, in bytes.
+pub const MAX_EVENT_BYTES: usize = 512;
 
 impl ExecutionData {
     fn encode(&self, execution_id: &str) -> Result<String> {
@@ -48,6 +59,9 @@ impl ExecutionData {
             outcome: self.outcome.as_ref().map(Into::into),
             spawned: self.spawned.as_ref().map(Into::into),
             lease_token: self.lease_token.clone(),
+            events: self.events.clone(),
+            events_dropped: self.events_dropped,
+            stderr_tail: self.stderr_tail.clone(),
         };
         stored::encode(&document).map_err(|e| corrupt(execution_id, &e))
     }
@@ -62,6 +76,9 @@ impl ExecutionData {
             outcome: document.outcome.map(Into::into),
             spawned: document.spawned.map(Into::into),
             lease_token: document.lease_token,
+            events: document.events,
+            events_dropped: document.events_dropped,
+            stderr_tail: document.stderr_tail,
         })
     }
 }
@@ -182,6 +199,9 @@ pub fn insert(spec: ExecutionSpec, owner_id: &str) -> Result<ExecutionState> {
         outcome: None,
         spawned: None,
         lease_token: Some(hold.lease_token),
+        events: Vec::new(),
+        events_dropped: 0,
+        stderr_tail: None,
     };
     let row = ExecutionRow {
         document: data.encode(&execution_id)?,
@@ -209,6 +229,26 @@ pub fn snapshot(execution_id: &str) -> Result<ExecutionState> {
     let loaded = load_existing(&tx, execution_id)?;
     let waiting = waiting_for_input(&tx, &loaded.row)?;
     Ok(state_of(&loaded.row, &loaded.data, waiting))
+}
+
+/// `diagnostics`: the execution's harness events and stderr tail.
+pub fn diagnostics(execution_id: &str) -> Result<ExecutionDiagnostics> {
+    let tx = begin(TransactionMode::Read)?;
+    let loaded = load_existing(&tx, execution_id)?;
+    let data = loaded.data;
+    Ok(ExecutionDiagnostics {
+        events: data
+            .events
+            .into_iter()
+            .map(|e| ExecutionEvent {
+                at: e.at.into(),
+                kind: e.kind,
+                message: e.message,
+            })
+            .collect(),
+        events_dropped: data.events_dropped,
+        stderr_tail: data.stderr_tail,
+    })
 }
 
 /// `list-executions`.
@@ -508,6 +548,38 @@ pub fn record_spawned(
     progress(held, |data| data.spawned = Some(spawned))
 }
 
+/// Appends events of the running execution's harness (the first [`MAX_EVENTS`] are kept, each
+/// message cut to [`MAX_EVENT_BYTES`]; the rest are counted).
+pub fn record_events(held: &ExecutionLease, events: Vec<(String, String)>) -> Result<()> {
+    let at: stored::values::Timestamp = time::now().into();
+    progress(held, |data| {
+        for (kind, message) in events {
+            if data.events.len() >= MAX_EVENTS {
+                data.events_dropped = data.events_dropped.saturating_add(1);
+                continue;
+            }
+            data.events.push(stored::execution::ExecutionEvent {
+                at,
+                kind,
+                message: cut(message, MAX_EVENT_BYTES),
+            });
+        }
+    })
+}
+
+/// `text` cut to at most `max` bytes on a character boundary (marked with `…`).
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max.saturating_sub(3);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
 /// Appends a tool result to the running execution.
 pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Result<()> {
     progress(held, |data| data.tool_results.push(result))
@@ -518,7 +590,11 @@ pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Result<(
 /// this worker still owns and that is not terminal is failed, so no round outlives the worker
 /// that could deliver its answer (the session machines end their rounds themselves; this is the
 /// net under paths that stop early, such as a failed store write).
-pub fn finish(held: &ExecutionLease, mut outcome: ExecutionOutcome) -> Result<ExecutionState> {
+pub fn finish(
+    held: &ExecutionLease,
+    mut outcome: ExecutionOutcome,
+    stderr_tail: Option<String>,
+) -> Result<ExecutionState> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
     let finish = ExecutionOperation::Finish(held.lease.clone());
@@ -526,6 +602,9 @@ pub fn finish(held: &ExecutionLease, mut outcome: ExecutionOutcome) -> Result<Ex
     let rounds = RoundsEnd::for_outcome(&outcome);
     outcome.tool_results = decided.loaded.data.tool_results.clone();
     decided.loaded.data.outcome = Some(outcome);
+    if stderr_tail.is_some() {
+        decided.loaded.data.stderr_tail = stderr_tail;
+    }
     let data = decided.loaded.data.clone();
     let row = decided.write(&tx, now, rounds)?;
     tx.commit().map_err(store_error)?;

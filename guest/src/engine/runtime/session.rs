@@ -85,6 +85,16 @@ pub enum Finished {
         /// What happened.
         message: String,
     },
+    /// The model endpoint could not be reached or refused (HTTP status or connection error).
+    ModelError {
+        /// What happened.
+        message: String,
+    },
+    /// An allow-listed tool is not among the server's tools.
+    ToolNotFound {
+        /// Which.
+        message: String,
+    },
 }
 
 /// Something the driver must do, in order.
@@ -134,6 +144,13 @@ pub enum Action {
     ArmTimer(u64),
     /// The agent's final message (harnesses with a model).
     FinalMessage(String),
+    /// Keep an event of the harness with the execution (diagnostics).
+    Event {
+        /// `mcp-server`, `approval`, `command`, `model` or `harness`.
+        kind: &'static str,
+        /// What happened (no answers).
+        message: String,
+    },
     /// The session is over: close the server's stdin.
     Finish(Finished),
 }

@@ -21,7 +21,7 @@ use crate::exports::m3::managed_input::runtime::{
     ExecutionState, FailureKind, HumanInputMode, OutcomeKind, ToolResult,
 };
 use crate::m3::managed_input::events::{self, Event};
-use crate::m3::managed_input::process::{self, SpawnSpec, Spawned};
+use crate::m3::managed_input::process::{self, HomeFile, SpawnSpec, Spawned};
 use crate::m3::managed_input::types::{DeadlineChoice, NewRound, OwnerClaim};
 use crate::m3::managed_input::types::{
     ErrorCode, FailureCode, HarnessMetadata, Lease, ManagedInputError, Status, Timestamp,
@@ -235,8 +235,12 @@ pub fn run(execution_id: &str, owner_id: &str) -> Result<ExecutionState> {
         }
         Err(outcome) => outcome,
     };
+    // A failed execution keeps what its harness last said on stderr (diagnostics).
+    let stderr_tail = (outcome.kind == OutcomeKind::Failed)
+        .then(process::stderr_tail)
+        .filter(|tail| !tail.trim().is_empty());
     process::kill();
-    match execution::finish(&held, outcome) {
+    match execution::finish(&held, outcome, stderr_tail) {
         // The lease ran out before the outcome could be recorded (the worker stood still past
         // it): the outcome is lost, as recovery would decide, and the execution and its rounds
         // fail now rather than at the next recovery pass.
@@ -305,6 +309,8 @@ fn outcome_of(finished: Finished) -> ExecutionOutcome {
         },
         Finished::Cancelled => execution::cancelled_outcome(Vec::new()),
         Finished::TimedOut { message } => failed(FailureKind::OperationTimeout, None, message),
+        Finished::ModelError { message } => failed(FailureKind::ModelError, None, message),
+        Finished::ToolNotFound { message } => failed(FailureKind::ToolNotFound, None, message),
         Finished::Failed { code, message } => {
             let kind = match code {
                 Some(FailureCode::DeadlineExceeded) => FailureKind::OperationTimeout,
@@ -351,33 +357,93 @@ impl Session {
     }
 }
 
-/// The `-c` overrides that point Codex at the model and its provider.
+/// Codex's features that give the model tools of Codex's own (0.171.0, `codex features
+/// list`): all switched off, so the agent has exactly the submission's MCP tools. The real-Codex
+/// test `codex::the_agent_is_offered_exactly_the_allowed_tools` fails if a release offers more.
+pub const CODEX_TOOL_FEATURES: &[&str] = &[
+    "shell_tool",
+    "unified_exec",
+    "view_image",
+    "multi_agent",
+    "multi_agent_v2",
+    "goals",
+    "apps",
+    "plugins",
+    "browser_use",
+    "browser_use_external",
+    "computer_use",
+    "image_generation",
+    "tool_suggest",
+    "skill_search",
+    "sleep_tool",
+    "in_app_browser",
+    "memories",
+    "standalone_web_search",
+    "request_permissions_tool",
+    "hooks",
+    "remote_plugin",
+    "skill_mcp_dependency_install",
+    "code_mode",
+    "code_mode_host",
+    "js_repl",
+];
+
+/// The `-c` overrides that confine Codex and point it at the model and its provider (nothing
+/// secret: values of keys and headers stay in the environment Codex is given).
 fn codex_args(spec: &ExecutionSpec, codex: &CodexSettings) -> Vec<String> {
     let quote = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+    let table = |pairs: &[(String, String)]| {
+        let entries: Vec<String> = pairs
+            .iter()
+            .map(|(k, v)| format!("{} = {}", quote(k), quote(v)))
+            .collect();
+        format!("{{ {} }}", entries.join(", "))
+    };
     let mut args = vec!["app-server".to_string()];
     let mut set = |key: &str, value: String| {
         args.push("-c".into());
         args.push(format!("{key}={value}"));
     };
+    for feature in CODEX_TOOL_FEATURES {
+        set(&format!("features.{feature}"), "false".into());
+    }
+    set("web_search", quote("disabled"));
+    set(
+        "tools.experimental_request_user_input",
+        "{ enabled = false }".into(),
+    );
+    // A model that cannot be reached fails the turn after the provider's retries instead of
+    // retrying for ever.
+    set("features.unbounded_connection_retries", "false".into());
+    // The sign-in is the copied `auth.json` in the private home, never a keyring.
+    set("cli_auth_credentials_store", quote("file"));
     if let Some(model) = &spec.model {
         set("model", quote(model));
     }
     if let Some(provider) = &codex.model_provider {
         let id = "m3";
+        let key = |field: &str| format!("model_providers.{id}.{field}");
         set("model_provider", quote(id));
-        set(&format!("model_providers.{id}.name"), quote(&provider.name));
+        set(&key("name"), quote(&provider.name));
+        set(&key("base_url"), quote(&provider.base_url));
+        set(&key("wire_api"), quote(&provider.wire_api));
         set(
-            &format!("model_providers.{id}.base_url"),
-            quote(&provider.base_url),
-        );
-        set(
-            &format!("model_providers.{id}.wire_api"),
-            quote(&provider.wire_api),
-        );
-        set(
-            &format!("model_providers.{id}.requires_openai_auth"),
+            &key("requires_openai_auth"),
             provider.requires_openai_auth.to_string(),
         );
+        if let Some(env_key) = &provider.env_key {
+            set(&key("env_key"), quote(env_key));
+        }
+        if !provider.http_headers.is_empty() {
+            set(&key("http_headers"), table(&provider.http_headers));
+        }
+        if !provider.env_http_headers.is_empty() {
+            set(&key("env_http_headers"), table(&provider.env_http_headers));
+        }
+        if let Some(retries) = provider.max_retries {
+            set(&key("request_max_retries"), retries.to_string());
+            set(&key("stream_max_retries"), retries.to_string());
+        }
     }
     args
 }
@@ -435,11 +501,21 @@ impl Worker {
         };
         let session = match (&spec.codex, spec.harness.as_str()) {
             (Some(codex), "codex") => {
+                let home_files = codex
+                    .credentials_from
+                    .iter()
+                    .map(|dir| HomeFile {
+                        name: "auth.json".into(),
+                        source: format!("{}/auth.json", dir.trim_end_matches('/')),
+                    })
+                    .collect();
                 let spawned = process::spawn(&SpawnSpec {
                     program: codex.binary.clone(),
                     args: codex_args(&spec, codex),
                     cwd: None,
                     home_env: Some("CODEX_HOME".into()),
+                    home_files,
+                    server_env_table: Some(spec.server.name.clone()),
                 })
                 .map_err(not_started)?;
                 record_spawned(&held, &spawned)?;
@@ -451,7 +527,6 @@ impl Worker {
                     server: spec.server.name.clone(),
                     command: spec.server.command.clone(),
                     args: spec.server.args.clone(),
-                    env_names: spec.server.env_names.clone(),
                     server_cwd: spec.server.cwd.clone(),
                     tools,
                     prompt: spec.prompt.clone(),
@@ -475,6 +550,8 @@ impl Worker {
                     args: spec.server.args.clone(),
                     cwd: spec.server.cwd.clone(),
                     home_env: None,
+                    home_files: Vec::new(),
+                    server_env_table: None,
                 })
                 .map_err(not_started)?;
                 record_spawned(&held, &spawned)?;
@@ -714,6 +791,20 @@ impl Worker {
                         format!("the tool result could not be stored: {}", error_text(&e)),
                     ))
                 })?;
+            }
+            Action::Event { kind, message } => {
+                execution::record_events(&self.held, vec![(kind.to_string(), message)]).map_err(
+                    |e| {
+                        Stop(failed(
+                            FailureKind::ServerError,
+                            None,
+                            format!(
+                                "the harness's event could not be stored: {}",
+                                error_text(&e)
+                            ),
+                        ))
+                    },
+                )?;
             }
             Action::Finish(finished) => self.finished = Some(finished),
         }

@@ -27,6 +27,27 @@ pub struct ExecutionDocument {
     /// early documents and while nobody holds the execution.
     #[serde(default)]
     pub lease_token: Option<String>,
+    /// What the harness did or reported (absent in early documents), oldest first, bounded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<ExecutionEvent>,
+    /// How many events were not kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub events_dropped: u32,
+    /// The tail of the harness's stderr, kept when it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One event of an execution's harness.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionEvent {
+    pub at: super::values::Timestamp,
+    pub kind: String,
+    pub message: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,8 +71,20 @@ pub struct ExecutionSpec {
 pub struct CodexSettings {
     pub binary: String,
     pub model_provider: Option<ModelProvider>,
+    /// Absent in early documents: no sign-in was copied then.
+    #[serde(default)]
+    pub credentials_from: Option<String>,
+    /// Absent in early documents: `decline`, the only policy then.
+    #[serde(default)]
+    pub permission_policy: PermissionPolicy,
     pub turn_deadline_ms: u64,
     pub request_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub enum PermissionPolicy {
+    #[default]
+    Decline,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,6 +93,14 @@ pub struct ModelProvider {
     pub base_url: String,
     pub wire_api: String,
     pub requires_openai_auth: bool,
+    #[serde(default)]
+    pub env_key: Option<String>,
+    #[serde(default)]
+    pub http_headers: Vec<(String, String)>,
+    #[serde(default)]
+    pub env_http_headers: Vec<(String, String)>,
+    #[serde(default)]
+    pub max_retries: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,6 +161,8 @@ pub enum FailureKind {
     RoundFailed,
     ServerError,
     InvalidSubmission,
+    ModelError,
+    ToolNotFound,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -140,7 +183,15 @@ impl From<&wit::ExecutionSpec> for ExecutionSpec {
                     base_url: p.base_url.clone(),
                     wire_api: p.wire_api.clone(),
                     requires_openai_auth: p.requires_openai_auth,
+                    env_key: p.env_key.clone(),
+                    http_headers: p.http_headers.clone(),
+                    env_http_headers: p.env_http_headers.clone(),
+                    max_retries: p.max_retries,
                 }),
+                credentials_from: c.credentials_from.clone(),
+                permission_policy: match c.permission_policy {
+                    wit::PermissionPolicy::Decline => PermissionPolicy::Decline,
+                },
                 turn_deadline_ms: c.turn_deadline_ms,
                 request_timeout_ms: c.request_timeout_ms,
             }),
@@ -184,7 +235,15 @@ impl From<ExecutionSpec> for wit::ExecutionSpec {
                     base_url: p.base_url,
                     wire_api: p.wire_api,
                     requires_openai_auth: p.requires_openai_auth,
+                    env_key: p.env_key,
+                    http_headers: p.http_headers,
+                    env_http_headers: p.env_http_headers,
+                    max_retries: p.max_retries,
                 }),
+                credentials_from: c.credentials_from,
+                permission_policy: match c.permission_policy {
+                    PermissionPolicy::Decline => wit::PermissionPolicy::Decline,
+                },
                 turn_deadline_ms: c.turn_deadline_ms,
                 request_timeout_ms: c.request_timeout_ms,
             }),
@@ -251,6 +310,8 @@ impl From<&wit::ExecutionOutcome> for ExecutionOutcome {
                     wit::FailureKind::RoundFailed => FailureKind::RoundFailed,
                     wit::FailureKind::ServerError => FailureKind::ServerError,
                     wit::FailureKind::InvalidSubmission => FailureKind::InvalidSubmission,
+                    wit::FailureKind::ModelError => FailureKind::ModelError,
+                    wit::FailureKind::ToolNotFound => FailureKind::ToolNotFound,
                 },
                 code: f.code.map(FailureCode::from),
                 message: f.message.clone(),
@@ -275,6 +336,8 @@ impl From<ExecutionOutcome> for wit::ExecutionOutcome {
                     FailureKind::RoundFailed => wit::FailureKind::RoundFailed,
                     FailureKind::ServerError => wit::FailureKind::ServerError,
                     FailureKind::InvalidSubmission => wit::FailureKind::InvalidSubmission,
+                    FailureKind::ModelError => wit::FailureKind::ModelError,
+                    FailureKind::ToolNotFound => wit::FailureKind::ToolNotFound,
                 },
                 code: f.code.map(Into::into),
                 message: f.message,

@@ -216,7 +216,13 @@ mod tests {
                     base_url: "http://127.0.0.1:1".into(),
                     wire_api: "responses".into(),
                     requires_openai_auth: true,
+                    env_key: Some("KEY".into()),
+                    http_headers: vec![("x-team".into(), "qa".into())],
+                    env_http_headers: vec![("x-api-key".into(), "API_KEY".into())],
+                    max_retries: Some(1),
                 }),
+                credentials_from: Some("/home/u/.codex".into()),
+                permission_policy: rt::PermissionPolicy::Decline,
                 turn_deadline_ms: 5,
                 request_timeout_ms: 6,
             }),
@@ -261,6 +267,9 @@ mod tests {
             outcome: Some((&outcome).into()),
             spawned: None,
             lease_token: Some("t".into()),
+            events: vec![],
+            events_dropped: 0,
+            stderr_tail: None,
         };
         let back: ExecutionDocument = decode(&encode(&document).unwrap()).unwrap();
         assert_eq!(back, document);
