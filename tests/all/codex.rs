@@ -850,3 +850,45 @@ fn failures_are_fast_and_named() -> Result<()> {
     }
     Ok(())
 }
+
+/// Every Codex feature the kit switches off exists in the pinned release (`codex features
+/// list`), and with the kit's overrides each is off: a renamed or removed feature key (which
+/// Codex would silently ignore) fails here.
+#[test]
+fn the_features_the_kit_switches_off_exist_in_the_pinned_codex() -> Result<()> {
+    let home = tempfile::tempdir()?;
+    let mut command = Command::new(codex_binary()?);
+    for feature in m3_guest::runtime::worker::CODEX_TOOL_FEATURES {
+        command.arg("-c").arg(format!("features.{feature}=false"));
+    }
+    let out = command
+        .args(["features", "list"])
+        .env_clear()
+        .env("CODEX_HOME", home.path())
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: BTreeMap<String, String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let name = words.next()?.to_string();
+            let enabled = words.last()?.to_string();
+            Some((name, enabled))
+        })
+        .collect();
+    ensure!(
+        listed.len() > 50,
+        "unexpected `features list` output: {listed:?}"
+    );
+    for feature in m3_guest::runtime::worker::CODEX_TOOL_FEATURES {
+        let state = listed.get(*feature).with_context(|| {
+            format!("Codex {} has no feature `{feature}`", peers::CODEX_VERSION)
+        })?;
+        assert_eq!(state, "false", "`{feature}` is still on");
+    }
+    Ok(())
+}

@@ -117,6 +117,30 @@ fn run_with_the_codex_harness_from_the_command_line() {
             .contains("1 Main Street")
     );
     assert!(status.success());
+    // What Codex did is kept with the execution.
+    let id = result["execution_id"].as_str().unwrap();
+    let events = m3(&db, &["events", id, "--json"]);
+    assert!(events.status.success());
+    let events: Value = serde_json::from_slice(&events.stdout).unwrap();
+    let said = |kind: &str, text: &str| {
+        events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == kind && e["message"].as_str().unwrap().contains(text))
+    };
+    assert!(said("mcp-server", "is ready"), "{events}");
+    assert!(
+        said("approval", "approved the call of `book_shipment`"),
+        "{events}"
+    );
+    assert!(
+        events["stderr_tail"].is_null(),
+        "kept for failed runs only: {events}"
+    );
+    let shown = m3(&db, &["status", id]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("own tools switched off"), "{shown}");
 }
 
 /// `m3 doctor` reports whether the Codex binary is found on `PATH`, and its version.

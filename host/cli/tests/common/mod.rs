@@ -92,7 +92,14 @@ pub const EXECUTION_KEYS: &[&str] = &[
     "updated_at",
 ];
 /// The keys `status --json` adds to an execution.
-pub const STATUS_EXTRA_KEYS: &[&str] = &["rounds", "tool_calls", "final_message"];
+pub const STATUS_EXTRA_KEYS: &[&str] = &[
+    "rounds",
+    "tool_calls",
+    "final_message",
+    "events",
+    "events_dropped",
+    "stderr_tail",
+];
 /// The key set of an execution result (the `result` event).
 pub const RESULT_KEYS: &[&str] = &[
     "execution_id",
@@ -638,6 +645,23 @@ pub fn check_execution(e: &Value) {
     assert!(e["cancel_requested"].is_boolean());
 }
 
+/// Checks the harness events of `status --json` and `events --json`: `events` (each `at`,
+/// `kind`, `message`), `events_dropped`, `stderr_tail` (a string or null).
+pub fn check_events(s: &Value) {
+    for event in s["events"].as_array().expect("events is an array") {
+        assert_keys(event, &["at", "kind", "message"], "an event");
+        assert!(
+            event["message"].is_string() && event["kind"].is_string(),
+            "{event}"
+        );
+    }
+    assert!(s["events_dropped"].is_u64(), "{s}");
+    assert!(
+        s["stderr_tail"].is_null() || s["stderr_tail"].is_string(),
+        "{s}"
+    );
+}
+
 /// Checks `status --json`: an execution plus its rounds and tool calls.
 pub fn check_status(s: &Value) {
     let keys: Vec<&str> = EXECUTION_KEYS
@@ -652,6 +676,7 @@ pub fn check_status(s: &Value) {
         check_record(round);
         assert_eq!(round["redacted"], true, "status never shows answers");
     }
+    check_events(s);
     for call in s["tool_calls"].as_array().expect("tool_calls is an array") {
         assert!(
             call["tool"].is_string() && call["output"].is_string(),
