@@ -360,9 +360,11 @@ impl Session {
 /// Codex's features that give the model tools of Codex's own (0.171.0, `codex features
 /// list`): all switched off, so the agent has exactly the submission's MCP tools. The real-Codex
 /// test `codex::the_agent_is_offered_exactly_the_allowed_tools` fails if a release offers more.
+///
+/// `shell_tool` removes `exec_command` and `write_stdin` (0.171.0 keeps `unified_exec` on
+/// whatever the configuration says, so it is not listed).
 pub const CODEX_TOOL_FEATURES: &[&str] = &[
     "shell_tool",
-    "unified_exec",
     "view_image",
     "multi_agent",
     "multi_agent_v2",
