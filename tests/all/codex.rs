@@ -18,13 +18,13 @@ const FAKE_MODEL: &str = env!("CARGO_BIN_EXE_m3-test-fake-model");
 const FINAL_MESSAGE: &str = "The shipment is booked.";
 
 /// The loopback model, killed when dropped.
-struct FakeModel {
+pub(crate) struct FakeModel {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl FakeModel {
-    fn start(dir: &Path, mode: &str) -> Result<Self> {
+    pub(crate) fn start(dir: &Path, mode: &str) -> Result<Self> {
         let port_file = dir.join(format!("model-{mode}.port"));
         let child = Command::new(FAKE_MODEL)
             .arg(&port_file)
@@ -59,7 +59,7 @@ impl Drop for FakeModel {
     }
 }
 
-fn codex_binary() -> Result<PathBuf> {
+pub(crate) fn codex_binary() -> Result<PathBuf> {
     peers::codex().context(
         "the pinned Codex CLI is needed: it is installed on first use from tests/peers/ \
          (npm ci; see tests/support/peers.rs)",
@@ -107,7 +107,7 @@ fn codex_kit_with<const N: usize>(
     Ok((kit, agent))
 }
 
-fn submission(mode: HumanInput) -> Submission {
+pub(crate) fn submission(mode: HumanInput) -> Submission {
     Submission::new(
         "Ask for the delivery address, then book the shipment.",
         StdioServer::new("shipping", SHIPPING_SERVER).args(["--era", "legacy"]),
@@ -116,7 +116,7 @@ fn submission(mode: HumanInput) -> Submission {
     .human_input(mode)
 }
 
-fn wait_pending(handle: &ExecutionHandle) -> Result<PendingElicitationRound> {
+pub(crate) fn wait_pending(handle: &ExecutionHandle) -> Result<PendingElicitationRound> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if let Some(pending) = handle.pending_elicitation()? {
@@ -133,7 +133,7 @@ fn wait_pending(handle: &ExecutionHandle) -> Result<PendingElicitationRound> {
     }
 }
 
-fn address() -> BTreeMap<String, ElicitationResponse> {
+pub(crate) fn address() -> BTreeMap<String, ElicitationResponse> {
     BTreeMap::from([(
         "shipping_address".to_string(),
         ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),

@@ -1,6 +1,7 @@
 //! One test binary for the whole suite (every binary links wasmtime; one keeps builds small).
 
 mod codex;
+mod codex_models;
 mod codex_transcripts;
 mod component_cache;
 mod concurrency;

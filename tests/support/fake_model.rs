@@ -20,6 +20,8 @@
 //!
 //! Every request's path and first 200 bytes of body go to stderr, and the output of every
 //! function call the conversation holds (tests read it, e.g. to see a declined command).
+//! Every request body's `model` goes to stderr as a line `fake-model: model: NAME`, and is
+//! kept for [`models_seen`] (a model served on a thread of the test).
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -37,6 +39,26 @@ pub struct Script {
     pub arguments: String,
     /// The file `shell` mode asks to create.
     pub marker: String,
+}
+
+/// The `model` of every request body, by the port that received it.
+static MODELS: std::sync::Mutex<std::collections::BTreeMap<u16, Vec<String>>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// The `model` of every request the fake model on `port` (in this process) received, in order.
+pub fn models_seen(port: u16) -> Vec<String> {
+    let models = MODELS.lock().unwrap_or_else(|e| e.into_inner());
+    models.get(&port).cloned().unwrap_or_default()
+}
+
+/// Logs and keeps a request body's `model`.
+fn note_model(port: u16, body: &[u8]) {
+    let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    if let Some(model) = body["model"].as_str() {
+        eprintln!("fake-model: model: {model}");
+        let mut models = MODELS.lock().unwrap_or_else(|e| e.into_inner());
+        models.entry(port).or_default().push(model.to_string());
+    }
 }
 
 /// Serves `script` on `listener` until the process ends (one thread per connection).
@@ -89,6 +111,7 @@ pub fn main_with_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<
 
 /// One HTTP/1.1 connection (keep-alive: several requests).
 fn serve(stream: TcpStream, mode: &str, arguments: &str, marker: &str) -> anyhow::Result<()> {
+    let port = stream.local_addr()?.port();
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
     loop {
@@ -134,6 +157,7 @@ fn serve(stream: TcpStream, mode: &str, arguments: &str, marker: &str) -> anyhow
             request_line.trim_end(),
             String::from_utf8_lossy(&body[..body.len().min(200)])
         );
+        note_model(port, &body);
         if !path.ends_with("/responses") {
             let text = "not found";
             write!(

@@ -1,6 +1,8 @@
 //! `m3 run`: submits an execution and runs its worker in this process until it ends. Pending
 //! rounds are answered in a terminal form, or (with `--no-prompt` or without a terminal)
-//! printed as JSON lines and answered by another process (`m3 respond`).
+//! printed as JSON lines and answered by another process (`m3 respond`). An agent with several
+//! models submits one execution per model and drives them all to their end, never asking on
+//! the terminal; each result is reported, and the exit is 0 only if every one succeeded.
 
 use crate::seconds::seconds;
 use crate::{Cli, json, print_json, read_input};
@@ -15,7 +17,7 @@ use m3::{
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,16 +32,46 @@ pub struct RunArgs {
     /// CLI with `--model`).
     #[arg(long, default_value = "scripted")]
     harness: String,
-    /// The model (harnesses with models only).
-    #[arg(long)]
-    model: Option<String>,
+    /// A model (harnesses with models only; repeatable: one execution per model).
+    #[arg(long, value_name = "MODEL")]
+    model: Vec<String>,
+    /// The agent as JSON, or `@FILE` for a file holding it: the specification's dict form,
+    /// e.g. `{"harness": "codex", "models": ["m1", "m2"], "codex": {"binary": "codex",
+    /// "model_provider": {"name": "n", "base_url": "http://127.0.0.1:8080/v1"},
+    /// "turn_deadline_secs": 600, "request_timeout_secs": 60}}` or `{"harness": "scripted",
+    /// "script": {"steps": [..]}}`, with an optional `elicitation_plan`. Instead of
+    /// `--harness`, `--model`, `--script` and the `codex` flags. A scripted agent without steps
+    /// calls each `--tool` once.
+    #[arg(
+        long,
+        value_name = "JSON|@FILE",
+        conflicts_with_all = ["harness", "model", "script", "codex_binary", "model_base_url", "turn_deadline", "model_env_key", "model_openai_auth", "model_retries", "codex_home", "no_codex_sign_in"]
+    )]
+    agent: Option<String>,
     /// `codex`: the Codex program (default: `codex` on this process's `PATH`).
     #[arg(long, value_name = "PATH")]
     codex_binary: Option<String>,
-    /// `codex`: a Responses-compatible model endpoint (e.g. `http://127.0.0.1:8080/v1`; no
-    /// OpenAI credentials are sent). Default: Codex's own configuration.
+    /// `codex`: a Responses-compatible model endpoint (e.g. `http://127.0.0.1:8080/v1`).
+    /// Default: Codex's own provider (OpenAI) with your Codex sign-in.
     #[arg(long, value_name = "URL")]
     model_base_url: Option<String>,
+    /// `codex`: the environment variable of this process holding the endpoint's API key; its
+    /// value is given to Codex alone (never to the server, never on a command line).
+    #[arg(long, value_name = "NAME", requires = "model_base_url")]
+    model_env_key: Option<String>,
+    /// `codex`: the endpoint takes your Codex sign-in (`auth.json`) as its bearer token.
+    #[arg(long, requires = "model_base_url")]
+    model_openai_auth: bool,
+    /// `codex`: how often Codex retries a failed model request (default: Codex's, 5).
+    #[arg(long, value_name = "N", requires = "model_base_url")]
+    model_retries: Option<u32>,
+    /// `codex`: the Codex home whose sign-in (`auth.json`) each run's private home receives
+    /// (default: `$CODEX_HOME`, else `~/.codex`).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_codex_sign_in")]
+    codex_home: Option<PathBuf>,
+    /// `codex`: give Codex no sign-in.
+    #[arg(long)]
+    no_codex_sign_in: bool,
     /// `codex`: how long the turn may run before it is interrupted, in seconds (default 600).
     #[arg(long, value_name = "SECS", default_value_t = 600.0)]
     turn_deadline: f64,
@@ -99,6 +131,29 @@ fn child_env() -> BTreeMap<String, String> {
     std::env::var("PATH")
         .map(|path| BTreeMap::from([("PATH".to_string(), path)]))
         .unwrap_or_default()
+}
+
+/// The kit's environment: [`child_env`], plus the variables the model provider names (its API
+/// key, secret headers) from this process's environment: Codex gets them, the server does not
+/// (a harness that starts the server gives it only its binding's environment).
+fn harness_env(spec: &AgentSpec) -> Result<BTreeMap<String, String>> {
+    let mut env = child_env();
+    let Some(provider) = &spec.codex.model_provider else {
+        return Ok(env);
+    };
+    for name in provider
+        .env_key
+        .iter()
+        .chain(provider.env_http_headers.values())
+    {
+        let value = std::env::var(name).map_err(|_| {
+            crate::invalid_submission(format!(
+                "the model provider reads `{name}`, which this process's environment does not set"
+            ))
+        })?;
+        env.insert(name.clone(), value);
+    }
+    Ok(env)
 }
 
 fn server(args: &RunArgs) -> Result<StdioServer> {
@@ -181,6 +236,26 @@ fn script(args: &RunArgs) -> Result<Script> {
     }
 }
 
+/// The agent of `--agent`: its JSON, or the file `@FILE` holding it.
+fn agent_spec(args: &RunArgs, value: &str) -> Result<AgentSpec> {
+    let (text, source) = match value.strip_prefix('@') {
+        Some(file) => (
+            read_input(Path::new(file)).map_err(crate::invalid_submission)?,
+            format!("--agent @{file}"),
+        ),
+        None => (value.to_string(), "--agent".to_string()),
+    };
+    let mut spec = AgentSpec::from_json(&text).map_err(|e| {
+        anyhow!(ModelValidationError {
+            message: format!("{source}: {}", e.message),
+        })
+    })?;
+    if spec.harness == m3::Harness::Scripted && spec.script.steps.is_empty() {
+        spec.script = script(args)?;
+    }
+    Ok(spec)
+}
+
 /// Where this run's output goes.
 pub struct Output {
     /// JSON lines on stdout.
@@ -219,13 +294,14 @@ impl Output {
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
     let policy = Policy::new()?;
     let human_input = policy.parse_human_input(&args.human_input)??;
-    let spec = match args.harness.as_str() {
-        "scripted" => {
+    let spec = match (&args.agent, args.harness.as_str()) {
+        (Some(value), _) => agent_spec(args, value)?,
+        (None, "scripted") => {
             let mut spec = AgentSpec::scripted(script(args)?);
-            spec.models = args.model.iter().cloned().collect();
+            spec.models = args.model.clone();
             spec
         }
-        "codex" => {
+        (None, "codex") => {
             let turn_deadline = seconds(
                 "--turn-deadline",
                 args.turn_deadline,
@@ -234,16 +310,24 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
             .map_err(crate::invalid_submission)?;
             let options = m3::CodexOptions {
                 binary: args.codex_binary.clone().unwrap_or_else(|| "codex".into()),
-                model_provider: args
-                    .model_base_url
-                    .as_ref()
-                    .map(|url| m3::ModelProvider::responses("m3", url.clone())),
+                model_provider: args.model_base_url.as_ref().map(|url| {
+                    let mut provider = m3::ModelProvider::responses("m3", url.clone());
+                    provider.env_key = args.model_env_key.clone();
+                    provider.requires_openai_auth = args.model_openai_auth;
+                    provider.max_retries = args.model_retries;
+                    provider
+                }),
                 turn_deadline,
+                credentials: match (&args.codex_home, args.no_codex_sign_in) {
+                    (_, true) => m3::CodexCredentials::None,
+                    (Some(dir), false) => m3::CodexCredentials::From(dir.clone()),
+                    (None, false) => m3::CodexCredentials::UserHome,
+                },
                 ..m3::CodexOptions::default()
             };
             AgentSpec::codex(args.model.iter().cloned(), options)
         }
-        other => bail!(ModelValidationError {
+        (None, other) => bail!(ModelValidationError {
             message: format!("unknown harness `{other}` (known: scripted, codex)"),
         }),
     };
@@ -262,34 +346,90 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
         lease_renew: lease / 3,
     };
     let store = Arc::new(SqliteExecutionStore::open(&cli.db)?);
-    let kit = McpTestKit::with_options(store.clone(), child_env(), options)?;
-    let agent = kit.agents([spec])?.remove(0);
-    let output = Output::new(cli, args.no_prompt);
-    let handle = agent.submit(submission)?;
+    let kit = McpTestKit::with_options(store.clone(), harness_env(&spec)?, options)?;
+    let agents = kit.agents([spec])?;
+    // Several executions are never answered on the terminal: their rounds are printed.
+    let several = agents.len() > 1;
+    let output = Output::new(cli, args.no_prompt || several);
+    let mut handles = Vec::new();
+    for agent in &agents {
+        match agent.submit(submission.clone()) {
+            Ok(handle) => handles.push(handle),
+            Err(e) => {
+                // What was already submitted is cancelled and ends with this process's kit.
+                for handle in &handles {
+                    let _ = handle.cancel();
+                }
+                return Err(e.into());
+            }
+        }
+        if several {
+            submitted(&handles[handles.len() - 1], agent.model(), &output);
+        }
+    }
     let rounds = store.managed_input_store()?.ok_or_else(|| {
         anyhow!("StorageError: the execution store resolves no managed-input store")
     })?;
-    let ended = drive(&handle, rounds.as_ref(), &output)?;
+    let ended = drive(&handles, rounds.as_ref(), &output)?;
     drop(kit);
     store.close();
-    finish(ended, &output)
+    finish_all(ended, &output)
+}
+
+/// Says which model an execution of several runs: a `submitted` JSON line (`--json`) or a line
+/// of text.
+fn submitted(handle: &ExecutionHandle, model: Option<&str>, output: &Output) {
+    if output.json {
+        print_json(
+            &json!({"event": "submitted", "execution_id": handle.execution_id(), "model": model}),
+            true,
+        );
+    } else {
+        println!(
+            "execution {}: submitted (model {})",
+            handle.execution_id(),
+            model.unwrap_or("none")
+        );
+    }
 }
 
 /// Reports how an execution ended: its result (also when a deadline timed it out), and then
 /// for a timeout the `OperationTimeout` error (the first stderr line, a non-zero exit).
 pub fn finish(ended: Result<ExecutionResult, ExecutionError>, output: &Output) -> Result<ExitCode> {
-    match ended {
-        Ok(result) => {
-            report(&result, output);
-            Ok(exit_code(&result))
-        }
-        Err(ExecutionError::OperationTimeout(timeout)) if timeout.result.is_some() => {
-            if let Some(result) = &timeout.result {
-                report(result, output);
+    finish_all(vec![ended], output)
+}
+
+/// Reports how each execution ended, in order: every result (also one a deadline timed out);
+/// then the first error, if any (the first stderr line, a non-zero exit); otherwise success
+/// only if every execution succeeded.
+pub fn finish_all(
+    ended: Vec<Result<ExecutionResult, ExecutionError>>,
+    output: &Output,
+) -> Result<ExitCode> {
+    let mut code = ExitCode::SUCCESS;
+    let mut first_error = None;
+    for ended in ended {
+        match ended {
+            Ok(result) => {
+                report(&result, output);
+                if exit_code(&result) != ExitCode::SUCCESS {
+                    code = ExitCode::FAILURE;
+                }
             }
-            Err(ExecutionError::OperationTimeout(timeout).into())
+            Err(ExecutionError::OperationTimeout(timeout)) if timeout.result.is_some() => {
+                if let Some(result) = &timeout.result {
+                    report(result, output);
+                }
+                first_error.get_or_insert(ExecutionError::OperationTimeout(timeout));
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
         }
-        Err(e) => Err(e.into()),
+    }
+    match first_error {
+        Some(e) => Err(e.into()),
+        None => Ok(code),
     }
 }
 
@@ -302,22 +442,24 @@ pub fn exit_code(result: &ExecutionResult) -> ExitCode {
     }
 }
 
-/// Waits for the execution to end, reporting every round of it once, in the order they were
+/// Waits for the executions to end, reporting every round of each once, in the order they were
 /// opened (also one that was answered, or ended, before the command looked): printed as a
-/// `pending` JSON line, or answered in the terminal form while it is still pending. Returns how
-/// the execution ended (`Err(OperationTimeout)` carries the result of a deadline that passed).
+/// `pending` JSON line (which names its execution), or answered in the terminal form while it
+/// is still pending. Returns how each execution ended, in order (`Err(OperationTimeout)`
+/// carries the result of a deadline that passed).
 pub fn drive(
-    handle: &ExecutionHandle,
+    handles: &[ExecutionHandle],
     rounds: &dyn ManagedInputStore,
     output: &Output,
-) -> Result<Result<ExecutionResult, ExecutionError>> {
+) -> Result<Vec<Result<ExecutionResult, ExecutionError>>> {
     let mut seen = HashSet::new();
-    output
-        .progress
-        .set_message(format!("execution {} running", handle.execution_id()));
-    // SIGTERM (and SIGINT without a terminal form) cancels the execution: its server is told,
-    // its open round fails `cancelled`, and everything it started is ended and removed, as on
-    // any other end; the result is still printed.
+    output.progress.set_message(match handles {
+        [handle] => format!("execution {} running", handle.execution_id()),
+        _ => format!("{} executions running", handles.len()),
+    });
+    // SIGTERM (and SIGINT without a terminal form) cancels every execution: its server is
+    // told, its open round fails `cancelled`, and everything it started is ended and removed,
+    // as on any other end; the results are still printed.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut signals = vec![signal_hook::consts::SIGTERM];
     if !output.interactive {
@@ -328,52 +470,74 @@ pub fn drive(
             .map_err(|e| anyhow!("EngineError: cannot handle signals: {e}"))?;
     }
     let mut cancelled = false;
+    let mut done = vec![false; handles.len()];
+    loop {
+        for (handle, done) in handles.iter().zip(done.iter_mut()) {
+            if !*done {
+                *done = report_rounds(handle, rounds, output, &mut seen)?;
+            }
+        }
+        if done.iter().all(|done| *done) {
+            break;
+        }
+        if !cancelled && stop.load(std::sync::atomic::Ordering::Relaxed) {
+            cancelled = true;
+            // Every execution is asked, even if asking one fails; then the first failure.
+            let asked: Vec<_> = handles.iter().map(ExecutionHandle::cancel).collect();
+            asked.into_iter().collect::<Result<(), _>>()?;
+        }
+        std::thread::sleep(POLL);
+    }
+    output.progress.finish_and_clear();
+    Ok(handles
+        .iter()
+        .map(|handle| handle.result(Some(Duration::from_secs(30))))
+        .collect())
+}
+
+/// Reports the rounds of one execution not reported yet; whether it had finished before
+/// they were listed (so none can be missing).
+fn report_rounds(
+    handle: &ExecutionHandle,
+    rounds: &dyn ManagedInputStore,
+    output: &Output,
+    seen: &mut HashSet<String>,
+) -> Result<bool> {
     let filter = RoundFilter {
         execution_id: Some(handle.execution_id().to_string()),
         status: None,
         limit: None,
     };
-    loop {
-        // Read before listing: every round opened before it finished is in the listing.
-        let finished = handle.snapshot()?.lifecycle == ExecutionStatus::Finished;
-        for record in rounds.list_rounds(&filter)? {
-            let round = record.pending;
-            if !seen.insert(round.round_id.clone()) {
-                continue;
-            }
-            if output.interactive && record.status == ManagedInputStatus::Pending {
-                answer_on_terminal(handle, &round, output)?;
-            } else if output.interactive {
-                output.progress.suspend(|| {
-                    eprintln!(
-                        "round {} is already {} (answered or ended elsewhere)",
-                        round.round_id, record.status
-                    )
-                });
-            } else {
-                output.progress.suspend(|| {
-                    print_json(
-                        &json!({"event": "pending", "round": json::pending_round(&round)}),
-                        true,
-                    )
-                });
-                output.progress.set_message(format!(
-                    "waiting for an answer to round {} (m3 respond {} ...)",
-                    round.round_id, round.round_id
-                ));
-            }
+    // Read before listing: every round opened before it finished is in the listing.
+    let finished = handle.snapshot()?.lifecycle == ExecutionStatus::Finished;
+    for record in rounds.list_rounds(&filter)? {
+        let round = record.pending;
+        if !seen.insert(round.round_id.clone()) {
+            continue;
         }
-        if finished {
-            break;
+        if output.interactive && record.status == ManagedInputStatus::Pending {
+            answer_on_terminal(handle, &round, output)?;
+        } else if output.interactive {
+            output.progress.suspend(|| {
+                eprintln!(
+                    "round {} is already {} (answered or ended elsewhere)",
+                    round.round_id, record.status
+                )
+            });
+        } else {
+            output.progress.suspend(|| {
+                print_json(
+                    &json!({"event": "pending", "round": json::pending_round(&round)}),
+                    true,
+                )
+            });
+            output.progress.set_message(format!(
+                "waiting for an answer to round {} (m3 respond {} ...)",
+                round.round_id, round.round_id
+            ));
         }
-        if !cancelled && stop.load(std::sync::atomic::Ordering::Relaxed) {
-            cancelled = true;
-            handle.cancel()?;
-        }
-        std::thread::sleep(POLL);
     }
-    output.progress.finish_and_clear();
-    Ok(handle.result(Some(Duration::from_secs(30))))
+    Ok(finished)
 }
 
 fn answer_on_terminal(

@@ -1405,3 +1405,76 @@ fn every_round_is_reported_once_even_when_answered_at_once() {
         );
     }
 }
+
+/// `--agent` takes the agent in the specification's dict form, as JSON or as `@FILE`: a scripted
+/// agent's plan answers the round (mode `fail`), its script is used; with `--harness` or
+/// `--model` it is refused by the parser; a malformed agent is a `ModelValidationError` naming
+/// the key, and nothing is submitted.
+#[test]
+fn run_takes_the_agent_in_its_dict_form() {
+    let sb = Sandbox::new();
+    let plan =
+        json!([{"match": {"request_key": "shipping_address"}, "response": address_answer()}]);
+    let inline = json!({"harness": "scripted", "elicitation_plan": plan}).to_string();
+    let file = sb.write(
+        "agent.json",
+        &json!({
+            "script": {"steps": [{"tool": "shipping:book_shipment", "arguments": {"item": "lamp"}}]},
+            "elicitation_plan": plan,
+        })
+        .to_string(),
+    );
+    let from_file = format!("@{}", file.display());
+    for agent in [inline.as_str(), from_file.as_str()] {
+        let mut cmd = sb.command(&[]);
+        cmd.args(run_args(
+            "legacy",
+            &[],
+            &["--human-input", "fail", "--agent", agent],
+        ));
+        let out = finish(cmd, None, RUN_TIMEOUT);
+        let lines: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+        let result = check_run_stdout(&out, &lines);
+        assert_eq!(result["outcome"], "succeeded", "--agent {agent}: {result}");
+        let output = result["tool_calls"][0]["output"].as_str().unwrap();
+        assert!(output.contains(STREET), "{output}");
+    }
+    let executions = sb.m3(&["executions", "--json"]).json();
+    assert_eq!(executions.as_array().unwrap().len(), 2, "{executions}");
+
+    for extra in [["--harness", "codex"], ["--model", "m"]] {
+        let mut args = vec!["--agent", inline.as_str()];
+        args.extend(extra);
+        let mut cmd = sb.command(&[]);
+        cmd.args(run_args("legacy", &[], &args));
+        let out = finish(cmd, None, COMMAND_TIMEOUT);
+        let first = out.fails_with("ManagedInputValidationError");
+        assert!(
+            first.contains("--agent") && first.contains(extra[0]),
+            "{first}"
+        );
+    }
+    for (agent, words) in [
+        (
+            r#"{"harness": "scripted", "modle": 1}"#,
+            &["--agent", "`modle`"][..],
+        ),
+        (r#"{"harness": "codex"}"#, &["codex", "model"][..]),
+        ("{", &["--agent", "EOF"][..]),
+        ("@/nonexistent/agent.json", &["/nonexistent/agent.json"][..]),
+    ] {
+        let mut cmd = sb.command(&[]);
+        cmd.args(run_args("legacy", &[], &["--agent", agent]));
+        let out = finish(cmd, None, COMMAND_TIMEOUT);
+        let first = out.fails_with("ModelValidationError");
+        for word in words {
+            assert!(first.contains(word), "--agent {agent}: {first}");
+        }
+    }
+    let executions = sb.m3(&["executions", "--json"]).json();
+    assert_eq!(
+        executions.as_array().unwrap().len(),
+        2,
+        "nothing more was submitted"
+    );
+}

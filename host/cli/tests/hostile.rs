@@ -99,6 +99,8 @@ fn cases(sb: &Sandbox, rng: &mut Rng, per_command: usize) -> Vec<Vec<String>> {
         out.push(base_run(&s(&["--lease", &n])));
         out.push(base_run(&s(&["--turn-deadline", &n, "--harness", "codex"])));
         out.push(base_run(&s(&["--script", &p])));
+        out.push(base_run(&s(&["--agent", &t])));
+        out.push(base_run(&s(&["--agent", &format!("@{p}")])));
         out.push(base_run(&s(&["--human-input", &t])));
         out.push(base_run(&s(&["--server-env", &t])));
         out.push(base_run(&s(&["--server-env-file", &p])));

@@ -13,6 +13,7 @@
 //! the store, submitted by any process.
 
 pub mod agent;
+mod agent_json;
 pub mod codex;
 mod error;
 pub mod handle;
