@@ -675,6 +675,18 @@ fn the_agent_is_offered_exactly_the_allowed_tools() -> Result<()> {
         said("approval", "approved the call of `book_shipment`"),
         "{diagnostics:?}"
     );
+    for name in [
+        "exec_command",
+        "apply_patch",
+        "spawn_agent",
+        "view_image",
+        "web_search",
+    ] {
+        assert!(
+            said("refused", &format!("`{name}`")),
+            "the refusal of {name} is kept: {diagnostics:?}"
+        );
+    }
     Ok(())
 }
 

@@ -95,7 +95,8 @@ pub enum FailureKind {
 pub struct ExecutionEvent {
     /// When the worker recorded it (UTC).
     pub at: chrono::DateTime<chrono::Utc>,
-    /// `mcp-server`, `approval`, `command`, `model` or `harness`.
+    /// `mcp-server`, `approval`, `command`, `refused` (a call of a tool Codex does not
+    /// offer: nothing ran), `model` or `harness`.
     pub kind: String,
     /// What happened.
     pub message: String,

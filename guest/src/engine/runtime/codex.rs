@@ -407,11 +407,14 @@ impl CodexSession {
                 if let Some(cwd) = &self.config.server_cwd {
                     server["cwd"] = json!(cwd);
                 }
+                // Raw response items: the only place Codex reports a call of a switched-off
+                // tool (it answers the model `unsupported call: NAME` and sends no item).
                 let params = json!({
                     "cwd": self.config.cwd,
                     "approvalPolicy": "on-request",
                     "sandbox": "read-only",
                     "config": {"mcp_servers": {self.config.server.clone(): server}},
+                    "experimentalRawEvents": true,
                 });
                 let id = self.request("thread/start", params, out);
                 self.state = State::StartingThread { id };
@@ -564,6 +567,26 @@ impl CodexSession {
         );
     }
 
+    /// A raw response item: a call of a tool Codex does not offer is recorded as refused.
+    fn raw_item(item: &Value, out: &mut Vec<Action>) {
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
+        if !matches!(kind, "function_call_output" | "custom_tool_call_output") {
+            return;
+        }
+        if let Some(output) = item.get("output").and_then(Value::as_str)
+            && let Some(name) = output.strip_prefix("unsupported call: ")
+        {
+            Self::event(
+                "refused",
+                format!(
+                    "the model called `{}`, which codex does not offer: nothing ran",
+                    crate::errors::bounded(name.trim())
+                ),
+                out,
+            );
+        }
+    }
+
     fn notification(&mut self, method: &str, params: &Value, out: &mut Vec<Action>) {
         match method {
             "mcpServer/startupStatus/updated" if params["name"] == self.config.server.as_str() => {
@@ -598,6 +621,7 @@ impl CodexSession {
                 }
             }
             "error" => self.model_error(params, out),
+            "rawResponseItem/completed" => Self::raw_item(field(params, "item"), out),
             "item/started" => {
                 let item = field(params, "item");
                 Self::other_item(item, out);
@@ -1162,6 +1186,28 @@ mod tests {
         let a = s.handle(line(json!({"method": "turn/completed", "params": {"turn": {"id": "u1",
             "status": "failed", "error": {"message": "sandbox", "codexErrorInfo": "sandboxError"}}}})));
         assert!(matches!(finished_with(&a), Finished::Failed { .. }));
+    }
+
+    #[test]
+    fn a_call_of_a_switched_off_tool_is_recorded_as_refused() {
+        let mut s = in_turn(Mode::Managed);
+        let a = s.handle(line(
+            json!({"method": "rawResponseItem/completed", "params": {
+            "item": {"type": "function_call_output", "call_id": "c1",
+                     "output": "unsupported call: exec_command"}}}),
+        ));
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::Event { kind: "refused", message }
+            if message.contains("`exec_command`"))),
+            "{a:?}"
+        );
+        // Other raw items are not events.
+        let a = s.handle(line(
+            json!({"method": "rawResponseItem/completed", "params": {
+            "item": {"type": "function_call_output", "call_id": "c2", "output": "Booked"}}}),
+        ));
+        assert!(a.is_empty(), "{a:?}");
     }
 
     #[test]

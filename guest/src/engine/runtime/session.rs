@@ -146,7 +146,7 @@ pub enum Action {
     FinalMessage(String),
     /// Keep an event of the harness with the execution (diagnostics).
     Event {
-        /// `mcp-server`, `approval`, `command`, `model` or `harness`.
+        /// `mcp-server`, `approval`, `command`, `refused`, `model` or `harness`.
         kind: &'static str,
         /// What happened (no answers).
         message: String,
