@@ -123,7 +123,9 @@ async fn run(
                         .map(Input::Line),
                 );
             }
-            Ok(Some(ProcessEvent::StdoutClosed)) | Ok(None) => queue.push(Input::ServerExited),
+            Ok(Some(ProcessEvent::StdoutClosed)) | Ok(None) => {
+                queue.push(Input::ServerExited("closed its output".into()))
+            }
             Ok(Some(ProcessEvent::Exited(_))) => {}
             Err(_) if probe_armed => {
                 probe_armed = false;

@@ -264,6 +264,8 @@ pub struct Output {
     pub interactive: bool,
     /// The spinner on stderr (hidden when stderr is not a terminal).
     pub progress: ProgressBar,
+    /// Where a failed execution's diagnostics are read from (its harness's stderr tail).
+    pub executions: Option<Arc<m3::Executions>>,
 }
 
 impl Output {
@@ -286,6 +288,7 @@ impl Output {
             json: cli.json,
             interactive,
             progress,
+            executions: None,
         }
     }
 }
@@ -350,7 +353,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
     let agents = kit.agents([spec])?;
     // Several executions are never answered on the terminal: their rounds are printed.
     let several = agents.len() > 1;
-    let output = Output::new(cli, args.no_prompt || several);
+    let mut output = Output::new(cli, args.no_prompt || several);
+    output.executions = crate::executions(cli).ok();
     let mut handles = Vec::new();
     for agent in &agents {
         match agent.submit(submission.clone()) {
@@ -580,5 +584,18 @@ pub fn report(result: &ExecutionResult, output: &Output) {
     println!("execution {}: {}", result.execution_id, result.outcome);
     for call in &result.outcome.tool_results {
         println!("{}: {}", call.tool, call.text());
+    }
+    // A failure says what the server (or harness) last wrote on stderr (its environment's
+    // values redacted by the host).
+    if result.outcome.kind == m3::OutcomeKind::Failed
+        && let Some(executions) = &output.executions
+        && let Ok(diagnostics) = executions.diagnostics(&result.execution_id)
+        && let Some(tail) = diagnostics.stderr_tail
+    {
+        println!("its stderr ended with:");
+        let lines: Vec<&str> = tail.lines().collect();
+        for line in &lines[lines.len().saturating_sub(10)..] {
+            println!("  {line}");
+        }
     }
 }

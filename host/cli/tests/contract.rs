@@ -1478,3 +1478,58 @@ fn run_takes_the_agent_in_its_dict_form() {
         "nothing more was submitted"
     );
 }
+
+/// A server that writes a line to stderr and exits with code 3 before answering: the failure
+/// names the exit code, the run shows the end of its stderr and `m3 status` keeps it, and a
+/// secret of its environment that it printed is never shown.
+#[test]
+fn a_server_that_exits_is_reported_with_its_exit_code_and_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.sqlite");
+    let out = Command::new(M3)
+        .arg("--db")
+        .arg(&db)
+        .args(["run", "--server-name", "s", "--server-command", "/bin/sh"])
+        .args([
+            "--server-arg=-c",
+            "--server-arg=echo \"boom: missing API_KEY (have $SECRET_TOKEN)\" >&2; exit 3",
+        ])
+        .args(["--server-env", "SECRET_TOKEN=tok-5e1c7a"])
+        .args(["--tool", "s:t", "go"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("exited with code 3"), "{stdout}");
+    assert!(stdout.contains("boom: missing API_KEY"), "{stdout}");
+    assert!(stdout.contains("[redacted]"), "{stdout}");
+    assert!(!stdout.contains("tok-5e1c7a") && !stderr.contains("tok-5e1c7a"));
+    let listed = Command::new(M3)
+        .arg("--db")
+        .arg(&db)
+        .args(["executions", "--json"])
+        .output()
+        .unwrap();
+    let executions: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let id = executions[0]["execution_id"].as_str().unwrap().to_string();
+    let status = Command::new(M3)
+        .arg("--db")
+        .arg(&db)
+        .args(["status", &id, "--json"])
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(
+        status["failure_message"]
+            .as_str()
+            .unwrap()
+            .contains("exited with code 3"),
+        "{status}"
+    );
+    let tail = status["stderr_tail"].as_str().unwrap();
+    assert!(
+        tail.contains("boom: missing API_KEY") && !tail.contains("tok-5e1c7a"),
+        "{tail}"
+    );
+}

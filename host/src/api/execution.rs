@@ -179,14 +179,17 @@ pub struct ExecutionOutcome {
 impl std::fmt::Display for ExecutionOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.kind, &self.failure) {
+            // The JSON names; the round's code only when it says more than the kind.
             (OutcomeKind::Failed, Some(failure)) => {
-                write!(f, "failed ({:?}", failure.kind)?;
-                if let Some(code) = failure.code {
-                    write!(f, ", {code:?}")?;
+                write!(f, "failed ({}", failure.kind.as_str())?;
+                if let Some(code) = failure.code
+                    && code.as_str() != failure.kind.as_str()
+                {
+                    write!(f, ", {}", code.as_str())?;
                 }
                 write!(f, "): {}", failure.message)
             }
-            (kind, _) => write!(f, "{kind:?}"),
+            (kind, _) => f.write_str(kind.as_str()),
         }
     }
 }

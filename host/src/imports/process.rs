@@ -13,6 +13,30 @@ use tokio::sync::{Notify, mpsc, watch};
 /// Most bytes of a child's stderr tail handed to the component (the WIT's 4 KiB).
 const STDERR_TAIL_LIMIT: usize = 4096;
 
+/// Environment variables whose values are not secrets (kept in a stderr tail).
+const PLAIN_VARIABLES: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TERM", "TMPDIR", "TZ", "PWD",
+];
+
+/// A child's stderr with the values of the environment it was given replaced by `[redacted]`
+/// (the server binding's every value, the kit's but for [`PLAIN_VARIABLES`]; values shorter
+/// than 4 bytes are left, they would match everywhere).
+fn redact(mut text: String, io: &ExecutionIo) -> String {
+    let kit = io
+        .env
+        .iter()
+        .filter(|(name, _)| !PLAIN_VARIABLES.contains(&name.as_str()));
+    let mut values: Vec<&String> = kit.chain(io.server_env.iter()).map(|(_, v)| v).collect();
+    // Longest first, so a value holding another is replaced whole.
+    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    for value in values.into_iter().filter(|v| v.len() >= 4) {
+        if text.contains(value.as_str()) {
+            text = text.replace(value.as_str(), "[redacted]");
+        }
+    }
+    text
+}
+
 /// The I/O of one running execution.
 pub struct ExecutionIo {
     /// The kit's `env`.
@@ -232,8 +256,16 @@ impl process::Host for ProcessContext {
                 .unwrap_or_default(),
             Err(_) => Vec::new(),
         };
-        let start = tail.len().saturating_sub(STDERR_TAIL_LIMIT);
-        Ok(String::from_utf8_lossy(&tail[start..]).into_owned())
+        let text = String::from_utf8_lossy(&tail).into_owned();
+        let text = match self.io.as_ref() {
+            Some(io) => redact(text, io),
+            None => text,
+        };
+        let mut start = text.len().saturating_sub(STDERR_TAIL_LIMIT);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        Ok(text[start..].to_string())
     }
 
     fn kill(&mut self) -> wasmtime::Result<()> {

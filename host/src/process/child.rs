@@ -58,7 +58,12 @@ pub struct ChildProcess {
     stdin: Option<ChildStdin>,
     pid: u32,
     stderr_tail: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    /// The task reading stderr (until it ends).
+    stderr_task: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// How long an exited child's stderr is still read before its exit is reported.
+const STDERR_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How much of a child's stderr is kept (the tail), for diagnostics only.
 pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
@@ -154,9 +159,10 @@ impl ChildProcess {
             });
         }
         let stderr_tail = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut stderr_task = None;
         if let Some(mut stderr) = child.stderr.take() {
             let tail = stderr_tail.clone();
-            tokio::spawn(async move {
+            stderr_task = Some(tokio::spawn(async move {
                 let mut buffer = vec![0u8; 16 * 1024];
                 while let Ok(n) = stderr.read(&mut buffer).await {
                     if n == 0 {
@@ -167,7 +173,7 @@ impl ChildProcess {
                     let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
                     tail.drain(..excess);
                 }
-            });
+            }));
         }
         let stdin = child.stdin.take();
         Ok((
@@ -176,6 +182,7 @@ impl ChildProcess {
                 stdin,
                 pid,
                 stderr_tail,
+                stderr_task,
             },
             receiver,
         ))
@@ -205,6 +212,12 @@ impl ChildProcess {
     /// Waits for the child to exit and reaps it.
     pub async fn wait(&mut self) -> Result<ProcessEvent, ProcessError> {
         let status = self.child.wait().await?;
+        // What it wrote to stderr before it exited is read before the exit is reported (a
+        // descendant that keeps the pipe open costs at most the grace).
+        if let Some(task) = self.stderr_task.as_mut() {
+            let _ = tokio::time::timeout(STDERR_GRACE, task).await;
+            self.stderr_task = None;
+        }
         Ok(ProcessEvent::Exited(status.code()))
     }
 

@@ -253,11 +253,11 @@ impl CodexSession {
                 "the round's deadline passed",
                 &mut out,
             ),
-            Input::ServerExited => {
+            Input::ServerExited(how) => {
                 if self.state != State::Done {
                     self.failed(
                         Some(FailureCode::ServerError),
-                        "codex app-server exited".into(),
+                        format!("codex app-server {how}"),
                         &mut out,
                     );
                 }

@@ -219,9 +219,9 @@ impl ScriptedSession {
                 "the round's deadline passed",
                 &mut out,
             ),
-            Input::ServerExited => self.server_gone(
-                "the server exited (or closed its output) while the round was open",
-                "the server exited".into(),
+            Input::ServerExited(how) => self.server_gone(
+                &format!("the server {how} while the round was open"),
+                format!("the server {how}"),
                 &mut out,
             ),
             Input::ServerFault(what) => {
@@ -1311,7 +1311,7 @@ mod tests {
         let mut s = session(EraChoice::Auto, Mode::Managed);
         start_legacy(&mut s);
         s.handle(line(elicitation_create(0)));
-        let actions = s.handle(Input::ServerExited);
+        let actions = s.handle(Input::ServerExited("exited with code 3".into()));
         assert!(matches!(
             actions[0],
             Action::FailRound {
@@ -1320,10 +1320,10 @@ mod tests {
             }
         ));
         assert!(matches!(
-            actions[1],
-            Action::Finish(Finished::Failed { .. })
+            &actions[1],
+            Action::Finish(Finished::Failed { message, .. }) if message == "the server exited with code 3"
         ));
-        assert!(s.handle(Input::ServerExited).is_empty());
+        assert!(s.handle(Input::ServerExited("exited".into())).is_empty());
     }
 
     fn fail_codes(actions: &[Action]) -> Vec<FailureCode> {

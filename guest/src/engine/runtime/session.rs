@@ -42,8 +42,9 @@ pub enum Input {
     Cancel,
     /// The open round's deadline passed.
     DeadlineExpired,
-    /// The server process exited.
-    ServerExited,
+    /// The server process exited or closed its output; how, as a phrase after "the server"
+    /// (`exited with code 3`, `was killed by a signal`, `closed its output`).
+    ServerExited(String),
     /// The server broke a limit of the kit (its output) and is stopped: like an exit, with what
     /// it did.
     ServerFault(String),

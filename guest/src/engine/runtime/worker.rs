@@ -279,6 +279,14 @@ struct Slot {
     answered: bool,
 }
 
+/// How a child ended, after "the server": its exit code, or a signal.
+fn exit_phrase(code: Option<i32>) -> String {
+    match code {
+        Some(code) => format!("exited with code {code}"),
+        None => "was killed by a signal".into(),
+    }
+}
+
 /// Ends the worker early with this outcome.
 struct Stop(ExecutionOutcome);
 
@@ -467,6 +475,8 @@ struct Worker {
     last_check: Timestamp,
     server_gone: bool,
     stdout_closed: bool,
+    /// When a write to the server's input failed (it is expected to end soon).
+    input_broken_at: Option<Timestamp>,
     /// When the worker's leases (the execution's and the open round's) expire unless renewed.
     leases_expire: Timestamp,
     /// Bytes the child wrote to stdout so far.
@@ -494,12 +504,15 @@ impl Worker {
             (HumanInputMode::Managed, _) | (HumanInputMode::Fail, Some(_)) => Mode::Managed,
             (HumanInputMode::Fail, None) => Mode::Fail,
         };
-        let not_started = |m: String| {
-            failed(
-                FailureKind::ServerError,
-                None,
-                format!("the harness could not be started: {m}"),
-            )
+        let not_started = |program: &str| {
+            let program = program.to_string();
+            move |m: String| {
+                failed(
+                    FailureKind::ServerError,
+                    None,
+                    format!("`{program}` could not be started: {m}"),
+                )
+            }
         };
         let session = match (&spec.codex, spec.harness.as_str()) {
             (Some(codex), "codex") => {
@@ -519,7 +532,7 @@ impl Worker {
                     home_files,
                     server_env_table: Some(spec.server.name.clone()),
                 })
-                .map_err(not_started)?;
+                .map_err(not_started(&codex.binary))?;
                 record_spawned(&held, &spawned)?;
                 let cwd = spawned.scratch;
                 let tools =
@@ -555,7 +568,7 @@ impl Worker {
                     home_files: Vec::new(),
                     server_env_table: None,
                 })
-                .map_err(not_started)?;
+                .map_err(not_started(&spec.server.command))?;
                 record_spawned(&held, &spawned)?;
                 Session::Scripted(ScriptedSession::new(SessionConfig {
                     era,
@@ -581,6 +594,7 @@ impl Worker {
             paused_ms: None,
             server_gone: false,
             stdout_closed: false,
+            input_broken_at: None,
             output_bytes: 0,
             junk_lines: 0,
             leases_expire,
@@ -663,14 +677,27 @@ impl Worker {
                         })),
                     }
                 }
-                Event::StdoutClosed | Event::Exited(_) => {
+                Event::StdoutClosed => {
                     self.stdout_closed = true;
-                    inputs.extend(self.server_lost());
+                    // The exit normally follows the closed output at once: wait a moment for it,
+                    // so the failure can say how the server ended.
+                    let how = self.await_exit();
+                    inputs.extend(self.server_lost(how));
                 }
-                Event::Wake | Event::Timeout => match self.check() {
-                    Ok(more) => inputs.extend(more),
-                    Err(Stop(outcome)) => return outcome,
-                },
+                Event::Exited(code) => {
+                    self.stdout_closed = true;
+                    inputs.extend(self.server_lost(exit_phrase(code)));
+                }
+                Event::Wake | Event::Timeout => {
+                    if let Some(input) = self.input_broken_for_good() {
+                        inputs.push_back(input);
+                        continue;
+                    }
+                    match self.check() {
+                        Ok(more) => inputs.extend(more),
+                        Err(Stop(outcome)) => return outcome,
+                    }
+                }
             }
         }
     }
@@ -693,12 +720,26 @@ impl Worker {
         }
     }
 
-    fn server_lost(&mut self) -> Option<Input> {
+    fn server_lost(&mut self, how: String) -> Option<Input> {
         if self.server_gone {
             return None;
         }
         self.server_gone = true;
-        Some(Input::ServerExited)
+        Some(Input::ServerExited(how))
+    }
+
+    /// After the child's output closed: how it ended, if it exits within [`EXIT_GRACE_MS`].
+    fn await_exit(&mut self) -> String {
+        let until = time::add_millis(&time::now(), EXIT_GRACE_MS);
+        loop {
+            let left = millis_until(&time::now(), &until);
+            if left == 0 {
+                return "closed its output".into();
+            }
+            if let Event::Exited(code) = events::next(left) {
+                return exit_phrase(code);
+            }
+        }
     }
 
     /// The server broke a limit: it is stopped now (its further output is never read).
@@ -737,14 +778,36 @@ impl Worker {
         {
             wait = wait.min(millis_until(&now, deadline));
         }
+        if let Some(since) = &self.input_broken_at
+            && !self.server_gone
+        {
+            wait = wait.min(millis_until(&now, &time::add_millis(since, EXIT_GRACE_MS)));
+        }
         wait
     }
 
     fn write(&mut self, line: &str) -> Option<Input> {
         match process::write_line(line) {
             Ok(()) => None,
-            Err(_) => self.server_lost(),
+            Err(_) => {
+                // Usually it exited: its closed output and exit code follow (and say how it
+                // ended); if they do not within the grace, it stopped reading.
+                if self.input_broken_at.is_none() {
+                    self.input_broken_at = Some(time::now());
+                }
+                None
+            }
         }
+    }
+
+    /// The server stopped reading its input [`EXIT_GRACE_MS`] ago and did not end.
+    fn input_broken_for_good(&mut self) -> Option<Input> {
+        let since = self.input_broken_at?;
+        let until = time::add_millis(&since, EXIT_GRACE_MS);
+        if millis_until(&time::now(), &until) == 0 {
+            return self.server_lost("stopped reading its input".into());
+        }
+        None
     }
 
     fn perform(&mut self, action: Action) -> Result<Vec<Input>, Stop> {
