@@ -59,13 +59,17 @@ pub fn storage(code: ErrorCode, message: impl Into<String>) -> ManagedInputError
 
 /// Caller-chosen names (request keys, field names) shown in messages are cut to a bounded length.
 pub fn bounded(name: &str) -> String {
-    const MAX: usize = 64;
-    if name.len() <= MAX {
-        return name.to_string();
+    cut(name, 64)
+}
+
+/// `text` cut to its first `max` bytes (on a character boundary), marked `...` when cut.
+pub fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
     }
-    let mut end = MAX;
-    while !name.is_char_boundary(end) {
+    let mut end = max;
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}...", &name[..end])
+    format!("{}...", &text[..end])
 }

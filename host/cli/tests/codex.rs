@@ -39,39 +39,8 @@ fn run_with_the_codex_harness_from_the_command_line() {
         marker: dir.path().join("marker").display().to_string(),
     })
     .unwrap();
-    let codex = codex();
-    let mut run = Command::new(M3)
-        .arg("--db")
-        .arg(&db)
-        .args([
-            "run",
-            "--no-prompt",
-            "--json",
-            "--harness",
-            "codex",
-            "--model",
-            "fake-model",
-        ])
-        .arg("--codex-binary")
-        .arg(&codex)
-        .args(["--model-base-url", &format!("http://127.0.0.1:{port}/v1")])
-        .args(["--server-name", "shipping", "--server-command", M3])
-        .args([
-            "--server-arg",
-            "shipping-server",
-            "--server-arg",
-            "--era",
-            "--server-arg",
-            "legacy",
-        ])
-        .args([
-            "--tool",
-            "shipping:book_shipment",
-            "--human-input",
-            "managed",
-        ])
-        .arg("Ask for the delivery address, then book the shipment.")
-        .stdout(Stdio::piped())
+    let mut run = codex_run(&db, port, &["fake-model"])
+        .arg("--no-prompt")
         .stderr(Stdio::null())
         .spawn()
         .unwrap();

@@ -914,15 +914,7 @@ impl CodexSession {
 
 /// Codex's own text, cut to 300 bytes for a message (it names causes, never answers).
 fn clip(text: &str) -> String {
-    const MAX: usize = 300;
-    if text.len() <= MAX {
-        return text.to_string();
-    }
-    let mut end = MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    crate::errors::cut(text, 300)
 }
 
 /// The HTTP status in a Codex error's `codexErrorInfo` (`{variant: {httpStatusCode}}`, or the

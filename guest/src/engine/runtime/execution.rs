@@ -561,23 +561,10 @@ pub fn record_events(held: &ExecutionLease, events: Vec<(String, String)>) -> Re
             data.events.push(stored::execution::ExecutionEvent {
                 at,
                 kind,
-                message: cut(message, MAX_EVENT_BYTES),
+                message: crate::errors::cut(&message, MAX_EVENT_BYTES - 3),
             });
         }
     })
-}
-
-/// `text` cut to at most `max` bytes on a character boundary (marked with `…`).
-fn cut(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max.saturating_sub(3);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
 }
 
 /// Appends a tool result to the running execution.

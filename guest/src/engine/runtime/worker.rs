@@ -786,18 +786,17 @@ impl Worker {
         wait
     }
 
-    fn write(&mut self, line: &str) -> Option<Input> {
-        match process::write_line(line) {
-            Ok(()) => None,
-            Err(_) => {
-                // Usually it exited: its closed output and exit code follow (and say how it
-                // ended); if they do not within the grace, it stopped reading.
-                if self.input_broken_at.is_none() {
-                    self.input_broken_at = Some(time::now());
-                }
-                None
-            }
+    /// Writes one line to the server; `false` when it no longer reads. Usually it exited: its
+    /// closed output and exit code follow (and say how it ended); if they do not within the
+    /// grace, it stopped reading ([`Worker::input_broken_for_good`]).
+    fn write(&mut self, line: &str) -> bool {
+        if process::write_line(line).is_ok() {
+            return true;
         }
+        if self.input_broken_at.is_none() {
+            self.input_broken_at = Some(time::now());
+        }
+        false
     }
 
     /// The server stopped reading its input [`EXIT_GRACE_MS`] ago and did not end.
@@ -813,7 +812,9 @@ impl Worker {
     fn perform(&mut self, action: Action) -> Result<Vec<Input>, Stop> {
         let mut more = Vec::new();
         match action {
-            Action::Send(message) => more.extend(self.write(&message.to_string())),
+            Action::Send(message) => {
+                self.write(&message.to_string());
+            }
             Action::StartProbeTimer => self.arm(PROBE_TIMEOUT_MS),
             Action::ArmTimer(ms) => self.arm(ms),
             Action::FinalMessage(message) => self.final_message = Some(message),
@@ -823,7 +824,7 @@ impl Worker {
                 requests,
                 request_state,
             } => more.extend(self.open_round(operation, round_index, requests, request_state)),
-            Action::Deliver(line) => more.extend(self.deliver(&line.to_string())?),
+            Action::Deliver(line) => self.deliver(&line.to_string())?,
             Action::ResolveRound => {
                 if let Some(slot) = self.take_slot() {
                     store_protocol::resolve(&slot.round_id, slot.lease)
@@ -948,13 +949,15 @@ impl Worker {
     }
 
     /// Delivers the open round's answer at most once; in mode `fail` writes the kit's `cancel`.
-    fn deliver(&mut self, line: &str) -> Result<Option<Input>, Stop> {
+    fn deliver(&mut self, line: &str) -> Result<(), Stop> {
         let Some(slot) = self.slot.clone() else {
-            return Ok(self.write(line));
+            self.write(line);
+            return Ok(());
         };
         if !slot.answered {
             // Mode `fail`: the kit's own `cancel`, not a stored answer.
-            return Ok(self.write(line));
+            self.write(line);
+            return Ok(());
         }
         let key = format!("delivery-{}", slot.round_id);
         let record = store_protocol::start_delivery(&slot.round_id, slot.lease.clone(), key)
@@ -972,12 +975,14 @@ impl Worker {
                 "the answer was already sent once",
             )));
         }
-        if let Some(lost) = self.write(line) {
-            return Ok(Some(lost));
+        if !self.write(line) {
+            // Not written: never marked delivered; the round fails when the server's end is
+            // reported.
+            return Ok(());
         }
         store_protocol::mark_delivered(&slot.round_id, slot.lease)
             .map_err(|e| lost_write("mark-delivered", &slot.round_id, &e))?;
-        Ok(None)
+        Ok(())
     }
 
     /// What changed: the probe timer, lease renewal, a cancel request, the open round's answer
