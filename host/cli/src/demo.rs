@@ -1,5 +1,6 @@
-//! `m3 demo`: the specification's example end to end on a fresh database, with the bundled
-//! shipping server (this binary, `m3 shipping-server`) and the scripted harness.
+//! `m3 demo`: the specification's example end to end, with the bundled example server (this
+//! binary, `m3 example-server`) and the scripted harness: on a fresh database removed
+//! afterwards, or on the `--db` given (created if missing, and kept).
 
 use crate::run::Output;
 use crate::{Cli, EraArg, json, print_json};
@@ -45,12 +46,19 @@ impl Drop for FreshDir {
 
 /// `m3 demo`.
 pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<ExitCode> {
-    let dir = FreshDir::new()?;
-    let db = dir.0.join("executions.sqlite");
+    // A database named on the command line (or by M3_DB) is used and kept, so that `m3 status`
+    // and `m3 events` can show the demo's execution afterwards.
+    let (_dir, db) = if cli.db_given {
+        (None, cli.db.clone())
+    } else {
+        let dir = FreshDir::new()?;
+        let db = dir.0.join("executions.sqlite");
+        (Some(dir), db)
+    };
     let program = std::env::current_exe()
         .map_err(|e| anyhow!("EngineError: this program cannot locate itself: {e}"))?;
     let mut server =
-        StdioServer::new("shipping", program.display().to_string()).args(["shipping-server"]);
+        StdioServer::new("shipping", program.display().to_string()).args(["example-server"]);
     server.era = match era {
         None => McpEra::Auto,
         Some(EraArg::Legacy) => McpEra::Legacy,
@@ -66,6 +74,7 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
             },
         ]);
     }
+    crate::engine_start::prepare(cli);
     let store = Arc::new(SqliteExecutionStore::open(&db)?);
     let kit = McpTestKit::new(store.clone(), BTreeMap::<String, String>::new())?;
     let agent = kit
@@ -80,7 +89,11 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
             output.progress.suspend(|| println!("{line}"));
         }
     };
-    say(format!("database: {} (fresh)", db.display()));
+    say(if cli.db_given {
+        format!("database: {} (kept)", db.display())
+    } else {
+        format!("database: {} (fresh, removed afterwards)", db.display())
+    });
     let handle = agent.submit(
         Submission::new(
             "Ask for the delivery address, then book the shipment.",

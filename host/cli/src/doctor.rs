@@ -91,6 +91,135 @@ fn loose_files(db: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
+/// How the compiled component was obtained, as one word.
+fn cache_name(outcome: &m3::health::CacheOutcome) -> &'static str {
+    match outcome {
+        m3::health::CacheOutcome::Hit(_) => "hit",
+        m3::health::CacheOutcome::Stored(_) => "stored",
+        m3::health::CacheOutcome::Bypassed(_) => "bypassed",
+        m3::health::CacheOutcome::Recompiled(_) => "recompiled",
+    }
+}
+
+/// The cached artifact's path, or why the cache was not used.
+fn cache_detail(outcome: &m3::health::CacheOutcome) -> String {
+    match outcome {
+        m3::health::CacheOutcome::Hit(path) | m3::health::CacheOutcome::Stored(path) => {
+            path.display().to_string()
+        }
+        m3::health::CacheOutcome::Bypassed(why) | m3::health::CacheOutcome::Recompiled(why) => {
+            why.clone()
+        }
+    }
+}
+
+/// `ok` or `PROBLEM` before a line of the report.
+fn mark(ok: bool) -> &'static str {
+    if ok { "ok     " } else { "PROBLEM" }
+}
+
+/// The report for a person: one line per check, problems marked.
+fn print_human(report: &Value) {
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "none".to_string(),
+        other => other.to_string(),
+    };
+    let db = &report["database"];
+    let path = text(&db["path"]);
+    if db["exists"] == false {
+        println!(
+            "{}  database {path}: none yet (`m3 run` or `m3 demo --db` creates it)",
+            mark(true)
+        );
+    } else if let Some(error) = db["error"].as_str() {
+        println!("{}  database {path}: {error}", mark(false));
+    } else {
+        let m3_database = db["m3_database"] == true;
+        println!(
+            "{}  database {path}: integrity {}, {}, schema version {} (this build reads up to {})",
+            mark(db["integrity"] == "ok" && m3_database),
+            text(&db["integrity"]),
+            if m3_database {
+                "an m3 database"
+            } else {
+                "not an m3 database"
+            },
+            text(&db["schema_version"]),
+            text(&db["supported_schema_version"]),
+        );
+        for record in db["unreadable_records"].as_array().into_iter().flatten() {
+            println!(
+                "{}  round {}: {}",
+                mark(false),
+                text(&record["round_id"]),
+                text(&record["error"])
+            );
+        }
+        for file in db["files_readable_by_others"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            println!(
+                "{}  {} can be read by other users (chmod 600 it)",
+                mark(false),
+                text(file)
+            );
+        }
+    }
+    let component = &report["component"];
+    if component["loaded"] == true {
+        println!(
+            "{}  component: loaded (cache {}: {})",
+            mark(true),
+            text(&component["cache"]),
+            text(&component["cache_detail"])
+        );
+    } else {
+        println!(
+            "{}  component: not loaded: {}",
+            mark(false),
+            text(&component["error"])
+        );
+    }
+    for (name, harness) in report["harnesses"].as_object().into_iter().flatten() {
+        let found = text(&harness["found"]);
+        let version = text(&harness["version"]);
+        let found_any = !harness["found"].is_null();
+        println!(
+            "{}  harness {name}: {}",
+            if found_any { "ok     " } else { "-      " },
+            if found_any {
+                format!("{found} ({version})")
+            } else {
+                "not found in PATH".to_string()
+            }
+        );
+        let credentials = &harness["credentials"];
+        if credentials.is_object() {
+            println!(
+                "         {name} home {}: {}; key variables set: {}",
+                text(&credentials["codex_home"]),
+                text(&credentials["sign_in"]),
+                credentials["api_key_variables"]
+                    .as_array()
+                    .filter(|a| !a.is_empty())
+                    .map(|a| a.iter().map(text).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_else(|| "none".to_string())
+            );
+        }
+    }
+    println!(
+        "{}",
+        if report["healthy"] == true {
+            "healthy"
+        } else {
+            "NOT healthy (`m3 doctor --json` for the details)"
+        }
+    );
+}
+
 /// `m3 doctor`.
 pub fn doctor(cli: &Cli) -> Result<ExitCode> {
     let mut healthy = true;
@@ -157,10 +286,12 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
         }),
     };
     let cache_dir = m3::health::component_cache_dir().map(|d| d.display().to_string());
+    crate::engine_start::prepare(cli);
     let component = match m3::health::load_engine() {
         Ok(runtime) => json!({
             "loaded": true,
-            "cache": format!("{runtime:?}"),
+            "cache": cache_name(&runtime),
+            "cache_detail": cache_detail(&runtime),
             "cache_dir": cache_dir,
             "wasm_sha256": m3::health::ENGINE_COMPONENT_SHA256,
             "error": null,
@@ -170,6 +301,7 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
             json!({
                 "loaded": false,
                 "cache": null,
+                "cache_detail": null,
                 "cache_dir": cache_dir,
                 "wasm_sha256": m3::health::ENGINE_COMPONENT_SHA256,
                 "error": e.to_string(),
@@ -204,10 +336,7 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
     if cli.json {
         print_json(&report, false);
     } else {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
+        print_human(&report);
     }
     Ok(if healthy {
         ExitCode::SUCCESS

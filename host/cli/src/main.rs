@@ -7,6 +7,9 @@
 mod component;
 mod demo;
 mod doctor;
+mod engine_start;
+mod error_report;
+mod examples;
 mod form;
 mod inspect;
 mod json;
@@ -16,13 +19,13 @@ mod respond;
 mod run;
 mod seconds;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Durable, sandboxed managed elicitation input for MCP agent tests.
 #[derive(Debug, Parser)]
-#[command(name = "m3", version, about, propagate_version = true)]
+#[command(name = "m3", version, about, propagate_version = true, after_help = examples::M3)]
 pub struct Cli {
     /// The SQLite database of executions and rounds.
     #[arg(
@@ -36,6 +39,9 @@ pub struct Cli {
     /// Machine-readable output: one JSON document, or JSON lines for streams.
     #[arg(long, global = true, overrides_with = "json")]
     pub json: bool,
+    /// Whether `--db` (or `M3_DB`) was given rather than defaulted.
+    #[arg(skip)]
+    pub db_given: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -53,6 +59,7 @@ pub enum EraArg {
 enum Command {
     /// The specification's example end to end: the bundled shipping server asks for a delivery
     /// address, you answer, the shipment is booked (on a fresh database).
+    #[command(after_help = examples::DEMO)]
     Demo {
         /// The MCP era of the bundled server (default: probe).
         #[arg(long, value_enum)]
@@ -62,8 +69,10 @@ enum Command {
         answer: Option<String>,
     },
     /// Submit an execution and run its worker until it ends.
+    #[command(after_help = examples::RUN)]
     Run(Box<run::RunArgs>),
     /// Pending rounds.
+    #[command(after_help = examples::PENDING)]
     Pending {
         /// Only this execution's.
         #[arg(long, value_name = "ID")]
@@ -73,8 +82,10 @@ enum Command {
         wait: Option<f64>,
     },
     /// Answer a pending round (a worker in any process delivers it).
+    #[command(after_help = examples::RESPOND)]
     Respond(respond::RespondArgs),
     /// Rounds, oldest first.
+    #[command(after_help = examples::ROUNDS)]
     Rounds {
         /// Only rounds with this status (`pending`, `response_validated`, ..., `failed`).
         #[arg(long)]
@@ -84,6 +95,7 @@ enum Command {
         execution: Option<String>,
     },
     /// One round with its stored answers (an operator's explicit read).
+    #[command(after_help = examples::SHOW)]
     Show {
         /// The round.
         round_id: String,
@@ -92,24 +104,29 @@ enum Command {
         redacted: bool,
     },
     /// Executions, oldest first.
+    #[command(after_help = examples::EXECUTIONS)]
     Executions,
     /// One execution: lifecycle, outcome, rounds and its harness's events.
+    #[command(after_help = examples::STATUS)]
     Status {
         /// The execution.
         execution_id: String,
     },
     /// What an execution's harness did or reported (MCP server start-up, approvals, commands,
     /// model errors), and its stderr tail once it failed.
+    #[command(after_help = examples::EVENTS)]
     Events {
         /// The execution.
         execution_id: String,
     },
     /// Cancel an execution (its worker ends the open round with `cancelled`).
+    #[command(after_help = examples::CANCEL)]
     Cancel {
         /// The execution.
         execution_id: String,
     },
     /// Validate answers against a pending round in the sandbox, with no database.
+    #[command(after_help = examples::VALIDATE)]
     Validate {
         /// A pending round: `pending --json`'s output when it lists exactly one round (a
         /// one-element array), or one element of that array (`-`: stdin).
@@ -120,11 +137,13 @@ enum Command {
         responses: PathBuf,
     },
     /// Check a `requestedSchema` against the MCP form subset, with no database.
+    #[command(after_help = examples::CHECK_SCHEMA)]
     CheckSchema {
         /// The bare schema (`-`: stdin).
         file: PathBuf,
     },
     /// Write a component this build embeds to FILE, for another component host (EMBEDDING.md).
+    #[command(after_help = examples::COMPONENT)]
     Component {
         /// Which one.
         #[arg(long, value_enum, default_value = "policy-only")]
@@ -133,46 +152,101 @@ enum Command {
         file: PathBuf,
     },
     /// Database integrity, schema version, component cache and harness binaries.
+    #[command(after_help = examples::DOCTOR)]
     Doctor,
     /// Fail with `recovery_unavailable` the unresolved rounds whose worker is gone.
+    #[command(after_help = examples::RECOVER)]
     Recover,
-    /// Run the bundled shipping MCP server on stdio (the demo's and tests' server).
-    #[command(hide = true)]
-    ShippingServer {
-        /// The server's own arguments (`--era`, ...).
+    /// Run the bundled example MCP server (shipping) on stdio: the demo's and the walkthrough's
+    /// server. Start it through `m3 run --server-command m3 --server-arg example-server`.
+    #[command(alias = "shipping-server", after_help = examples::EXAMPLE_SERVER)]
+    ExampleServer {
+        /// The server's own arguments (`--era legacy|modern`, `--help` for all).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Print a shell completion script for `m3` (bash, zsh, fish, elvish or powershell).
+    #[command(after_help = examples::COMPLETIONS)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The command line, parsed; `db_given` says whether `--db` came from the user.
+fn parse() -> Result<Cli, clap::Error> {
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    cli.db_given = matches
+        .value_source("db")
+        .is_some_and(|source| source != clap::parser::ValueSource::DefaultValue);
+    Ok(cli)
+}
+
+/// Set by the panic hook when stdout's reader went away (`m3 ... | head -1`).
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The exit status of a command whose output pipe was closed: the shells' 128 + SIGPIPE.
+const CLOSED_PIPE_EXIT: u8 = 141;
+
+/// Whether a panic is the standard library's "failed printing to stdout" for a closed pipe.
+fn is_closed_stdout(info: &std::panic::PanicHookInfo<'_>) -> bool {
+    let payload = info
+        .payload()
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| info.payload().downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    payload.starts_with("failed printing to stdout") && payload.contains("Broken pipe")
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
             // The argument parser's own complaints are typed like every other error.
             let text = e.render().to_string();
-            let text = text.strip_prefix("error: ").unwrap_or(&text);
-            eprint!("ManagedInputValidationError: invalid command line: {text}");
+            let text = text.strip_prefix("error: ").unwrap_or(&text).trim_end();
+            let reported = error_report::Reported {
+                type_name: "ManagedInputValidationError",
+                code: Some("invalid_command_line".into()),
+                message: format!("invalid command line: {text}"),
+            };
+            error_report::print(&reported, &[], error_report::json_requested());
             return ExitCode::from(2);
         }
     };
     // A panic is a bug of m3, never the caller's fault: it ends as a typed error line like any
-    // other failure (no backtrace, and no panic payload, which could quote input).
-    std::panic::set_hook(Box::new(|info| {
+    // other failure (no backtrace, and no panic payload, which could quote input). A closed
+    // stdout is no bug: the command unwinds (its executions cancelled, servers reaped) quietly.
+    let json = cli.json;
+    std::panic::set_hook(Box::new(move |info| {
+        if is_closed_stdout(info) {
+            STDOUT_CLOSED.store(true, std::sync::atomic::Ordering::SeqCst);
+            return;
+        }
         let at = info
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln!(
-            "EngineError: m3 failed unexpectedly{at}; nothing more was done (please report it)"
-        );
+        let reported = error_report::Reported {
+            type_name: "EngineError",
+            code: None,
+            message: format!(
+                "m3 failed unexpectedly{at}; nothing more was done (please report it)"
+            ),
+        };
+        error_report::print(&reported, &[], json);
     }));
     let outcome = std::panic::catch_unwind(|| dispatch(&cli));
+    if STDOUT_CLOSED.load(std::sync::atomic::Ordering::SeqCst) {
+        return ExitCode::from(CLOSED_PIPE_EXIT);
+    }
     let Ok(outcome) = outcome else {
         return ExitCode::FAILURE;
     };
-    let code = report(outcome);
+    let code = report(outcome, cli.json);
     // Said last, so that an error's first stderr line stays the typed error.
     if let Some(notice) = m3::health::engine_if_loaded().and_then(|cache| cache.notice()) {
         eprintln!("notice: {notice}");
@@ -181,19 +255,13 @@ fn main() -> ExitCode {
 }
 
 /// Prints an error as the command's contract says; the exit code.
-fn report(outcome: anyhow::Result<ExitCode>) -> ExitCode {
+fn report(outcome: anyhow::Result<ExitCode>, json: bool) -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            // The first line is the typed error's own text ("ManagedInputStateError: ...").
-            let first = error.to_string();
-            eprintln!("{first}");
-            for cause in error.chain().skip(1) {
-                let cause = cause.to_string();
-                if !first.contains(&cause) {
-                    eprintln!("  caused by: {cause}");
-                }
-            }
+            let reported = error_report::classify(&error);
+            let causes: Vec<String> = error.chain().skip(1).map(ToString::to_string).collect();
+            error_report::print(&reported, &causes, json);
             ExitCode::FAILURE
         }
     }
@@ -218,17 +286,38 @@ fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Component { world, file } => component::write(cli, *world, file),
         Command::Doctor => doctor::doctor(cli),
         Command::Recover => inspect::recover(cli),
-        Command::ShippingServer { args } => {
-            let argv = std::iter::once("shipping-server".to_string()).chain(args.iter().cloned());
+        Command::ExampleServer { args } => {
+            let argv = std::iter::once("example-server".to_string()).chain(args.iter().cloned());
             m3_shipping_server::run_from(argv)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            // Into memory first: a closed pipe then ends the command quietly, like every print.
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "m3", &mut script);
+            print!("{}", String::from_utf8_lossy(&script));
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-/// The executions on `--db`.
+/// Whether `--db` names an existing file (or link: opening refuses links with its own error).
+pub fn database_exists(cli: &Cli) -> bool {
+    std::fs::symlink_metadata(&cli.db).is_ok()
+}
+
+/// The executions on `--db`, which must exist: the commands that read or answer never create a
+/// database (a typo in `--db` would otherwise show an empty one).
 pub fn executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::Executions>> {
     use m3::ExecutionStore;
+    if !database_exists(cli) {
+        anyhow::bail!(
+            "StorageError: there is no database at {}; nothing was created (`m3 run` and \
+             `m3 demo --db` create one; check --db or M3_DB) (database_missing)",
+            cli.db.display()
+        );
+    }
+    engine_start::prepare(cli);
     let store = m3::SqliteExecutionStore::open(&cli.db)?;
     Ok(store.executions()?)
 }
@@ -319,4 +408,78 @@ pub fn print_json(value: &serde_json::Value, line: bool) {
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
     };
     println!("{text}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A help example's words, with single quotes grouping (as a shell would for these lines).
+    fn words(line: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let (mut word, mut quoted, mut any) = (String::new(), false, false);
+        for c in line.chars() {
+            match c {
+                '\'' => {
+                    quoted = !quoted;
+                    any = true;
+                }
+                ' ' if !quoted => {
+                    if any {
+                        words.push(std::mem::take(&mut word));
+                    }
+                    any = false;
+                }
+                c => {
+                    word.push(c);
+                    any = true;
+                }
+            }
+        }
+        if any {
+            words.push(word);
+        }
+        words
+    }
+
+    /// Every `  m3 ...` line of every `--help` parses with the flags as they are now (lines with
+    /// a shell redirection are cut before it).
+    #[test]
+    fn every_help_example_parses() {
+        let mut command = Cli::command();
+        command.build();
+        let mut helps = vec![command.get_after_help().map(ToString::to_string)];
+        helps.extend(
+            command
+                .get_subcommands()
+                .map(|s| s.get_after_help().map(ToString::to_string)),
+        );
+        let mut parsed = 0;
+        for help in helps.into_iter().flatten() {
+            for line in help.lines().filter_map(|l| l.strip_prefix("  ")) {
+                if !line.starts_with("m3 ") {
+                    continue;
+                }
+                let line = line.split(" > ").next().unwrap_or(line);
+                let argv = words(line);
+                if let Err(e) = Cli::try_parse_from(&argv) {
+                    panic!("the help example `{line}` does not parse: {e}");
+                }
+                parsed += 1;
+            }
+        }
+        let subcommands = Cli::command().get_subcommands().count();
+        assert!(
+            parsed > subcommands,
+            "only {parsed} examples for {subcommands} subcommands"
+        );
+        for sub in Cli::command().get_subcommands() {
+            assert!(
+                sub.get_after_help()
+                    .is_some_and(|h| h.to_string().contains("  m3 ")),
+                "`m3 {}` has no example",
+                sub.get_name()
+            );
+        }
+    }
 }

@@ -63,21 +63,38 @@ pub fn pending(cli: &Cli, execution: Option<&str>, wait: Option<f64>) -> Result<
         }
         None => None,
     };
+    // Waiting, on a terminal, shows a spinner; the database may not exist yet when the wait
+    // starts (the worker's `m3 run` creates it), so the wait covers its creation too.
+    let mut spinner: Option<indicatif::ProgressBar> = None;
     let rounds = loop {
-        let rounds = list(cli, execution)?;
+        let waiting = until.is_some_and(|until| Instant::now() < until);
+        let rounds = if waiting && !crate::database_exists(cli) {
+            Vec::new()
+        } else {
+            list(cli, execution)?
+        };
         match until {
             Some(until) if rounds.is_empty() => {
                 if Instant::now() >= until {
+                    if let Some(spinner) = spinner.take() {
+                        spinner.finish_and_clear();
+                    }
                     bail!(
                         "OperationTimeout: no pending round appeared within {} s",
                         wait.unwrap_or_default()
                     );
+                }
+                if spinner.is_none() {
+                    spinner = crate::engine_start::spinner(cli, "waiting for a pending round");
                 }
                 std::thread::sleep(POLL);
             }
             _ => break rounds,
         }
     };
+    if let Some(spinner) = spinner {
+        spinner.finish_and_clear();
+    }
     if cli.json {
         print_json(
             &serde_json::Value::Array(rounds.iter().map(json::pending_round).collect()),

@@ -21,6 +21,7 @@ pub fn validate(cli: &Cli, round: &Path, responses: &Path) -> Result<ExitCode> {
             ))
         })?;
     let responses = read_input(responses).map_err(crate::invalid_input)?;
+    crate::engine_start::prepare(cli);
     let policy = Policy::new()?;
     let canonical = policy.validate_responses_json(&round, &responses)?;
     if cli.json {
@@ -52,6 +53,7 @@ fn one_round(v: &serde_json::Value) -> Result<&serde_json::Value> {
 /// `m3 check-schema FILE`.
 pub fn check_schema(cli: &Cli, file: &Path) -> Result<ExitCode> {
     let text = read_input(file).map_err(crate::invalid_input)?;
+    crate::engine_start::prepare(cli);
     Policy::new()?.check_requested_schema_json(text)?;
     if cli.json {
         print_json(&serde_json::json!({"valid": true}), false);

@@ -295,6 +295,7 @@ impl Output {
 
 /// `m3 run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
+    crate::engine_start::prepare(cli);
     let policy = Policy::new()?;
     let human_input = policy.parse_human_input(&args.human_input)??;
     let spec = match (&args.agent, args.harness.as_str()) {
@@ -354,7 +355,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
     // Several executions are never answered on the terminal: their rounds are printed.
     let several = agents.len() > 1;
     let mut output = Output::new(cli, args.no_prompt || several);
-    output.executions = crate::executions(cli).ok();
+    output.executions = store.executions().ok();
     let mut handles = Vec::new();
     for agent in &agents {
         match agent.submit(submission.clone()) {

@@ -495,6 +495,7 @@ fn respond_repeats_are_idempotent_and_conflicts_are_typed() {
 #[test]
 fn pending_wait_times_out_without_rounds() {
     let sb = Sandbox::new();
+    sb.create_database();
     assert_eq!(sb.m3(&["pending", "--json"]).json(), json!([]));
     let started = Instant::now();
     let out = sb.m3(&["pending", "--wait", "1", "--json"]);
@@ -815,8 +816,8 @@ fn human_input_and_harness_errors_are_model_validation_errors() {
             assert!(first.contains(word), "--harness {harness}: {first}");
         }
     }
-    // Nothing was submitted.
-    assert_eq!(sb.m3(&["executions", "--json"]).json(), json!([]));
+    // Nothing was submitted (the database was not even created).
+    assert!(!sb.db.exists(), "a refused submission created the database");
 
     // `fail` is a known value: the elicitation fails the execution.
     let mut cmd = sb.command(&[]);
@@ -986,7 +987,7 @@ fn recover_fails_only_rounds_whose_worker_is_gone() {
 #[test]
 fn doctor_reports_database_schema_and_component() {
     let sb = Sandbox::new();
-    sb.m3(&["executions"]).ok(); // creates the database
+    sb.create_database();
     let report = sb.m3(&["doctor", "--json"]).json();
     assert_eq!(report["healthy"], true, "{report}");
     let database = &report["database"];
@@ -1019,7 +1020,7 @@ fn doctor_reports_database_schema_and_component() {
 fn doctor_json_has_the_same_keys_with_or_without_a_database() {
     let sb = Sandbox::new();
     let before = sb.m3(&["doctor", "--json"]).json();
-    sb.m3(&["executions"]).ok();
+    sb.create_database();
     let after = sb.m3(&["doctor", "--json"]).json();
     let keys = |v: &Value| -> Vec<String> {
         v.as_object()
@@ -1215,10 +1216,8 @@ fn every_error_starts_with_a_typed_error_name() {
         let out = finish(cmd, None, COMMAND_TIMEOUT);
         assert!(!out.status.success(), "{what} should fail");
         let first = out.first_stderr_line();
-        if !TYPED_ERRORS
-            .iter()
-            .any(|name| first.starts_with(&format!("{name}: ")))
-        {
+        let typed = out.typed_first_line();
+        if !typed {
             untyped.push(format!("{what}: {first:?}"));
         }
     }

@@ -250,6 +250,12 @@ impl Output {
         self.stderr.lines().next().unwrap_or_default()
     }
 
+    /// Whether the first stderr line names a typed error: `Type: message`, or with `--json` the
+    /// object `{"error": {"type": "Type", ...}}`.
+    pub fn typed_first_line(&self) -> bool {
+        typed_line(self.first_stderr_line())
+    }
+
     /// Asserts a non-zero exit whose first stderr line starts with `name: `; returns that line.
     pub fn fails_with(&self, name: &str) -> &str {
         assert!(
@@ -259,6 +265,15 @@ impl Output {
             self.stdout
         );
         let first = self.first_stderr_line();
+        // With `--json`, the error is one JSON object: `{"error": {"type", "code", "message"}}`.
+        if let Ok(v) = serde_json::from_str::<Value>(first) {
+            assert_eq!(
+                v["error"]["type"], name,
+                "{}: the JSON error should have type `{name}`, got:\n{}",
+                self.what, self.stderr
+            );
+            return first;
+        }
         assert!(
             first.starts_with(&format!("{name}: ")),
             "{}: the first stderr line should start with `{name}: `, got:\n{}",
@@ -267,6 +282,18 @@ impl Output {
         );
         first
     }
+}
+
+/// Whether `line` names a typed error: `Type: message`, or `{"error": {"type": "Type", ...}}`.
+pub fn typed_line(line: &str) -> bool {
+    if let Ok(v) = serde_json::from_str::<Value>(line) {
+        return v["error"]["type"]
+            .as_str()
+            .is_some_and(|name| TYPED_ERRORS.contains(&name));
+    }
+    TYPED_ERRORS
+        .iter()
+        .any(|name| line.starts_with(&format!("{name}: ")))
 }
 
 /// Runs `cmd` to its end (at most `timeout`), feeding it `stdin`.
@@ -390,6 +417,18 @@ impl Sandbox {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let db = dir.path().join("x.sqlite");
         Self { dir, db }
+    }
+
+    /// Creates the sandbox's database, empty, as `m3 run` would (the commands that only read
+    /// refuse a database that does not exist).
+    pub fn create_database(&self) {
+        use m3::ExecutionStore;
+        let store = m3::SqliteExecutionStore::open(&self.db).expect("opening the database");
+        store
+            .managed_input_store()
+            .expect("creating the database")
+            .expect("a persistent store");
+        store.close();
     }
 
     /// `m3` in the sandbox directory, with no `--db` and no `M3_DB`.
