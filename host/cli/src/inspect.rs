@@ -184,15 +184,24 @@ pub fn status(cli: &Cli, execution_id: &str, watch: bool) -> Result<ExitCode> {
     let executions = crate::recovered_executions(cli)?;
     let execution_id = &crate::ids::execution(&executions, execution_id)?;
     if !watch {
-        println!("{}", status_text(cli, execution_id, false)?.text);
+        println!(
+            "{}",
+            status_text(cli, &executions, execution_id, false)?.text
+        );
         return Ok(ExitCode::SUCCESS);
     }
-    crate::watch::watch(cli, &executions, || status_text(cli, execution_id, true))
+    crate::watch::watch(cli, &executions, || {
+        status_text(cli, &executions, execution_id, true)
+    })
 }
 
 /// What `m3 status` prints, and the data it shows (for `--watch`).
-fn status_text(cli: &Cli, execution_id: &str, line: bool) -> Result<crate::watch::Snapshot> {
-    let executions = crate::recovered_executions(cli)?;
+fn status_text(
+    cli: &Cli,
+    executions: &m3::Executions,
+    execution_id: &str,
+    line: bool,
+) -> Result<crate::watch::Snapshot> {
     let state = executions.snapshot(execution_id)?;
     let diagnostics = executions.diagnostics(execution_id)?;
     let records = list_rounds(cli, None, Some(execution_id))?;
