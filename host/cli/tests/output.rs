@@ -403,9 +403,10 @@ fn visible(text: &str) -> String {
     out
 }
 
-/// `pending`, `rounds` and `status` on an 80-column terminal: every line fits in 80 columns,
-/// ids are short, times relative, statuses coloured; `NO_COLOR=1` leaves every escape out;
-/// `--wide` shows whole ids and RFC 3339 times.
+/// `pending`, `rounds` and `status` on an 80-column terminal (`COLUMNS=80`): every line fits in
+/// 80 columns, ids are short, times relative, statuses coloured; `NO_COLOR=1` leaves every
+/// escape out; without `COLUMNS` a 60-column pty's own width counts; `--wide` shows whole ids
+/// and RFC 3339 times.
 #[test]
 fn tables_fit_an_80_column_terminal_in_colour_unless_no_color() {
     let sb = Sandbox::new();
@@ -455,6 +456,32 @@ fn tables_fit_an_80_column_terminal_in_colour_unless_no_color() {
         pending.contains("in 23 h") || pending.contains("in 24 h"),
         "{pending}"
     );
+    // Without COLUMNS the terminal's own width counts: the pty is set to 60 columns by `stty`
+    // in the same process, just before it becomes m3.
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg("stty cols 60 rows 24 && exec \"$0\" --db \"$1\" pending")
+        .arg(M3)
+        .arg(&sb.db)
+        .env_remove("M3_DB")
+        .env_remove("COLUMNS")
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm");
+    let options = Options::new()
+        .timeout_ms(Some(60_000))
+        .strip_ansi_escape_codes(true);
+    let mut session = spawn_with_options(command, options).expect("m3 on a pty");
+    let narrow = session.exp_eof().expect("m3 ends");
+    let bytes: Vec<u8> = narrow.chars().map(|c| c as u32 as u8).collect();
+    let narrow = String::from_utf8_lossy(&bytes).replace('\r', "");
+    assert!(narrow.contains("exec-"), "{narrow}");
+    for line in narrow.lines() {
+        assert!(
+            line.chars().count() <= 60,
+            "wider than the terminal:\n{narrow}"
+        );
+    }
     let wide = visible(&on_terminal(
         &sb,
         &["pending", "--wide"],
