@@ -104,4 +104,5 @@ pub use kit::{
     ModelProvider, PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
 };
 pub use sqlite::database::Synchronous;
+pub use sqlite::id_prefix::IdMatches;
 pub use worker::{Executions, RecoveryReport};

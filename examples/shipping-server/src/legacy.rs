@@ -156,12 +156,27 @@ impl Legacy {
             return vec![rpc::result(id, result)];
         }
         let call = PendingCall {
-            call_id: id,
+            call_id: id.clone(),
             operation: None,
             round: 1,
             answers: Vec::new(),
         };
-        vec![self.ask(call)]
+        let ask = self.ask(call);
+        if !self.knobs.withdraw {
+            return vec![ask];
+        }
+        // `--withdraw`: give up on the question at once, as a client-side timeout would.
+        let request_id = ask["id"].clone();
+        if let Some(asked) = request_id.as_u64() {
+            self.pending.remove(&asked);
+        }
+        let withdrawn = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": request_id, "reason": "the server stopped waiting (--withdraw)"}
+        });
+        let result = shipping::tool_error("Shipment not booked: no answer");
+        vec![ask, withdrawn, rpc::result(id, result)]
     }
 
     /// `prompts/get` or `resources/read`: asks for the address, answers when it comes.

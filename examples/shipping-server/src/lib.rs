@@ -80,6 +80,12 @@ struct Args {
     #[arg(long)]
     rich_form: bool,
 
+    /// Legacy era: right after asking for the address, stop waiting for it: send
+    /// `notifications/cancelled` for the `elicitation/create` and end the call unbooked (a test
+    /// knob: a server that withdraws its request, as an SDK's request timeout does).
+    #[arg(long)]
+    withdraw: bool,
+
     /// Append every line received on stdin to this file, as received (a test knob: tests read
     /// what the server was sent, e.g. a `cancel` answer or `notifications/cancelled`).
     #[arg(long, value_name = "PATH")]
@@ -142,6 +148,7 @@ impl Server {
             two_keys: args.two_keys,
             report_env: args.report_env,
             rich_form: args.rich_form,
+            withdraw: args.withdraw,
         };
         let mut server = Self {
             knobs,

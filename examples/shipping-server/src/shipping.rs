@@ -36,6 +36,8 @@ pub struct Knobs {
     pub report_env: bool,
     /// Ask for the address with the rich form: also `quantity`, `speed` and `gift`.
     pub rich_form: bool,
+    /// Legacy: withdraw the first elicitation right after sending it.
+    pub withdraw: bool,
 }
 
 impl Default for Knobs {
@@ -47,6 +49,7 @@ impl Default for Knobs {
             two_keys: false,
             report_env: false,
             rich_form: false,
+            withdraw: false,
         }
     }
 }

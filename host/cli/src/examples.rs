@@ -7,7 +7,7 @@ Examples:
   m3 demo
   m3 run --human-input managed --server-name shipping --server-command m3 --server-arg example-server --tool shipping:book_shipment 'Book one book'
   m3 pending
-  m3 status 9c1e
+  m3 status 9c1e --watch
 
 Ids may be shortened to any unique prefix. `--db` (or M3_DB) names the database; `--json` makes every
 output, errors included, JSON.";
@@ -32,7 +32,8 @@ Ctrl-C cancels the execution (its open round fails `cancelled`); a second Ctrl-C
 pub const PENDING: &str = "\
 Examples:
   m3 pending
-  m3 pending --wait 60 --json";
+  m3 pending --wait 60 --json
+  m3 pending --watch";
 
 /// `m3 respond --help`.
 pub const RESPOND: &str = "\
@@ -45,7 +46,7 @@ Examples:
 pub const ROUNDS: &str = "\
 Examples:
   m3 rounds
-  m3 rounds --status failed
+  m3 rounds --status failed --wide
   m3 rounds --execution 9c1e --json";
 
 /// `m3 show --help`.
@@ -64,6 +65,7 @@ Examples:
 pub const STATUS: &str = "\
 Examples:
   m3 status 9c1e
+  m3 status 9c1e --watch
   m3 status 9c1e --json";
 
 /// `m3 events --help`.

@@ -1,10 +1,15 @@
-//! Reading and steering what is stored: `rounds`, `show`, `executions`, `status`, `cancel`,
-//! `recover`.
+//! Reading and steering what is stored: `rounds`, `show`, `executions`, `status`, `events`,
+//! `cancel`, `recover`. Round and execution ids may be given by a unique prefix (`ids.rs`).
 
+use crate::human::Look;
+use crate::ids::ShortIds;
 use crate::{Cli, json, print_json};
 use anyhow::{Result, bail};
-use comfy_table::Table;
-use m3::{ExecutionState, ManagedInputRecord, ManagedInputStatus, ManagedInputStore, RoundFilter};
+use comfy_table::{Cell, Table};
+use m3::{
+    ExecutionState, ExecutionStatus, ManagedInputRecord, ManagedInputStatus, ManagedInputStore,
+    RoundFilter,
+};
 use serde_json::Value;
 use std::process::ExitCode;
 
@@ -18,9 +23,12 @@ fn status_from(text: &str) -> Result<ManagedInputStatus> {
     }
 }
 
-fn rounds_table(records: &[ManagedInputRecord]) -> Table {
-    let mut table = Table::new();
-    table.set_header([
+fn rounds_table(records: &[ManagedInputRecord], look: &Look) -> Table {
+    let ids = ShortIds::new(
+        records.iter().map(|r| r.pending.execution_id.as_str()),
+        look.wide,
+    );
+    let mut table = look.table(&[
         "round",
         "execution",
         "operation",
@@ -30,23 +38,27 @@ fn rounds_table(records: &[ManagedInputRecord]) -> Table {
         "updated",
     ]);
     for r in records {
-        table.add_row([
-            r.pending.round_id.clone(),
-            r.pending.execution_id.clone(),
-            format!("{}:{}", r.pending.server, r.pending.operation_name),
-            format!("{}/{}", r.round_index, r.round_limit),
-            r.status.to_string(),
-            r.failure
-                .as_ref()
-                .and_then(|f| serde_json::to_value(f.code).ok())
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
-            json::time(r.timestamps.updated_at)
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        ]);
+        let status = r.status.to_string();
+        look.add_row(
+            &mut table,
+            vec![
+                Cell::new(ids.round(&r.pending.round_id, &r.pending.execution_id)),
+                Cell::new(ids.execution(&r.pending.execution_id)),
+                Cell::new(format!("{}:{}", r.pending.server, r.pending.operation_name)),
+                Cell::new(format!("{}/{}", r.round_index, r.round_limit)),
+                look.word(&status),
+                look.cell_like(
+                    r.failure
+                        .as_ref()
+                        .map(|f| f.code.as_str().to_string())
+                        .unwrap_or_default(),
+                    "failed",
+                ),
+                Cell::new(look.time(r.timestamps.updated_at)),
+            ],
+        );
     }
+    look.keep_whole(&mut table, &[0, 1]);
     table
 }
 
@@ -65,8 +77,9 @@ fn list_rounds(
 
 /// `m3 rounds`.
 pub fn rounds(cli: &Cli, status: Option<&str>, execution: Option<&str>) -> Result<ExitCode> {
-    crate::recovered_executions(cli)?;
-    let records = list_rounds(cli, status, execution)?;
+    let executions = crate::recovered_executions(cli)?;
+    let execution = crate::ids::execution_filter(&executions, execution)?;
+    let records = list_rounds(cli, status, execution.as_deref())?;
     if cli.json {
         let redacted: Vec<Value> = records
             .iter()
@@ -76,7 +89,7 @@ pub fn rounds(cli: &Cli, status: Option<&str>, execution: Option<&str>) -> Resul
     } else if records.is_empty() {
         println!("no rounds");
     } else {
-        println!("{}", rounds_table(&records));
+        println!("{}", rounds_table(&records, &Look::new(cli)));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -93,6 +106,7 @@ fn redacted_record(cli: &Cli, record: &ManagedInputRecord) -> Result<Value> {
 /// `m3 show`.
 pub fn show(cli: &Cli, round_id: &str, redacted: bool) -> Result<ExitCode> {
     let executions = crate::executions(cli)?;
+    let round_id = &crate::ids::round(&executions, round_id)?;
     let store = executions.store();
     // The component's typed error (`round_not_found`) for a round that does not exist.
     let projection = store.redacted_responses(round_id)?.unwrap_or_default();
@@ -115,30 +129,36 @@ pub fn show(cli: &Cli, round_id: &str, redacted: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn executions_table(states: &[ExecutionState]) -> Table {
-    let mut table = Table::new();
-    table.set_header(["execution", "lifecycle", "outcome", "failure", "created"]);
+fn executions_table(states: &[ExecutionState], look: &Look) -> Table {
+    let ids = ShortIds::new(states.iter().map(|s| s.execution_id.as_str()), look.wide);
+    let mut table = look.table(&["execution", "lifecycle", "outcome", "failure", "created"]);
     for s in states {
         let failure = s.outcome.as_ref().and_then(|o| o.failure.as_ref());
-        table.add_row([
-            s.execution_id.clone(),
-            s.lifecycle.as_str().to_string(),
-            s.outcome
-                .as_ref()
-                .map(|o| o.kind.as_str().to_string())
-                .unwrap_or_default(),
-            failure
-                .map(|f| match f.code {
-                    Some(code) => format!("{} ({code:?})", f.kind.as_str()),
-                    None => f.kind.as_str().to_string(),
-                })
-                .unwrap_or_default(),
-            json::time(s.created_at)
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        ]);
+        let outcome = s
+            .outcome
+            .as_ref()
+            .map(|o| o.kind.as_str().to_string())
+            .unwrap_or_default();
+        look.add_row(
+            &mut table,
+            vec![
+                Cell::new(ids.execution(&s.execution_id)),
+                look.word(s.lifecycle.as_str()),
+                look.word(&outcome),
+                look.cell_like(
+                    failure
+                        .map(|f| match f.code {
+                            Some(code) => format!("{} ({code})", f.kind.as_str()),
+                            None => f.kind.as_str().to_string(),
+                        })
+                        .unwrap_or_default(),
+                    "failed",
+                ),
+                Cell::new(look.time(s.created_at)),
+            ],
+        );
     }
+    look.keep_whole(&mut table, &[0, 1]);
     table
 }
 
@@ -153,87 +173,138 @@ pub fn executions(cli: &Cli) -> Result<ExitCode> {
     } else if states.is_empty() {
         println!("no executions");
     } else {
-        println!("{}", executions_table(&states));
+        println!("{}", executions_table(&states, &Look::new(cli)));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `m3 status`.
-pub fn status(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
+/// `m3 status`: the execution, its rounds and its harness's events; with `watch`, again at
+/// every change until it finishes (or Ctrl-C).
+pub fn status(cli: &Cli, execution_id: &str, watch: bool) -> Result<ExitCode> {
     let executions = crate::recovered_executions(cli)?;
+    let execution_id = &crate::ids::execution(&executions, execution_id)?;
+    if !watch {
+        println!(
+            "{}",
+            status_text(cli, &executions, execution_id, false)?.text
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    crate::watch::watch(cli, &executions, || {
+        status_text(cli, &executions, execution_id, true)
+    })
+}
+
+/// What `m3 status` prints, and the data it shows (for `--watch`).
+fn status_text(
+    cli: &Cli,
+    executions: &m3::Executions,
+    execution_id: &str,
+    line: bool,
+) -> Result<crate::watch::Snapshot> {
     let state = executions.snapshot(execution_id)?;
     let diagnostics = executions.diagnostics(execution_id)?;
     let records = list_rounds(cli, None, Some(execution_id))?;
-    if cli.json {
-        let mut value = json::execution(&state);
-        value["events"] = serde_json::to_value(&diagnostics.events)?;
-        value["events_dropped"] = diagnostics.events_dropped.into();
-        value["stderr_tail"] = serde_json::json!(diagnostics.stderr_tail);
-        let rounds: Vec<Value> = records
+    let mut value = json::execution(&state);
+    value["events"] = serde_json::to_value(&diagnostics.events)?;
+    value["events_dropped"] = diagnostics.events_dropped.into();
+    value["stderr_tail"] = serde_json::json!(diagnostics.stderr_tail);
+    let rounds: Vec<Value> = records
+        .iter()
+        .map(|r| redacted_record(cli, r))
+        .collect::<Result<_>>()?;
+    value["rounds"] = Value::Array(rounds);
+    value["final_message"] =
+        serde_json::json!(state.outcome.as_ref().and_then(|o| o.final_message.clone()));
+    value["tool_calls"] = Value::Array(
+        state
+            .outcome
             .iter()
-            .map(|r| redacted_record(cli, r))
-            .collect::<Result<_>>()?;
-        value["rounds"] = Value::Array(rounds);
-        value["final_message"] =
-            serde_json::json!(state.outcome.as_ref().and_then(|o| o.final_message.clone()));
-        value["tool_calls"] = Value::Array(
-            state
-                .outcome
-                .iter()
-                .flat_map(|o| o.tool_results.iter())
-                .map(json::tool_call)
-                .collect(),
-        );
-        print_json(&value, false);
+            .flat_map(|o| o.tool_results.iter())
+            .map(json::tool_call)
+            .collect(),
+    );
+    let text = if cli.json {
+        crate::json_text(&value, line)
     } else {
-        println!("{}", executions_table(std::slice::from_ref(&state)));
+        let look = Look::new(cli);
+        let mut text = executions_table(std::slice::from_ref(&state), &look).to_string();
         if let Some(failure) = state.outcome.as_ref().and_then(|o| o.failure.as_ref()) {
-            println!("failure: {}", failure.message);
+            text.push_str(&format!("\nfailure: {}", failure.message));
         }
         if !records.is_empty() {
-            println!("{}", rounds_table(&records));
+            text.push_str(&format!("\n{}", rounds_table(&records, &look)));
         }
-        print_events(&diagnostics);
-    }
-    Ok(ExitCode::SUCCESS)
+        text.push_str(&events_text(&diagnostics, &look));
+        text
+    };
+    Ok(crate::watch::Snapshot {
+        key: value.to_string(),
+        text,
+        done: state.lifecycle == ExecutionStatus::Finished,
+    })
 }
 
-/// `m3 events`: what the execution's harness did or reported, and its stderr tail.
+/// `m3 events`: what happened to the execution and its rounds (the store's history) merged
+/// with what its harness did or reported, and its stderr tail.
 pub fn events(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
-    let diagnostics = crate::executions(cli)?.diagnostics(execution_id)?;
+    let executions = crate::executions(cli)?;
+    let execution_id = &crate::ids::execution(&executions, execution_id)?;
+    let diagnostics = executions.diagnostics(execution_id)?;
+    let state = executions.snapshot(execution_id)?;
+    let records = list_rounds(cli, None, Some(execution_id))?;
+    let happenings = crate::history::history(&state, &records, &diagnostics);
     if cli.json {
-        print_json(&serde_json::to_value(&diagnostics)?, false);
-    } else if diagnostics.events.is_empty() && diagnostics.stderr_tail.is_none() {
-        println!("no events");
+        let mut value = serde_json::to_value(&diagnostics)?;
+        value["history"] = happenings.iter().map(|h| h.to_json()).collect();
+        print_json(&value, false);
     } else {
-        print_events(&diagnostics);
+        crate::history::print(&happenings, &state, &Look::new(cli));
+        let mut rest = diagnostics.clone();
+        rest.events.clear();
+        let text = events_text(&rest, &Look::new(cli));
+        if !text.is_empty() {
+            println!("{}", text.trim_start_matches('\n'));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_events(diagnostics: &m3::ExecutionDiagnostics) {
+/// The harness's events (one line each, after a newline) and its stderr tail.
+/// Each line fits the width (cut with `…`) unless `--wide`.
+fn events_text(diagnostics: &m3::ExecutionDiagnostics, look: &Look) -> String {
+    let mut text = String::new();
     for event in &diagnostics.events {
-        println!(
+        let line = format!(
             "{}  {:<10}  {}",
             event.at.format("%Y-%m-%dT%H:%M:%SZ"),
             event.kind,
             event.message
         );
+        text.push('\n');
+        text.push_str(&look.fit(&line));
     }
     if diagnostics.events_dropped > 0 {
-        println!("({} more events were not kept)", diagnostics.events_dropped);
+        text.push_str(&format!(
+            "\n({} more events were not kept)",
+            diagnostics.events_dropped
+        ));
     }
     if let Some(tail) = &diagnostics.stderr_tail {
-        println!("harness stderr (last lines):");
+        text.push_str("\nharness stderr (last lines):");
         for line in tail.lines() {
-            println!("  {line}");
+            text.push('\n');
+            text.push_str(&look.fit(&format!("  {line}")));
         }
     }
+    text
 }
 
 /// `m3 cancel`.
 pub fn cancel(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
-    let state = crate::executions(cli)?.request_cancel(execution_id)?;
+    let executions = crate::executions(cli)?;
+    let execution_id = crate::ids::execution(&executions, execution_id)?;
+    let state = executions.request_cancel(&execution_id)?;
     if cli.json {
         print_json(&json::execution(&state), false);
     } else if state.cancel_requested {

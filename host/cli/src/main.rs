@@ -11,6 +11,9 @@ mod engine_start;
 mod error_report;
 mod examples;
 mod form;
+mod history;
+mod human;
+mod ids;
 mod inspect;
 mod json;
 mod pending;
@@ -18,6 +21,7 @@ mod policy_check;
 mod respond;
 mod run;
 mod seconds;
+mod watch;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -42,6 +46,9 @@ pub struct Cli {
     /// Whether `--db` (or `M3_DB`) was given rather than defaulted.
     #[arg(skip)]
     pub db_given: bool,
+    /// Show everything in full in tables and lists: whole ids, RFC 3339 times, no cut cells.
+    #[arg(long, global = true, overrides_with = "wide")]
+    pub wide: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -74,12 +81,15 @@ enum Command {
     /// Pending rounds.
     #[command(after_help = examples::PENDING)]
     Pending {
-        /// Only this execution's.
+        /// Only this execution's (its id or a unique prefix).
         #[arg(long, value_name = "ID")]
         execution: Option<String>,
         /// Wait up to this many seconds for at least one (exit non-zero if none came).
         #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
         wait: Option<f64>,
+        /// Show them again whenever they change, until Ctrl-C.
+        #[arg(long, conflicts_with = "wait")]
+        watch: bool,
     },
     /// Answer a pending round (a worker in any process delivers it).
     #[command(after_help = examples::RESPOND)]
@@ -90,14 +100,14 @@ enum Command {
         /// Only rounds with this status (`pending`, `response_validated`, ..., `failed`).
         #[arg(long)]
         status: Option<String>,
-        /// Only this execution's.
+        /// Only this execution's (its id or a unique prefix).
         #[arg(long, value_name = "ID")]
         execution: Option<String>,
     },
     /// One round with its stored answers (an operator's explicit read).
     #[command(after_help = examples::SHOW)]
     Show {
-        /// The round.
+        /// The round (or a unique prefix of its id).
         round_id: String,
         /// Show the redacted projection instead of the answers.
         #[arg(long)]
@@ -109,20 +119,24 @@ enum Command {
     /// One execution: lifecycle, outcome, rounds and its harness's events.
     #[command(after_help = examples::STATUS)]
     Status {
-        /// The execution.
+        /// The execution (or a unique prefix of its id).
         execution_id: String,
+        /// Show it again whenever it changes, until it finishes or Ctrl-C.
+        #[arg(long)]
+        watch: bool,
     },
-    /// What an execution's harness did or reported (MCP server start-up, approvals, commands,
-    /// model errors), and its stderr tail once it failed.
+    /// What happened to an execution and its rounds, in time order (created, answered,
+    /// delivered, resolved, failed, finished), with what its harness did or reported (MCP
+    /// server start-up, approvals, commands, model errors), and its stderr tail once it failed.
     #[command(after_help = examples::EVENTS)]
     Events {
-        /// The execution.
+        /// The execution (or a unique prefix of its id).
         execution_id: String,
     },
     /// Cancel an execution (its worker ends the open round with `cancelled`).
     #[command(after_help = examples::CANCEL)]
     Cancel {
-        /// The execution.
+        /// The execution (or a unique prefix of its id).
         execution_id: String,
     },
     /// Validate answers against a pending round in the sandbox, with no database.
@@ -271,14 +285,21 @@ fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Demo { era, answer } => demo::demo(cli, *era, answer.as_deref()),
         Command::Run(args) => run::run(cli, args),
-        Command::Pending { execution, wait } => pending::pending(cli, execution.as_deref(), *wait),
+        Command::Pending {
+            execution,
+            wait,
+            watch,
+        } => pending::pending(cli, execution.as_deref(), *wait, *watch),
         Command::Respond(args) => respond::respond(cli, args),
         Command::Rounds { status, execution } => {
             inspect::rounds(cli, status.as_deref(), execution.as_deref())
         }
         Command::Show { round_id, redacted } => inspect::show(cli, round_id, *redacted),
         Command::Executions => inspect::executions(cli),
-        Command::Status { execution_id } => inspect::status(cli, execution_id),
+        Command::Status {
+            execution_id,
+            watch,
+        } => inspect::status(cli, execution_id, *watch),
         Command::Events { execution_id } => inspect::events(cli, execution_id),
         Command::Cancel { execution_id } => inspect::cancel(cli, execution_id),
         Command::Validate { round, responses } => policy_check::validate(cli, round, responses),
@@ -402,12 +423,16 @@ pub fn invalid_submission(message: impl std::fmt::Display) -> anyhow::Error {
 
 /// Prints one JSON document (pretty) or one JSON line.
 pub fn print_json(value: &serde_json::Value, line: bool) {
-    let text = if line {
+    println!("{}", json_text(value, line));
+}
+
+/// One JSON document (pretty) or one JSON line.
+pub fn json_text(value: &serde_json::Value, line: bool) -> String {
+    if line {
         value.to_string()
     } else {
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-    };
-    println!("{text}");
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
-//! `m3 pending`: the pending rounds, as a table or a JSON array; `--wait` blocks until one exists.
+//! `m3 pending`: the pending rounds, as a table or a JSON array; `--wait` blocks until one
+//! exists, `--watch` shows them again whenever the database changes.
 
-use crate::{Cli, json, print_json};
+use crate::human::Look;
+use crate::ids::ShortIds;
+use crate::{Cli, json};
 use anyhow::{Result, bail};
-use comfy_table::Table;
+use comfy_table::{Cell, Table};
 use m3::{ManagedInputStatus, PendingElicitationRound, RoundFilter};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -10,7 +13,7 @@ use std::time::{Duration, Instant};
 /// How often `--wait` looks.
 const POLL: Duration = Duration::from_millis(25);
 
-/// The pending rounds (of one execution, if given).
+/// The pending rounds (of one execution, if given: a full id).
 pub fn list(cli: &Cli, execution: Option<&str>) -> Result<Vec<PendingElicitationRound>> {
     let executions = crate::recovered_executions(cli)?;
     let filter = RoundFilter {
@@ -25,9 +28,9 @@ pub fn list(cli: &Cli, execution: Option<&str>) -> Result<Vec<PendingElicitation
 }
 
 /// A table of pending rounds for people.
-pub fn table(rounds: &[PendingElicitationRound]) -> Table {
-    let mut table = Table::new();
-    table.set_header([
+pub fn table(rounds: &[PendingElicitationRound], look: &Look) -> Table {
+    let ids = ShortIds::new(rounds.iter().map(|r| r.execution_id.as_str()), look.wide);
+    let mut table = look.table(&[
         "round",
         "execution",
         "operation",
@@ -36,25 +39,45 @@ pub fn table(rounds: &[PendingElicitationRound]) -> Table {
         "deadline",
     ]);
     for r in rounds {
-        table.add_row([
-            r.round_id.clone(),
-            r.execution_id.clone(),
-            format!("{}:{}", r.server, r.operation_name),
-            r.requests.keys().cloned().collect::<Vec<_>>().join(", "),
-            json::time(r.created_at)
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            r.deadline
-                .map(|d| json::time(d).as_str().unwrap_or_default().to_string())
-                .unwrap_or_else(|| "none".into()),
-        ]);
+        look.add_row(
+            &mut table,
+            vec![
+                look.cell_like(ids.round(&r.round_id, &r.execution_id), "pending"),
+                Cell::new(ids.execution(&r.execution_id)),
+                Cell::new(format!("{}:{}", r.server, r.operation_name)),
+                Cell::new(r.requests.keys().cloned().collect::<Vec<_>>().join(", ")),
+                Cell::new(look.time(r.created_at)),
+                Cell::new(
+                    r.deadline
+                        .map(|d| look.time(d))
+                        .unwrap_or_else(|| "none".into()),
+                ),
+            ],
+        );
     }
+    look.keep_whole(&mut table, &[0, 1]);
     table
 }
 
+/// What `m3 pending` prints for `rounds`: a JSON document (or line) or a table.
+fn render(cli: &Cli, rounds: &[PendingElicitationRound], line: bool) -> String {
+    if cli.json {
+        let value = serde_json::Value::Array(rounds.iter().map(json::pending_round).collect());
+        crate::json_text(&value, line)
+    } else if rounds.is_empty() {
+        "no pending rounds".into()
+    } else {
+        table(rounds, &Look::new(cli)).to_string()
+    }
+}
+
 /// `m3 pending`.
-pub fn pending(cli: &Cli, execution: Option<&str>, wait: Option<f64>) -> Result<ExitCode> {
+pub fn pending(
+    cli: &Cli,
+    execution: Option<&str>,
+    wait: Option<f64>,
+    watch: bool,
+) -> Result<ExitCode> {
     let until = match wait {
         Some(secs) => {
             let wait = crate::seconds::seconds("--wait", secs, crate::seconds::WAIT)
@@ -63,6 +86,23 @@ pub fn pending(cli: &Cli, execution: Option<&str>, wait: Option<f64>) -> Result<
         }
         None => None,
     };
+    let execution = match execution {
+        Some(given) => Some(crate::ids::execution(&*crate::executions(cli)?, given)?),
+        None => None,
+    };
+    let execution = execution.as_deref();
+    if watch {
+        let executions = crate::executions(cli)?;
+        return crate::watch::watch(cli, &executions, || {
+            let rounds = list(cli, execution)?;
+            let key = serde_json::Value::Array(rounds.iter().map(json::pending_round).collect());
+            Ok(crate::watch::Snapshot {
+                key: key.to_string(),
+                text: render(cli, &rounds, true),
+                done: false,
+            })
+        });
+    }
     // Waiting, on a terminal, shows a spinner; the database may not exist yet when the wait
     // starts (the worker's `m3 run` creates it), so the wait covers its creation too.
     let mut spinner: Option<indicatif::ProgressBar> = None;
@@ -95,15 +135,6 @@ pub fn pending(cli: &Cli, execution: Option<&str>, wait: Option<f64>) -> Result<
     if let Some(spinner) = spinner {
         spinner.finish_and_clear();
     }
-    if cli.json {
-        print_json(
-            &serde_json::Value::Array(rounds.iter().map(json::pending_round).collect()),
-            false,
-        );
-    } else if rounds.is_empty() {
-        println!("no pending rounds");
-    } else {
-        println!("{}", table(&rounds));
-    }
+    println!("{}", render(cli, &rounds, false));
     Ok(ExitCode::SUCCESS)
 }

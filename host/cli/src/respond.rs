@@ -11,7 +11,7 @@ use std::process::ExitCode;
 /// Arguments of `m3 respond`.
 #[derive(Debug, Args)]
 pub struct RespondArgs {
-    /// The round to answer.
+    /// The round to answer (or a unique prefix of its id).
     round_id: String,
     /// Makes a retry safe: the same key with the same answers returns the stored record.
     #[arg(long, value_name = "KEY")]
@@ -77,22 +77,23 @@ fn response_map(args: &RespondArgs) -> Result<String> {
 pub fn respond(cli: &Cli, args: &RespondArgs) -> Result<ExitCode> {
     let text = response_map(args)?;
     let executions = crate::executions(cli)?;
+    let round_id = &crate::ids::round(&executions, &args.round_id)?;
     let store = executions.store();
-    match store.get_round(&args.round_id) {
+    match store.get_round(round_id) {
         Ok(Some(record)) => executions.respond(
             &record.pending.execution_id,
-            &args.round_id,
+            round_id,
             &text,
             &args.idempotency_key,
         )?,
         // No such round (or an id the store refuses): the store's own typed error.
         _ => {
-            store.submit_responses_json(&args.round_id, &text, &args.idempotency_key)?;
+            store.submit_responses_json(round_id, &text, &args.idempotency_key)?;
         }
     }
     let record = store
-        .get_round(&args.round_id)?
-        .ok_or_else(|| anyhow!("StorageError: the round {} disappeared", args.round_id))?;
+        .get_round(round_id)?
+        .ok_or_else(|| anyhow!("StorageError: the round {round_id} disappeared"))?;
     if cli.json {
         print_json(&json::record(&record, None), false);
     }

@@ -23,6 +23,7 @@ fn m3(db: &std::path::Path, args: &[&str]) -> std::process::Output {
         .arg("--db")
         .arg(db)
         .args(args)
+        .env_remove("COLUMNS") // text output whole, whatever the caller's shell exports
         .output()
         .expect("run m3")
 }

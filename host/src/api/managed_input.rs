@@ -14,6 +14,7 @@ use crate::component::convert;
 use crate::component::engine::ComponentRuntime;
 use crate::component::instance::{GuestLimits, InstancePool};
 use crate::sqlite::database::{Database, Synchronous};
+use crate::sqlite::id_prefix::{self, IdMatches, IdTable};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,6 +22,22 @@ use std::time::Duration;
 
 /// Records per call into the component when listing.
 const LIST_PAGE: u32 = 200;
+
+/// A SQLite error read outside the component, as the store's typed storage error.
+pub(crate) fn storage_failure(e: rusqlite::Error) -> ManagedInputError {
+    ManagedInputError::Storage(crate::api::error::StorageError {
+        detail: crate::api::error::ErrorDetail {
+            code: if crate::sqlite::database::is_busy(&e) {
+                ErrorCode::StorageBusy
+            } else {
+                ErrorCode::StorageFailure
+            },
+            message: e.to_string(),
+            request_key: None,
+            field: None,
+        },
+    })
+}
 
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, ManagedInputError>;
@@ -209,20 +226,7 @@ impl SqliteManagedInputStore {
 
     /// The ids of the rounds `filter` selects, oldest first, read without decoding the rows.
     fn round_ids(&self, filter: &RoundFilter) -> StoreResult<Vec<String>> {
-        let failure = |e: rusqlite::Error| {
-            ManagedInputError::Storage(crate::api::error::StorageError {
-                detail: crate::api::error::ErrorDetail {
-                    code: if crate::sqlite::database::is_busy(&e) {
-                        ErrorCode::StorageBusy
-                    } else {
-                        ErrorCode::StorageFailure
-                    },
-                    message: e.to_string(),
-                    request_key: None,
-                    field: None,
-                },
-            })
-        };
+        let failure = storage_failure;
         let conn = self.database().connect().map_err(failure)?;
         let mut sql = "SELECT round_id FROM managed_input_rounds WHERE \
                        (?1 IS NULL OR execution_id = ?1) AND (?2 IS NULL OR status = ?2) \
@@ -240,6 +244,14 @@ impl SqliteManagedInputStore {
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(failure)?;
         Ok(ids)
+    }
+
+    /// The rounds whose id starts with `prefix` (at most `limit` of them, and how many in all),
+    /// read with one indexed range query: `%` and `_` are ordinary characters, and a full id is
+    /// a point lookup. For commands that take an id a person may shorten.
+    pub fn round_ids_with_prefix(&self, prefix: &str, limit: u32) -> StoreResult<IdMatches> {
+        id_prefix::ids_with_prefix(self.database(), IdTable::Rounds, prefix, limit)
+            .map_err(storage_failure)
     }
 
     /// The database file.

@@ -5,5 +5,6 @@
 
 pub mod database;
 pub mod execution_rows;
+pub mod id_prefix;
 pub mod migrations;
 pub mod transaction;

@@ -93,6 +93,33 @@ impl Executions {
         })
     }
 
+    /// The executions whose id starts with `prefix` (at most `limit` of them, and how many in
+    /// all), read with one indexed range query: `%` and `_` are ordinary characters, and a full
+    /// id is a point lookup.
+    pub fn execution_ids_with_prefix(
+        &self,
+        prefix: &str,
+        limit: u32,
+    ) -> StoreResult<crate::sqlite::id_prefix::IdMatches> {
+        crate::sqlite::id_prefix::ids_with_prefix(
+            self.store.database(),
+            crate::sqlite::id_prefix::IdTable::Executions,
+            prefix,
+            limit,
+        )
+        .map_err(crate::api::managed_input::storage_failure)
+    }
+
+    /// A number that changes whenever another connection, in any process, commits to the
+    /// database (`PRAGMA data_version`): a cheap "did anything change?" for pollers that run
+    /// no async runtime (`m3 pending --watch`).
+    pub fn data_version(&self) -> StoreResult<i64> {
+        self.store
+            .database()
+            .data_version()
+            .map_err(crate::api::managed_input::storage_failure)
+    }
+
     /// The execution's state.
     pub fn snapshot(&self, execution_id: &str) -> StoreResult<ExecutionState> {
         let state = self

@@ -436,6 +436,7 @@ impl Sandbox {
         let mut cmd = Command::new(M3);
         cmd.current_dir(self.dir.path())
             .env_remove("M3_DB")
+            .env_remove("COLUMNS")
             .env("RUST_BACKTRACE", "1");
         cmd
     }
