@@ -25,6 +25,8 @@ struct Step {
     command: String,
     /// Its sample output, one entry per line.
     sample: Vec<String>,
+    /// How many of the sample lines are in the command's own block (the rest come later).
+    own_lines: usize,
     /// Terminal 1's `m3 run`: started in the background.
     background: bool,
 }
@@ -70,6 +72,9 @@ fn steps(readme: &str) -> Vec<Step> {
             }
             continue;
         }
+        if block_has_command && let Some(step) = steps.last_mut() {
+            step.own_lines += 1;
+        }
         let target = if block_has_command {
             steps.last_mut()
         } else {
@@ -88,6 +93,7 @@ fn push_step(steps: &mut Vec<Step>, command: String) {
     steps.push(Step {
         command,
         sample: Vec::new(),
+        own_lines: 0,
         background,
     });
 }
@@ -95,7 +101,7 @@ fn push_step(steps: &mut Vec<Step>, command: String) {
 static EXEC_ID: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"exec-([0-9a-f]{32})").expect("a regex"));
 static ID_IN_COMMAND: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"exec-([0-9a-f]{4,32})").expect("a regex"));
+    LazyLock::new(|| Regex::new(r"exec-([0-9a-f]{1,32})").expect("a regex"));
 static VOLATILE: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
     [
         (r"exec-[0-9a-f]+(…|\.\.\.)?(-r\d+|-op\d+)?", "ID"),
@@ -238,7 +244,7 @@ fn the_readme_walkthrough_runs_as_written() {
                 seen: Vec::new(),
             };
             // Its first block's lines (the pending round) come before terminal 2 acts.
-            let first_block = step.sample.len();
+            let first_block = step.own_lines;
             let until = Instant::now() + RUN_TIMEOUT;
             while running.seen.len() < first_block {
                 let left = until.saturating_duration_since(Instant::now());
@@ -250,7 +256,7 @@ fn the_readme_walkthrough_runs_as_written() {
                     ),
                 }
             }
-            learn_ids(&mut ids, &step.sample, &running.seen);
+            learn_ids(&mut ids, &step.sample[..first_block], &running.seen);
             terminal_1 = Some((running, step));
             continue;
         }
