@@ -80,6 +80,13 @@ struct Args {
     #[arg(long)]
     rich_form: bool,
 
+    /// Ask for the address with a contact form (a test knob for terminal forms): after the
+    /// required `street` and `city`, a required `email` (format email, at most 100 characters)
+    /// and an optional `deliver_on` (format date), in that order, which is not alphabetical.
+    /// The booking text echoes them.
+    #[arg(long)]
+    contact_form: bool,
+
     /// Append every line received on stdin to this file, as received (a test knob: tests read
     /// what the server was sent, e.g. a `cancel` answer or `notifications/cancelled`).
     #[arg(long, value_name = "PATH")]
@@ -142,6 +149,7 @@ impl Server {
             two_keys: args.two_keys,
             report_env: args.report_env,
             rich_form: args.rich_form,
+            contact_form: args.contact_form,
         };
         let mut server = Self {
             knobs,
