@@ -7,8 +7,10 @@
 mod component;
 mod demo;
 mod doctor;
+mod field_check;
 mod form;
 mod inspect;
+mod interrupt;
 mod json;
 mod pending;
 mod policy_check;
