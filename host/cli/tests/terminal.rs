@@ -498,3 +498,59 @@ fn a_second_ctrl_c_ends_run_at_once() {
     );
     lock.execute_batch("ROLLBACK").expect("releasing the lock");
 }
+
+/// What the form lets through but the component refuses (a fraction too small for a double in
+/// an integer field): `respond` says why and asks again, every value typed before offered
+/// again (Enter keeps it, or it is edited).
+#[test]
+fn respond_asks_again_with_the_typed_values_when_the_component_refuses() {
+    let sb = common::Sandbox::new();
+    let run = sb.spawn_run("legacy", &["--rich-form"], &[]);
+    let (round_id, _) = common::ids(&sb.wait_pending());
+    let mut term = Terminal::start_on(&sb.db, &["respond", &round_id], true);
+    term.accept_the_request(MESSAGE);
+    term.expect_first(&["Street *: "]);
+    term.send(&format!("12 Harbour Road{ENTER}"));
+    term.expect_first(&["City *: "]);
+    term.send(&format!("Bergen{ENTER}"));
+    term.expect_first(&["Quantity * [1]: "]);
+    let almost_one = "1.0000000000000000001";
+    term.send(&format!("{almost_one}{ENTER}"));
+    term.expect_first(&["Speed *:"]);
+    term.expect("> Standard (3-5 days)");
+    term.send(DOWN);
+    term.expect("> Express (next day)");
+    term.send(ENTER);
+    term.expect_first(&["Gift wrap:"]);
+    term.expect("> no");
+    term.send(ENTER);
+    let refused = term.expect("; asking again with your values");
+    assert!(
+        refused.contains("ManagedInputValidationError: ") && !refused.contains(almost_one),
+        "the refusal says why, without the value: {refused:?}"
+    );
+    // The second try starts from the first one's values.
+    term.accept_the_request(MESSAGE);
+    term.expect("Street *: 12 Harbour Road");
+    term.send(ENTER);
+    term.expect("City *: Bergen");
+    term.send(ENTER);
+    term.expect(&format!("Quantity *: {almost_one}"));
+    term.send(&"\x7f".repeat(almost_one.len()));
+    term.send(&format!("2{ENTER}"));
+    term.expect("Quantity *: 2");
+    term.expect("> Express (next day)");
+    term.send(ENTER);
+    term.expect("> no");
+    term.send(ENTER);
+    term.expect("submitted with idempotency key ");
+    let (_, code) = term.finish();
+    assert_eq!(code, 0, "respond exits 0");
+    let (out, lines) = run.finish();
+    out.ok();
+    let result = common::check_run_stdout(&out, &lines);
+    assert_eq!(
+        result["tool_calls"][0]["output"],
+        "Booked shipment to 12 Harbour Road, Bergen (quantity 2, express delivery, gift wrap no)"
+    );
+}
