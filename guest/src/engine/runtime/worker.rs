@@ -330,8 +330,8 @@ fn outcome_of(finished: Finished) -> ExecutionOutcome {
     }
 }
 
-/// The harness's session machine (both boxed: one per worker, and the scripted one holds JSON
-/// maps, which keep their written order and are larger than sorted ones).
+/// The harness's session machine (both boxed: one per worker; the scripted one holds JSON maps,
+/// larger where a native workspace build gives serde_json `preserve_order`).
 enum Session {
     Scripted(Box<ScriptedSession>),
     Codex(Box<CodexSession>),
