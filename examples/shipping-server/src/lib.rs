@@ -85,6 +85,12 @@ struct Args {
     /// knob: a server that withdraws its request, as an SDK's request timeout does).
     #[arg(long)]
     withdraw: bool,
+    /// Ask for the address with a contact form (a test knob for terminal forms): after the
+    /// required `street` and `city`, a required `email` (format email, at most 100 characters)
+    /// and an optional `deliver_on` (format date), in that order, which is not alphabetical.
+    /// The booking text echoes them.
+    #[arg(long)]
+    contact_form: bool,
 
     /// Append every line received on stdin to this file, as received (a test knob: tests read
     /// what the server was sent, e.g. a `cancel` answer or `notifications/cancelled`).
@@ -149,6 +155,7 @@ impl Server {
             report_env: args.report_env,
             rich_form: args.rich_form,
             withdraw: args.withdraw,
+            contact_form: args.contact_form,
         };
         let mut server = Self {
             knobs,

@@ -38,6 +38,8 @@ pub struct Knobs {
     pub rich_form: bool,
     /// Legacy: withdraw the first elicitation right after sending it.
     pub withdraw: bool,
+    /// Ask for the address with the contact form: also `email` and `deliver_on`.
+    pub contact_form: bool,
 }
 
 impl Default for Knobs {
@@ -50,6 +52,7 @@ impl Default for Knobs {
             report_env: false,
             rich_form: false,
             withdraw: false,
+            contact_form: false,
         }
     }
 }
@@ -117,6 +120,7 @@ impl Knobs {
         let mut address = None;
         let mut email = None;
         let mut order = None;
+        let mut contact = None;
         for (key, answer) in answers {
             let Answer::Accept(content) = answer else {
                 continue;
@@ -139,6 +143,16 @@ impl Knobs {
                         ));
                     }
                 }
+                if self.contact_form {
+                    match Contact::from_content(content) {
+                        Ok(c) => contact = Some(c),
+                        Err(why) => {
+                            return Next::Finish(tool_error(&format!(
+                                "Shipment not booked: the answer has {why}"
+                            )));
+                        }
+                    }
+                }
                 if self.rich_form {
                     match Order::from_content(content) {
                         Ok(o) => order = Some(o),
@@ -155,7 +169,13 @@ impl Knobs {
             return Next::AskAgain(round.saturating_add(1));
         }
         match address {
-            Some((street, city)) => Next::Finish(booked(street, city, email, order.as_ref())),
+            Some((street, city)) => Next::Finish(booked(
+                street,
+                city,
+                email,
+                order.as_ref(),
+                contact.as_ref(),
+            )),
             None => Next::Finish(tool_error("Shipment not booked: no address was given")),
         }
     }
@@ -235,6 +255,18 @@ impl Knobs {
                 json!({"type": "boolean", "title": "Gift wrap", "default": false});
             schema["required"] = json!(["street", "city", "quantity", "speed"]);
         }
+        if self.contact_form && key == SHIPPING_ADDRESS {
+            // Added after `street` and `city`: the schema's order is not alphabetical.
+            let schema = &mut params["requestedSchema"];
+            schema["properties"]["email"] = json!({
+                "type": "string", "title": "Email", "format": "email", "maxLength": 100
+            });
+            schema["properties"]["deliver_on"] =
+                json!({"type": "string", "title": "Delivery date", "format": "date"});
+            if let Some(required) = schema["required"].as_array_mut() {
+                required.push(json!("email"));
+            }
+        }
         params
     }
 }
@@ -275,6 +307,30 @@ impl Order {
             quantity,
             speed: speed.to_string(),
             gift,
+        })
+    }
+}
+
+/// The rest of a contact-form answer (`--contact-form`): whom to tell, and when to deliver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contact {
+    /// Where shipping updates go.
+    pub email: String,
+    /// The delivery date (`YYYY-MM-DD`), if one was asked for.
+    pub deliver_on: Option<String>,
+}
+
+impl Contact {
+    /// The contact fields of an accepted contact-form answer, or what is wrong with them.
+    fn from_content(content: &Map<String, Value>) -> Result<Self, &'static str> {
+        let email = non_empty(content, "email").ok_or("no email")?;
+        let deliver_on = match content.get("deliver_on") {
+            None => None,
+            Some(d) => Some(d.as_str().ok_or("an invalid delivery date")?.to_string()),
+        };
+        Ok(Self {
+            email: email.to_string(),
+            deliver_on,
         })
     }
 }
@@ -320,8 +376,15 @@ pub fn supports_form(capabilities: &Value) -> bool {
     }
 }
 
-/// A successful booking (the rich form's order, when there is one, is echoed in the text).
-fn booked(street: &str, city: &str, email: Option<&str>, order: Option<&Order>) -> Value {
+/// A successful booking (the rich form's order and the contact form's fields, when there are
+/// some, are echoed in the text).
+fn booked(
+    street: &str,
+    city: &str,
+    email: Option<&str>,
+    order: Option<&Order>,
+    contact: Option<&Contact>,
+) -> Value {
     let mut structured = json!({"booked": true, "street": street, "city": city});
     if let Some(email) = email {
         structured["email"] = json!(email);
@@ -336,6 +399,15 @@ fn booked(street: &str, city: &str, email: Option<&str>, order: Option<&Order>) 
             order.quantity,
             order.speed,
             if order.gift { "yes" } else { "no" }
+        ));
+    }
+    if let Some(contact) = contact {
+        structured["email"] = json!(contact.email);
+        structured["deliver_on"] = json!(contact.deliver_on);
+        text.push_str(&format!(
+            " (updates to {}, delivery on {})",
+            contact.email,
+            contact.deliver_on.as_deref().unwrap_or("any day")
         ));
     }
     json!({

@@ -141,7 +141,7 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
     if output.interactive {
         let answers = output
             .progress
-            .suspend(|| crate::form::ask_round(&pending))?;
+            .suspend(|| crate::form::ask_round(&pending, None))?;
         handle.respond_elicitation(&pending.round_id, answers, &key)?;
     } else {
         let text = answer.unwrap_or(SPEC_ANSWER);

@@ -7,6 +7,7 @@ Examples:
   m3 demo
   m3 run --human-input managed --server-name shipping --server-command m3 --server-arg example-server --tool shipping:book_shipment 'Book one book'
   m3 pending
+  m3 respond 3f2a
   m3 status 9c1e --watch
 
 Ids may be shortened to any unique prefix. `--db` (or M3_DB) names the database; `--json` makes every
@@ -38,9 +39,12 @@ Examples:
 /// `m3 respond --help`.
 pub const RESPOND: &str = "\
 Examples:
+  m3 respond 3f2a
   m3 respond 3f2a --accept shipping_address={\"street\":\"1\",\"city\":\"Pune\"} --idempotency-key k1
-  m3 respond 3f2a --decline shipping_address --idempotency-key k2
-  m3 respond 3f2a --responses answers.json --idempotency-key k3";
+  m3 respond 3f2a --decline shipping_address --idempotency-key k2 --wait 60
+  m3 respond 3f2a --responses answers.json --idempotency-key k3
+
+Without an answer option, on a terminal, it asks with a form and makes the idempotency key itself.";
 
 /// `m3 rounds --help`.
 pub const ROUNDS: &str = "\

@@ -4,6 +4,7 @@
 //! models submits one execution per model and drives them all to their end, never asking on
 //! the terminal; each result is reported, and the exit is 0 only if every one succeeded.
 
+use crate::interrupt::Interrupt;
 use crate::seconds::seconds;
 use crate::{Cli, json, print_json, read_input};
 use anyhow::{Result, anyhow, bail};
@@ -351,6 +352,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
     };
     let store = Arc::new(SqliteExecutionStore::open(&cli.db)?);
     let kit = McpTestKit::with_options(store.clone(), harness_env(&spec)?, options)?;
+    // Caught before anything is submitted: Ctrl-C from here on cancels what runs.
+    let interrupt = Interrupt::catch()?;
     let agents = kit.agents([spec])?;
     // Several executions are never answered on the terminal: their rounds are printed.
     let several = agents.len() > 1;
@@ -375,10 +378,15 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
     let rounds = store.managed_input_store()?.ok_or_else(|| {
         anyhow!("StorageError: the execution store resolves no managed-input store")
     })?;
-    let ended = drive(&handles, rounds.as_ref(), &output)?;
+    let ended = drive(&handles, rounds.as_ref(), &output, &interrupt)?;
     drop(kit);
     store.close();
-    finish_all(ended, &output)
+    let code = finish_all(ended, &output)?;
+    if interrupt.requested() {
+        eprintln!("interrupted: the execution was cancelled");
+        return Ok(ExitCode::from(crate::interrupt::EXIT_CODE));
+    }
+    Ok(code)
 }
 
 /// Says which model an execution of several runs: a `submitted` JSON line (`--json`) or a line
@@ -456,37 +464,33 @@ pub fn drive(
     handles: &[ExecutionHandle],
     rounds: &dyn ManagedInputStore,
     output: &Output,
+    interrupt: &Interrupt,
 ) -> Result<Vec<Result<ExecutionResult, ExecutionError>>> {
     let mut seen = HashSet::new();
     output.progress.set_message(match handles {
         [handle] => format!("execution {} running", handle.execution_id()),
         _ => format!("{} executions running", handles.len()),
     });
-    // SIGTERM (and SIGINT without a terminal form) cancels every execution: its server is
+    // SIGTERM and Ctrl-C (also in the terminal form) cancel every execution: its server is
     // told, its open round fails `cancelled`, and everything it started is ended and removed,
-    // as on any other end; the results are still printed.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut signals = vec![signal_hook::consts::SIGTERM];
-    if !output.interactive {
-        signals.push(signal_hook::consts::SIGINT);
-    }
-    for signal in signals {
-        signal_hook::flag::register(signal, stop.clone())
-            .map_err(|e| anyhow!("EngineError: cannot handle signals: {e}"))?;
-    }
+    // as on any other end; the results are still printed. A second Ctrl-C exits at once.
     let mut cancelled = false;
     let mut done = vec![false; handles.len()];
     loop {
         for (handle, done) in handles.iter().zip(done.iter_mut()) {
             if !*done {
-                *done = report_rounds(handle, rounds, output, &mut seen)?;
+                *done = report_rounds(handle, rounds, output, interrupt, &mut seen)?;
             }
         }
         if done.iter().all(|done| *done) {
             break;
         }
-        if !cancelled && stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if !cancelled && interrupt.requested() {
             cancelled = true;
+            crate::form::restore_terminal();
+            output.progress.set_message(
+                "interrupted: cancelling (the open round fails `cancelled`; Ctrl-C again to exit at once)",
+            );
             // Every execution is asked, even if asking one fails; then the first failure.
             let asked: Vec<_> = handles.iter().map(ExecutionHandle::cancel).collect();
             asked.into_iter().collect::<Result<(), _>>()?;
@@ -506,6 +510,7 @@ fn report_rounds(
     handle: &ExecutionHandle,
     rounds: &dyn ManagedInputStore,
     output: &Output,
+    interrupt: &Interrupt,
     seen: &mut HashSet<String>,
 ) -> Result<bool> {
     let filter = RoundFilter {
@@ -520,7 +525,9 @@ fn report_rounds(
         if !seen.insert(round.round_id.clone()) {
             continue;
         }
-        if output.interactive && record.status == ManagedInputStatus::Pending {
+        if output.interactive && interrupt.requested() {
+            // Being cancelled: no more forms; the round fails `cancelled` with the execution.
+        } else if output.interactive && record.status == ManagedInputStatus::Pending {
             answer_on_terminal(handle, &round, output)?;
         } else if output.interactive {
             output.progress.suspend(|| {
@@ -545,20 +552,32 @@ fn report_rounds(
     Ok(finished)
 }
 
+/// Answers a pending round in the terminal form, asking again (with the values typed before)
+/// while the component refuses the answer. Ctrl-C in the form answers nothing: the interrupt
+/// flag is set, and the caller cancels the execution.
 fn answer_on_terminal(
     handle: &ExecutionHandle,
     round: &m3::PendingElicitationRound,
     output: &Output,
 ) -> Result<()> {
     let key = format!("terminal-{}", round.round_id);
+    let mut earlier = None;
     loop {
-        let answers = output.progress.suspend(|| crate::form::ask_round(round))?;
-        match handle.respond_elicitation(&round.round_id, answers, &key) {
+        let asked = output
+            .progress
+            .suspend(|| crate::form::ask_round(round, earlier.as_ref()));
+        let answers = match asked {
+            Ok(answers) => answers,
+            Err(e) if crate::form::interrupted(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match handle.respond_elicitation(&round.round_id, answers.clone(), &key) {
             Ok(()) => return Ok(()),
             Err(ExecutionError::ManagedInput(ManagedInputError::Validation(e))) => {
                 output
                     .progress
                     .suspend(|| eprintln!("ManagedInputValidationError: {e}; try again"));
+                earlier = Some(answers);
             }
             Err(ExecutionError::ManagedInput(
                 e @ (ManagedInputError::State(_) | ManagedInputError::Recovery(_)),

@@ -1532,3 +1532,121 @@ fn a_server_that_exits_is_reported_with_its_exit_code_and_stderr() {
         "{tail}"
     );
 }
+
+/// `respond --wait`: exit 0 once the round is resolved; non-zero with the round's failure
+/// (typed, with its code) when it fails after the answer; `OperationTimeout` when the wait ends
+/// first (the run's process is stopped, so nobody delivers).
+#[test]
+fn respond_wait_follows_the_round_to_its_end() {
+    let sb = Sandbox::new();
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let (round_id, _) = ids(&sb.wait_pending());
+    let out = sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "k",
+        "--accept",
+        &accept_address(),
+        "--wait",
+        "60",
+    ]);
+    out.ok();
+    assert!(
+        out.stdout
+            .contains(&format!("round {round_id} is resolved")),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(sb.show(&round_id)["status"], "resolved");
+    run.finish().0.ok();
+
+    let sb = Sandbox::new();
+    let run = sb.spawn_run("modern", &["--fail-after-answer"], &[]);
+    let (round_id, _) = ids(&sb.wait_pending());
+    // `--wait` without SECS waits as long as it takes.
+    let out = sb.m3(&[
+        "respond",
+        &round_id,
+        "--wait",
+        "--idempotency-key",
+        "k",
+        "--accept",
+        &accept_address(),
+    ]);
+    let line = out.fails_with("ManagedInputStateError");
+    assert!(
+        line.contains(&format!("round {round_id} failed: server_error")),
+        "{line}"
+    );
+    let (out, _) = run.finish();
+    assert!(!out.status.success(), "the run failed too");
+
+    let sb = Sandbox::new();
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let (round_id, _) = ids(&sb.wait_pending());
+    let pid = run.guard.child.id() as i32;
+    // SAFETY: signals a child this test started and still holds.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let out = sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "k",
+        "--accept",
+        &accept_address(),
+        "--wait",
+        "0.5",
+    ]);
+    let line = out.fails_with("OperationTimeout");
+    assert!(line.contains("is still response_validated"), "{line}");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let (out, _) = run.finish();
+    out.ok();
+}
+
+/// Answers given as flags need their idempotency key; no answers and no terminal is a typed
+/// error saying what to give; a bad `--wait` is refused before anything is submitted.
+#[test]
+fn respond_says_what_to_give_without_a_key_or_a_terminal() {
+    let sb = Sandbox::new();
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let (round_id, _) = ids(&sb.wait_pending());
+    let out = sb.m3(&["respond", &round_id, "--accept", &accept_address()]);
+    let line = out.fails_with("ManagedInputValidationError");
+    assert!(line.contains("--idempotency-key KEY is required"), "{line}");
+    let out = sb.m3(&["respond", &round_id]);
+    let line = out.fails_with("ManagedInputValidationError");
+    assert!(
+        line.contains("no answers given and no terminal to ask on")
+            && line.contains("--accept")
+            && line.contains("--responses"),
+        "{line}"
+    );
+    let out = sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "k",
+        "--accept",
+        &accept_address(),
+        "--wait=-1",
+    ]);
+    out.fails_with("ManagedInputValidationError");
+    assert_eq!(
+        sb.show(&round_id)["status"],
+        "pending",
+        "nothing was submitted"
+    );
+    sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "k",
+        "--accept",
+        &accept_address(),
+    ])
+    .ok();
+    run.finish().0.ok();
+}

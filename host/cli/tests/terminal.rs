@@ -11,13 +11,28 @@
 //!   re-prompt on a value that is not an integer or is below the minimum, a choice moved with the
 //!   arrow keys, defaults accepted with Enter, and a result that echoes the chosen values.
 //!
-//! The form asks the fields in the order of the schema as the host holds it, which these tests do
-//! not assume: each step waits for whichever of the remaining fields' prompts comes first.
+//! - `m3 respond ROUND` with no answer flags, against a background `run --no-prompt` whose
+//!   server asks with `--contact-form`: the fields in the schema's order (not alphabetical), a
+//!   bad email re-asked alone with the reason, the other values kept, the generated idempotency
+//!   key printed and stored, and the run's success with the typed values.
+//! - Ctrl-C in `m3 run`: in the form it cancels the execution (the round fails `cancelled`) and
+//!   shows the cursor again (`ESC [ ? 25 h`, read from the raw output); while a cancel cannot
+//!   finish (the test holds the database's write lock), a second Ctrl-C ends `m3` at once (130).
+//!
+//! The pty is 80 columns by 24 lines: `COLUMNS` / `LINES` are set, and the pty's window size
+//! (`TIOCSWINSZ` on its master) as soon as `m3` is started, before it draws anything.
+//!
+//! The rich-form tests wait for whichever of the remaining fields' prompts comes first; the
+//! `respond` test asserts the exact order.
+
+mod common;
 
 use rexpect::error::Error;
 use rexpect::process::WaitStatus;
 use rexpect::reader::{Options, ReadUntil};
 use rexpect::session::{PtySession, spawn_with_options};
+use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::process::Command;
 
 /// How long each expectation waits for the terminal to show its text.
@@ -29,6 +44,13 @@ const FIRST_PROMPT_TRIES: u32 = 6;
 const ENTER: &str = "\r";
 /// The down arrow as a terminal sends it.
 const DOWN: &str = "\x1b[B";
+/// Ctrl-C as a terminal sends it.
+const CTRL_C: &str = "\x03";
+/// The escape sequence that shows the cursor.
+const SHOW_CURSOR: &str = "\x1b[?25h";
+/// The pty's size.
+const COLUMNS: u16 = 80;
+const LINES: u16 = 24;
 
 /// `m3` on a pseudo-terminal, with everything read so far kept for failure messages.
 struct Terminal {
@@ -39,17 +61,38 @@ struct Terminal {
 impl Terminal {
     /// Starts `m3 ARGS` on a fresh pty, with its database in `dir`.
     fn start(dir: &tempfile::TempDir, args: &[&str]) -> Self {
+        Self::start_on(&dir.path().join("x.sqlite"), args, true)
+    }
+
+    /// Starts `m3 --db DB ARGS` on a fresh pty of 80 columns; `strip`: read the output with its
+    /// escape sequences removed (else raw).
+    fn start_on(db: &Path, args: &[&str], strip: bool) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_m3"));
         command
             .arg("--db")
-            .arg(dir.path().join("x.sqlite"))
+            .arg(db)
             .args(args)
             .env_remove("M3_DB")
-            .env("TERM", "xterm");
+            .env("TERM", "xterm")
+            .env("COLUMNS", COLUMNS.to_string())
+            .env("LINES", LINES.to_string());
         let options = Options::new()
             .timeout_ms(Some(TIMEOUT_MS))
-            .strip_ansi_escape_codes(true);
+            .strip_ansi_escape_codes(strip);
         let session = spawn_with_options(command, options).expect("start m3 on a pty");
+        let pty = session
+            .process()
+            .get_file_handle()
+            .expect("the pty's master");
+        let size = libc::winsize {
+            ws_row: LINES,
+            ws_col: COLUMNS,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads one `winsize` through a valid pointer; the fd is open.
+        let set = unsafe { libc::ioctl(pty.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+        assert_eq!(set, 0, "setting the pty's window size");
         Self {
             session,
             seen: String::new(),
@@ -106,6 +149,17 @@ impl Terminal {
         if let Err(error) = sent {
             self.fail(&format!("typing {keys:?}"), &error);
         }
+    }
+
+    /// Waits for the first of `needles` and checks it is `needles[0]`.
+    fn expect_first(&mut self, needles: &[&str]) {
+        let all: Vec<String> = needles.iter().map(|n| n.to_string()).collect();
+        let shown = self.expect_any(&all);
+        assert_eq!(
+            shown, 0,
+            "asked {:?} before {:?}\n--- the terminal showed ---\n{}",
+            needles[shown], needles[0], self.seen
+        );
     }
 
     /// Waits for `m3` to end; returns the rest of its output and its exit code.
@@ -312,4 +366,191 @@ fn run_form_accepts_every_default_with_enter() {
     );
     let (_, code) = term.finish();
     assert_eq!(code, 0);
+}
+
+/// The arguments of `run` against the bundled server asking with `--contact-form`.
+fn contact_form_run(no_prompt: bool) -> Vec<String> {
+    let mut args = common::run_args("legacy", &["--contact-form"], &[]);
+    // `run_args` is for scripts (`--no-prompt --json`); the terminal form needs neither.
+    args.retain(|a| a != "--json" && (no_prompt || a != "--no-prompt"));
+    args
+}
+
+#[test]
+fn respond_asks_the_form_in_schema_order_and_re_asks_only_a_bad_email() {
+    let sb = common::Sandbox::new();
+    let run = sb.spawn_run("legacy", &["--contact-form"], &[]);
+    let round = sb.wait_pending();
+    let (round_id, execution_id) = common::ids(&round);
+    // The host keeps the server's order of the properties (not alphabetical).
+    let schema = &round["requests"]["shipping_address"]["requested_schema"];
+    let order: Vec<&str> = schema["properties"]
+        .as_object()
+        .expect("properties")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(order, ["street", "city", "email", "deliver_on"]);
+
+    let mut term = Terminal::start_on(&sb.db, &["respond", &round_id], true);
+    term.accept_the_request(MESSAGE);
+    let street = "Street *: ";
+    let city = "City *: ";
+    let email = "Email * (an email address): ";
+    let date = "Delivery date (YYYY-MM-DD): ";
+    term.expect_first(&[street, city, email, date]);
+    term.send(&format!("12 Harbour Road{ENTER}"));
+    term.expect_first(&[city, email, date]);
+    term.send(&format!("Bergen{ENTER}"));
+    term.expect_first(&[email, date]);
+    term.send(&format!("ada.example.com{ENTER}"));
+    term.expect("error: enter an email address, like name@example.com");
+    // Only the email is asked again: street and city keep their values.
+    term.expect_first(&[email, street, city, date]);
+    term.send(&format!("ada@example.com{ENTER}"));
+    term.expect("Email * (an email address): ada@example.com");
+    term.expect_first(&[date]);
+    term.send(&format!("2026-13-40{ENTER}"));
+    term.expect("error: enter a date as YYYY-MM-DD");
+    term.expect_first(&[date, email]);
+    term.send(&format!("2026-12-24{ENTER}"));
+    term.expect("submitted with idempotency key ");
+    let key = term.expect(" (the same key with the same answers repeats safely)");
+    assert!(
+        key.starts_with("form-") && key.len() > 20,
+        "the key: {key:?}"
+    );
+    let (_, code) = term.finish();
+    assert_eq!(code, 0, "respond exits 0");
+
+    let (out, lines) = run.finish();
+    out.ok();
+    let result = common::check_run_stdout(&out, &lines);
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert_eq!(
+        result["tool_calls"][0]["output"],
+        "Booked shipment to 12 Harbour Road, Bergen \
+         (updates to ada@example.com, delivery on 2026-12-24)"
+    );
+    let shown = sb.show(&round_id);
+    assert_eq!(
+        shown["idempotency_key"],
+        key.as_str(),
+        "the printed key is stored"
+    );
+    assert_eq!(
+        shown["responses"]["shipping_address"]["content"],
+        serde_json::json!({
+            "street": "12 Harbour Road",
+            "city": "Bergen",
+            "email": "ada@example.com",
+            "deliver_on": "2026-12-24"
+        })
+    );
+    assert_eq!(sb.status(&execution_id)["outcome"], "succeeded");
+}
+
+#[test]
+fn ctrl_c_in_the_run_form_cancels_the_execution_and_shows_the_cursor() {
+    let sb = common::Sandbox::new();
+    let args = contact_form_run(false);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut term = Terminal::start_on(&sb.db, &args, false);
+    term.expect_any_patiently(
+        &["accept (fill in the form)".to_string()],
+        FIRST_PROMPT_TRIES,
+    );
+    term.expect("cancel");
+    term.send(CTRL_C);
+    term.expect(SHOW_CURSOR);
+    term.expect("interrupted: the execution was cancelled");
+    let (_, code) = term.finish();
+    assert_eq!(code, 130, "an interrupted run exits 130");
+
+    let executions = sb.m3(&["executions", "--json"]).json();
+    assert_eq!(executions[0]["lifecycle"], "finished", "{executions}");
+    assert_eq!(executions[0]["outcome"], "cancelled", "{executions}");
+    let rounds = sb.m3(&["rounds", "--json"]).json();
+    assert_eq!(rounds[0]["status"], "failed", "{rounds}");
+    assert_eq!(rounds[0]["failure_code"], "cancelled", "{rounds}");
+}
+
+#[test]
+fn a_second_ctrl_c_ends_run_at_once() {
+    let sb = common::Sandbox::new();
+    let args = contact_form_run(true);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut term = Terminal::start_on(&sb.db, &args, true);
+    term.expect_any_patiently(&["{\"event\":\"pending\"".to_string()], FIRST_PROMPT_TRIES);
+    // While the test holds the database's write lock, the cancel cannot be written, so the run
+    // cannot end by itself: only the second Ctrl-C can end it.
+    let lock = rusqlite::Connection::open(&sb.db).expect("opening the database");
+    lock.execute_batch("BEGIN IMMEDIATE")
+        .expect("taking the write lock");
+    term.send(CTRL_C);
+    term.expect("interrupted: cancelling");
+    term.send(CTRL_C);
+    let (rest, code) = term.finish();
+    assert_eq!(code, 130, "the second Ctrl-C exits 130");
+    assert!(
+        !rest.contains("the execution was cancelled"),
+        "the run ended by itself: {rest}"
+    );
+    lock.execute_batch("ROLLBACK").expect("releasing the lock");
+}
+
+/// What the form lets through but the component refuses (a fraction too small for a double in
+/// an integer field): `respond` says why and asks again, every value typed before offered
+/// again (Enter keeps it, or it is edited).
+#[test]
+fn respond_asks_again_with_the_typed_values_when_the_component_refuses() {
+    let sb = common::Sandbox::new();
+    let run = sb.spawn_run("legacy", &["--rich-form"], &[]);
+    let (round_id, _) = common::ids(&sb.wait_pending());
+    let mut term = Terminal::start_on(&sb.db, &["respond", &round_id], true);
+    term.accept_the_request(MESSAGE);
+    term.expect_first(&["Street *: "]);
+    term.send(&format!("12 Harbour Road{ENTER}"));
+    term.expect_first(&["City *: "]);
+    term.send(&format!("Bergen{ENTER}"));
+    term.expect_first(&["Quantity * [1]: "]);
+    let almost_one = "1.0000000000000000001";
+    term.send(&format!("{almost_one}{ENTER}"));
+    term.expect_first(&["Speed *:"]);
+    term.expect("> Standard (3-5 days)");
+    term.send(DOWN);
+    term.expect("> Express (next day)");
+    term.send(ENTER);
+    term.expect_first(&["Gift wrap:"]);
+    term.expect("> no");
+    term.send(ENTER);
+    let refused = term.expect("; asking again with your values");
+    assert!(
+        refused.contains("ManagedInputValidationError: ") && !refused.contains(almost_one),
+        "the refusal says why, without the value: {refused:?}"
+    );
+    // The second try starts from the first one's values.
+    term.accept_the_request(MESSAGE);
+    term.expect("Street *: 12 Harbour Road");
+    term.send(ENTER);
+    term.expect("City *: Bergen");
+    term.send(ENTER);
+    term.expect(&format!("Quantity *: {almost_one}"));
+    term.send(&"\x7f".repeat(almost_one.len()));
+    term.send(&format!("2{ENTER}"));
+    term.expect("Quantity *: 2");
+    term.expect("> Express (next day)");
+    term.send(ENTER);
+    term.expect("> no");
+    term.send(ENTER);
+    term.expect("submitted with idempotency key ");
+    let (_, code) = term.finish();
+    assert_eq!(code, 0, "respond exits 0");
+    let (out, lines) = run.finish();
+    out.ok();
+    let result = common::check_run_stdout(&out, &lines);
+    assert_eq!(
+        result["tool_calls"][0]["output"],
+        "Booked shipment to 12 Harbour Road, Bergen (quantity 2, express delivery, gift wrap no)"
+    );
 }

@@ -40,6 +40,7 @@ pub struct NotAMessage(pub &'static str);
 /// Classifies one line. Unknown fields are tolerated (parse tolerantly, validate strictly).
 pub fn parse(line: &str) -> Result<Incoming, NotAMessage> {
     let value: Value = serde_json::from_str(line).map_err(|_| NotAMessage("not JSON"))?;
+    super::schema_order::remember(line);
     let Value::Object(object) = value else {
         return Err(NotAMessage("not a JSON object"));
     };

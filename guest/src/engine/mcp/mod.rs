@@ -7,6 +7,7 @@
 //! - [`legacy`]: server-initiated `elicitation/create` (MCP 2025-06-18 and 2025-11-25).
 //! - [`mrtr`]: multi round-trip requests (`input_required`, MCP 2026-07-28).
 //! - [`request`]: turning a server's elicitation parameters into a round's request.
+//! - [`schema_order`]: the order in which a server wrote a schema's properties.
 
 pub mod era;
 pub mod framing;
@@ -14,6 +15,7 @@ pub mod legacy;
 pub mod message;
 pub mod mrtr;
 pub mod request;
+pub mod schema_order;
 
 /// The `_meta` key a server may set to name the request key of a single elicitation.
 pub const REQUEST_KEY_HINT: &str = "m3/request_key";

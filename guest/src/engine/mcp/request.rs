@@ -61,7 +61,7 @@ pub fn from_params(params: &Value) -> Result<ElicitationRequest, UnusableRequest
                 })?;
             Ok(ElicitationRequest::Form(FormRequest {
                 message,
-                requested_schema: schema.to_string(),
+                requested_schema: super::schema_order::schema_text(schema),
                 context: context(params),
             }))
         }

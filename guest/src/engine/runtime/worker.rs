@@ -330,9 +330,10 @@ fn outcome_of(finished: Finished) -> ExecutionOutcome {
     }
 }
 
-/// The harness's session machine.
+/// The harness's session machine (both boxed: one per worker; the scripted one holds JSON maps,
+/// larger where a native workspace build gives serde_json `preserve_order`).
 enum Session {
-    Scripted(ScriptedSession),
+    Scripted(Box<ScriptedSession>),
     Codex(Box<CodexSession>),
 }
 
@@ -570,12 +571,12 @@ impl Worker {
                 })
                 .map_err(not_started(&spec.server.command))?;
                 record_spawned(&held, &spawned)?;
-                Session::Scripted(ScriptedSession::new(SessionConfig {
+                Session::Scripted(Box::new(ScriptedSession::new(SessionConfig {
                     era,
                     steps,
                     round_limit: spec.round_limit,
                     mode,
-                }))
+                })))
             }
         };
         let now = time::now();
