@@ -79,8 +79,9 @@ fn json_error(out: &Output, what: &str) -> Value {
         Some(1),
         "{what}: only `error`: {v}"
     );
+    // The keys in the order the contract writes them: type, code, message.
     let keys: Vec<&String> = error.as_object().expect("an object").keys().collect();
-    assert_eq!(keys, ["code", "message", "type"], "{what}: {v}");
+    assert_eq!(keys, ["type", "code", "message"], "{what}: {v}");
     assert!(
         TYPED_ERRORS.contains(&error["type"].as_str().unwrap_or_default()),
         "{what}: {v}"
