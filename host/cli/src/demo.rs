@@ -44,6 +44,17 @@ impl Drop for FreshDir {
     }
 }
 
+/// Ctrl-C before the answer: the execution is cancelled (its open round fails `cancelled`), the
+/// terminal restored, and the command ends with 130.
+fn interrupted(handle: &m3::ExecutionHandle, output: &Output) -> Result<ExitCode> {
+    output.progress.finish_and_clear();
+    crate::form::restore_terminal();
+    let _ = handle.cancel();
+    let _ = handle.result(Some(Duration::from_secs(30)));
+    eprintln!("interrupted: the execution was cancelled");
+    Ok(ExitCode::from(crate::interrupt::EXIT_CODE))
+}
+
 /// `m3 demo`.
 pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<ExitCode> {
     // A database named on the command line (or by M3_DB) is used and kept, so that `m3 status`
@@ -84,6 +95,8 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
         ))])?
         .remove(0);
     let output = Output::new(cli, answer.is_some());
+    // Ctrl-C cancels the execution (its round fails `cancelled`); a second one exits at once.
+    let interrupt = crate::interrupt::Interrupt::catch()?;
     let say = |line: String| {
         if !output.json {
             output.progress.suspend(|| println!("{line}"));
@@ -106,6 +119,9 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
     output.progress.set_message("waiting for the server to ask");
     let until = Instant::now() + Duration::from_secs(60);
     let pending = loop {
+        if interrupt.requested() {
+            return interrupted(&handle, &output);
+        }
         if let Some(pending) = handle.pending_elicitation()? {
             break pending;
         }
@@ -139,9 +155,14 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
     }
     let key = format!("address-{}", pending.round_id);
     if output.interactive {
-        let answers = output
+        let answers = match output
             .progress
-            .suspend(|| crate::form::ask_round(&pending, None))?;
+            .suspend(|| crate::form::ask_round(&pending, None))
+        {
+            Ok(answers) => answers,
+            Err(e) if crate::form::interrupted(&e) => return interrupted(&handle, &output),
+            Err(e) => return Err(e),
+        };
         handle.respond_elicitation(&pending.round_id, answers, &key)?;
     } else {
         let text = answer.unwrap_or(SPEC_ANSWER);

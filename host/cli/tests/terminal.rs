@@ -31,6 +31,7 @@ use rexpect::error::Error;
 use rexpect::process::WaitStatus;
 use rexpect::reader::{Options, ReadUntil};
 use rexpect::session::{PtySession, spawn_with_options};
+use serde_json::Value;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
@@ -552,5 +553,54 @@ fn respond_asks_again_with_the_typed_values_when_the_component_refuses() {
     assert_eq!(
         result["tool_calls"][0]["output"],
         "Booked shipment to 12 Harbour Road, Bergen (quantity 2, express delivery, gift wrap no)"
+    );
+}
+
+/// Ctrl-C in `demo`'s form cancels its execution (kept on `--db`), shows the cursor and exits
+/// 130; nothing is left waiting for an answer.
+#[test]
+fn ctrl_c_in_the_demo_form_cancels_and_shows_the_cursor() {
+    let sb = common::Sandbox::new();
+    let mut term = Terminal::start_on(&sb.db, &["demo"], false);
+    term.expect_any_patiently(
+        &["accept (fill in the form)".to_string()],
+        FIRST_PROMPT_TRIES,
+    );
+    term.expect("cancel");
+    term.send(CTRL_C);
+    term.expect(SHOW_CURSOR);
+    term.expect("interrupted: the execution was cancelled");
+    let (_, code) = term.finish();
+    assert_eq!(code, 130, "an interrupted demo exits 130");
+    let executions = sb.m3(&["executions", "--json"]).json();
+    assert_eq!(executions[0]["lifecycle"], "finished", "{executions}");
+    assert_eq!(executions[0]["outcome"], "cancelled", "{executions}");
+    let rounds = sb.m3(&["rounds", "--json"]).json();
+    assert_eq!(rounds[0]["failure_code"], "cancelled", "{rounds}");
+}
+
+/// Ctrl-C in `respond`'s form submits nothing: the round stays pending for someone else, the
+/// cursor is shown again, and the command exits 130 saying so.
+#[test]
+fn ctrl_c_in_the_respond_form_submits_nothing() {
+    let sb = common::Sandbox::new();
+    let _run = sb.spawn_run("legacy", &[], &[]);
+    let (round_id, _) = common::ids(&sb.wait_pending());
+    let mut term = Terminal::start_on(&sb.db, &["respond", &round_id], false);
+    term.expect_any_patiently(
+        &["accept (fill in the form)".to_string()],
+        FIRST_PROMPT_TRIES,
+    );
+    term.expect("cancel");
+    term.send(CTRL_C);
+    term.expect(SHOW_CURSOR);
+    term.expect("interrupted: nothing was submitted");
+    let (_, code) = term.finish();
+    assert_eq!(code, 130, "an interrupted respond exits 130");
+    let round = sb.show(&round_id);
+    assert_eq!(round["status"], "pending", "{round}");
+    assert!(
+        round.get("responses").is_some_and(Value::is_null),
+        "no answers stored: {round}"
     );
 }
