@@ -29,11 +29,8 @@ pub fn prepare(cli: &Cli) {
         if finished.recv_timeout(QUIET_FOR).is_ok() {
             return;
         }
-        let bar = ProgressBar::new_spinner().with_message(MESSAGE);
-        if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
-            bar.set_style(style);
-        }
-        bar.enable_steady_tick(Duration::from_millis(100));
+        let bar = on_stderr();
+        bar.set_message(MESSAGE);
         let _ = finished.recv();
         bar.finish_and_clear();
     });
@@ -47,10 +44,22 @@ pub fn spinner(cli: &Cli, message: &'static str) -> Option<ProgressBar> {
     if cli.json || !std::io::stderr().is_terminal() {
         return None;
     }
-    let bar = ProgressBar::new_spinner().with_message(message);
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
-        bar.set_style(style);
-    }
-    bar.enable_steady_tick(Duration::from_millis(100));
+    let bar = on_stderr();
+    bar.set_message(message);
     Some(bar)
+}
+
+/// The one spinner style of the command, ticking on stderr when it is a terminal (hidden
+/// otherwise, so a script's stderr gets no escape sequences).
+pub fn on_stderr() -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
 }

@@ -8,7 +8,6 @@ use crate::interrupt::Interrupt;
 use crate::{Cli, json, print_json, read_input};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use m3::{
     FailureCode, ManagedInputError, ManagedInputRecord, ManagedInputStatus, ManagedInputStore,
 };
@@ -307,17 +306,7 @@ fn wait_for_end(
     interrupt: &Interrupt,
 ) -> Result<ExitCode> {
     let until = limit.map(|limit| Instant::now() + limit);
-    let progress = if std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new_spinner();
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
-        bar.enable_steady_tick(Duration::from_millis(100));
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let progress = crate::engine_start::on_stderr();
     let ended = loop {
         let record = store
             .get_round(id)?

@@ -9,7 +9,7 @@ use crate::seconds::seconds;
 use crate::{Cli, json, print_json, read_input};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use m3::{
     AgentSpec, ExecutionError, ExecutionHandle, ExecutionResult, ExecutionStatus, ExecutionStore,
     ManagedInputError, ManagedInputStatus, ManagedInputStore, McpTestKit, ModelValidationError,
@@ -274,17 +274,7 @@ impl Output {
     pub fn new(cli: &Cli, no_prompt: bool) -> Self {
         let interactive =
             !no_prompt && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-        let progress = if std::io::stderr().is_terminal() {
-            let bar = ProgressBar::new_spinner();
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            );
-            bar.enable_steady_tick(Duration::from_millis(100));
-            bar
-        } else {
-            ProgressBar::hidden()
-        };
+        let progress = crate::engine_start::on_stderr();
         Self {
             json: cli.json,
             interactive,
