@@ -45,12 +45,16 @@ impl Drop for FreshDir {
 }
 
 /// Ctrl-C before the answer: the execution is cancelled (its open round fails `cancelled`), the
-/// terminal restored, and the command ends with 130.
+/// terminal restored, and the command ends with 130. A cancel that cannot be written is the
+/// command's error, never dropped; an execution that has not ended within 30 s is said so.
 fn interrupted(handle: &m3::ExecutionHandle, output: &Output) -> Result<ExitCode> {
     output.progress.finish_and_clear();
     crate::form::restore_terminal();
-    let _ = handle.cancel();
-    let _ = handle.result(Some(Duration::from_secs(30)));
+    handle.cancel()?;
+    if let Err(e) = handle.result(Some(Duration::from_secs(30))) {
+        eprintln!("interrupted: the cancel is stored, but the execution has not ended yet: {e}");
+        return Ok(ExitCode::from(crate::interrupt::EXIT_CODE));
+    }
     eprintln!("interrupted: the execution was cancelled");
     Ok(ExitCode::from(crate::interrupt::EXIT_CODE))
 }
