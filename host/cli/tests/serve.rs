@@ -344,11 +344,9 @@ fn a_token_guards_every_call_and_bodies_are_bounded() {
         "pending"
     );
 
-    let huge = format!(
-        r#"{{"idempotency_key": "k", "responses": {{}}, "pad": "{}"}}"#,
-        "x".repeat(9 * 1024 * 1024)
-    );
-    let too_large = server.post(&format!("/api/rounds/{round_id}/responses"), &huge);
+    // Said in the request's head, so the server answers before the body is sent (a client
+    // still writing 9 MiB could not read the answer of a server that stopped reading).
+    let too_large = declared_too_large(&server, &round_id, token);
     assert_eq!(too_large.status, 413, "{}", too_large.body);
     assert_eq!(error_of(&too_large).1, "payload_too_large");
     assert_eq!(
@@ -362,6 +360,38 @@ fn a_token_guards_every_call_and_bodies_are_bounded() {
     assert_eq!(check_run_stdout(&out, &lines)["outcome"], "succeeded");
     let status = server.get(&format!("/api/executions/{execution_id}"));
     assert_eq!(status.body["outcome"], "succeeded");
+}
+
+/// A POST of a body 4 KiB over the 8 MiB limit, over a plain socket (the server stops reading
+/// at the limit and answers; the last bytes sit in the socket's buffers); the answer.
+fn declared_too_large(server: &Server, round_id: &str, token: &str) -> Reply {
+    use std::io::{Read, Write};
+    let address = server.base.trim_start_matches("http://");
+    let mut socket = std::net::TcpStream::connect(address).expect("connecting");
+    socket
+        .set_read_timeout(Some(COMMAND_TIMEOUT))
+        .expect("a read timeout");
+    let size = 8 * 1024 * 1024 + 4096;
+    let head = format!(
+        "POST /api/rounds/{round_id}/responses HTTP/1.1\r\nHost: {address}\r\n\
+         Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
+         Content-Length: {size}\r\nConnection: close\r\n\r\n"
+    );
+    let mut request = head.into_bytes();
+    request.extend(std::iter::repeat_n(b' ', size));
+    // The server may stop reading once it has its answer: a failed write is no failure here.
+    let _ = socket.write_all(&request);
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let body = serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
+    Reply { status, body }
 }
 
 /// A non-loopback address without a token is refused at start; a missing database too.

@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn typed_errors_map_to_their_statuses() {
-        let status = |text: &str| Problem::from(anyhow::anyhow!("{}", text.to_string())).status;
+        let status = |text: &str| Problem::from(anyhow::anyhow!("{text}")).status;
         assert_eq!(
             status("ManagedInputValidationError: bad (malformed_json)"),
             StatusCode::BAD_REQUEST
