@@ -83,6 +83,14 @@ pub const CANCEL: &str = "\
 Examples:
   m3 cancel 9c1e";
 
+/// `m3 serve --help`.
+pub const SERVE: &str = "\
+Examples:
+  m3 serve
+  m3 serve --listen 127.0.0.1:0
+  m3 serve --listen 0.0.0.0:8383 --token-file token.txt
+  curl -H 'Authorization: Bearer TOKEN' http://127.0.0.1:8383/api/rounds/pending";
+
 /// `m3 validate --help`.
 pub const VALIDATE: &str = "\
 Examples:

@@ -63,7 +63,7 @@ fn rounds_table(records: &[ManagedInputRecord], look: &Look) -> Table {
 }
 
 fn list_rounds(
-    cli: &Cli,
+    executions: &m3::Executions,
     status: Option<&str>,
     execution: Option<&str>,
 ) -> Result<Vec<ManagedInputRecord>> {
@@ -72,18 +72,18 @@ fn list_rounds(
         status: status.map(status_from).transpose()?,
         limit: None,
     };
-    crate::readable_rounds(crate::executions(cli)?.store(), &filter)
+    crate::readable_rounds(executions.store(), &filter)
 }
 
 /// `m3 rounds`.
 pub fn rounds(cli: &Cli, status: Option<&str>, execution: Option<&str>) -> Result<ExitCode> {
     let executions = crate::recovered_executions(cli)?;
     let execution = crate::ids::execution_filter(&executions, execution)?;
-    let records = list_rounds(cli, status, execution.as_deref())?;
+    let records = list_rounds(&executions, status, execution.as_deref())?;
     if cli.json {
         let redacted: Vec<Value> = records
             .iter()
-            .map(|r| redacted_record(cli, r))
+            .map(|r| redacted_record(&executions, r))
             .collect::<Result<_>>()?;
         print_json(&Value::Array(redacted), false);
     } else if records.is_empty() {
@@ -95,29 +95,34 @@ pub fn rounds(cli: &Cli, status: Option<&str>, execution: Option<&str>) -> Resul
 }
 
 /// A record with its answers replaced by the redacted projection (listings never show answers).
-fn redacted_record(cli: &Cli, record: &ManagedInputRecord) -> Result<Value> {
-    let projection = crate::executions(cli)?
+fn redacted_record(executions: &m3::Executions, record: &ManagedInputRecord) -> Result<Value> {
+    let projection = executions
         .store()
         .redacted_responses(&record.pending.round_id)?
         .unwrap_or_default();
     Ok(json::record(record, Some(&projection)))
 }
 
-/// `m3 show`.
-pub fn show(cli: &Cli, round_id: &str, redacted: bool) -> Result<ExitCode> {
-    let executions = crate::executions(cli)?;
-    let round_id = &crate::ids::round(&executions, round_id)?;
+/// The round `given` (an id or unique prefix) as `m3 show --json` prints it: with its answers,
+/// or (`redacted`) their redacted projection.
+pub fn round_value(executions: &m3::Executions, given: &str, redacted: bool) -> Result<Value> {
+    let round_id = &crate::ids::round(executions, given)?;
     let store = executions.store();
     // The component's typed error (`round_not_found`) for a round that does not exist.
     let projection = store.redacted_responses(round_id)?.unwrap_or_default();
     let Some(record) = store.get_round(round_id)? else {
         bail!("ManagedInputStateError: the round {round_id} disappeared while it was read");
     };
-    let value = if redacted {
+    Ok(if redacted {
         json::record(&record, Some(&projection))
     } else {
         json::record(&record, None)
-    };
+    })
+}
+
+/// `m3 show`.
+pub fn show(cli: &Cli, round_id: &str, redacted: bool) -> Result<ExitCode> {
+    let value = round_value(&*crate::executions(cli)?, round_id, redacted)?;
     if cli.json {
         print_json(&value, false);
     } else {
@@ -202,28 +207,7 @@ fn status_text(
     execution_id: &str,
     line: bool,
 ) -> Result<crate::watch::Snapshot> {
-    let state = executions.snapshot(execution_id)?;
-    let diagnostics = executions.diagnostics(execution_id)?;
-    let records = list_rounds(cli, None, Some(execution_id))?;
-    let mut value = json::execution(&state);
-    value["events"] = serde_json::to_value(&diagnostics.events)?;
-    value["events_dropped"] = diagnostics.events_dropped.into();
-    value["stderr_tail"] = serde_json::json!(diagnostics.stderr_tail);
-    let rounds: Vec<Value> = records
-        .iter()
-        .map(|r| redacted_record(cli, r))
-        .collect::<Result<_>>()?;
-    value["rounds"] = Value::Array(rounds);
-    value["final_message"] =
-        serde_json::json!(state.outcome.as_ref().and_then(|o| o.final_message.clone()));
-    value["tool_calls"] = Value::Array(
-        state
-            .outcome
-            .iter()
-            .flat_map(|o| o.tool_results.iter())
-            .map(json::tool_call)
-            .collect(),
-    );
+    let (value, state, diagnostics, records) = status_parts(executions, execution_id)?;
     let text = if cli.json {
         crate::json_text(&value, line)
     } else {
@@ -245,20 +229,69 @@ fn status_text(
     })
 }
 
+/// The execution `execution_id` (a full id) as `m3 status --json` prints it.
+pub fn status_value(executions: &m3::Executions, execution_id: &str) -> Result<Value> {
+    Ok(status_parts(executions, execution_id)?.0)
+}
+
+/// `m3 status --json`'s value and what it was made of.
+fn status_parts(
+    executions: &m3::Executions,
+    execution_id: &str,
+) -> Result<(
+    Value,
+    ExecutionState,
+    m3::ExecutionDiagnostics,
+    Vec<ManagedInputRecord>,
+)> {
+    let state = executions.snapshot(execution_id)?;
+    let diagnostics = executions.diagnostics(execution_id)?;
+    let records = list_rounds(executions, None, Some(execution_id))?;
+    let mut value = json::execution(&state);
+    value["events"] = serde_json::to_value(&diagnostics.events)?;
+    value["events_dropped"] = diagnostics.events_dropped.into();
+    value["stderr_tail"] = serde_json::json!(diagnostics.stderr_tail);
+    let rounds: Vec<Value> = records
+        .iter()
+        .map(|r| redacted_record(executions, r))
+        .collect::<Result<_>>()?;
+    value["rounds"] = Value::Array(rounds);
+    value["final_message"] =
+        serde_json::json!(state.outcome.as_ref().and_then(|o| o.final_message.clone()));
+    value["tool_calls"] = Value::Array(
+        state
+            .outcome
+            .iter()
+            .flat_map(|o| o.tool_results.iter())
+            .map(json::tool_call)
+            .collect(),
+    );
+    Ok((value, state, diagnostics, records))
+}
+
+/// The execution `execution_id` (a full id)'s events as `m3 events --json` prints them.
+pub fn events_value(executions: &m3::Executions, execution_id: &str) -> Result<Value> {
+    let diagnostics = executions.diagnostics(execution_id)?;
+    let state = executions.snapshot(execution_id)?;
+    let records = list_rounds(executions, None, Some(execution_id))?;
+    let happenings = crate::history::history(&state, &records, &diagnostics);
+    let mut value = serde_json::to_value(&diagnostics)?;
+    value["history"] = happenings.iter().map(|h| h.to_json()).collect();
+    Ok(value)
+}
+
 /// `m3 events`: what happened to the execution and its rounds (the store's history) merged
 /// with what its harness did or reported, and its stderr tail.
 pub fn events(cli: &Cli, execution_id: &str) -> Result<ExitCode> {
     let executions = crate::executions(cli)?;
     let execution_id = &crate::ids::execution(&executions, execution_id)?;
-    let diagnostics = executions.diagnostics(execution_id)?;
-    let state = executions.snapshot(execution_id)?;
-    let records = list_rounds(cli, None, Some(execution_id))?;
-    let happenings = crate::history::history(&state, &records, &diagnostics);
     if cli.json {
-        let mut value = serde_json::to_value(&diagnostics)?;
-        value["history"] = happenings.iter().map(|h| h.to_json()).collect();
-        print_json(&value, false);
+        print_json(&events_value(&executions, execution_id)?, false);
     } else {
+        let diagnostics = executions.diagnostics(execution_id)?;
+        let state = executions.snapshot(execution_id)?;
+        let records = list_rounds(&executions, None, Some(execution_id))?;
+        let happenings = crate::history::history(&state, &records, &diagnostics);
         crate::history::print(&happenings, &state, &Look::new(cli));
         let mut rest = diagnostics.clone();
         rest.events.clear();

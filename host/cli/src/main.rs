@@ -23,6 +23,7 @@ mod policy_check;
 mod respond;
 mod run;
 mod seconds;
+mod serve;
 mod watch;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
@@ -141,6 +142,10 @@ enum Command {
         /// The execution (or a unique prefix of its id).
         execution_id: String,
     },
+    /// Serve the pending rounds and executions as an HTTP JSON API with a change stream
+    /// (`/api/...`; loopback only unless a token is given).
+    #[command(after_help = examples::SERVE)]
+    Serve(serve::ServeArgs),
     /// Validate answers against a pending round in the sandbox, with no database.
     #[command(after_help = examples::VALIDATE)]
     Validate {
@@ -304,6 +309,7 @@ fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
         } => inspect::status(cli, execution_id, *watch),
         Command::Events { execution_id } => inspect::events(cli, execution_id),
         Command::Cancel { execution_id } => inspect::cancel(cli, execution_id),
+        Command::Serve(args) => serve::serve(cli, args),
         Command::Validate { round, responses } => policy_check::validate(cli, round, responses),
         Command::CheckSchema { file } => policy_check::check_schema(cli, file),
         Command::Component { world, file } => component::write(cli, *world, file),

@@ -15,7 +15,14 @@ const POLL: Duration = Duration::from_millis(25);
 
 /// The pending rounds (of one execution, if given: a full id).
 pub fn list(cli: &Cli, execution: Option<&str>) -> Result<Vec<PendingElicitationRound>> {
-    let executions = crate::recovered_executions(cli)?;
+    list_in(&*crate::recovered_executions(cli)?, execution)
+}
+
+/// The pending rounds in `executions` (of one execution, if given: a full id).
+pub fn list_in(
+    executions: &m3::Executions,
+    execution: Option<&str>,
+) -> Result<Vec<PendingElicitationRound>> {
     let filter = RoundFilter {
         execution_id: execution.map(str::to_string),
         status: Some(ManagedInputStatus::Pending),

@@ -167,7 +167,7 @@ pub fn respond(cli: &Cli, args: &RespondArgs) -> Result<ExitCode> {
 }
 
 /// Validates and commits `text` (a response map) for `round_id`.
-fn submit(executions: &m3::Executions, round_id: &str, text: &str, key: &str) -> Result<()> {
+pub fn submit(executions: &m3::Executions, round_id: &str, text: &str, key: &str) -> Result<()> {
     let store = executions.store();
     match store.get_round(round_id) {
         Ok(Some(record)) => {

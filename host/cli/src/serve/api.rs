@@ -1,0 +1,178 @@
+//! The JSON API's routes. Each answers as its command's `--json` does (the same functions make
+//! the values), with ids accepted by unique prefix (`ids.rs`); answers are never shown (a
+//! round is its redacted projection, as `m3 show --redacted`).
+
+use super::Shared;
+use super::problem::Problem;
+use crate::{MAX_INPUT_BYTES, json};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// An API call's result.
+type Answer = Result<Json<Value>, Problem>;
+
+/// The API, behind the token check, with bodies bounded by [`MAX_INPUT_BYTES`].
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/api/rounds/pending", get(pending))
+        .route("/api/rounds/{id}", get(round))
+        .route("/api/rounds/{id}/responses", post(respond))
+        .route("/api/executions", get(executions))
+        .route("/api/executions/{id}", get(status))
+        .route("/api/executions/{id}/events", get(events))
+        .route("/api/executions/{id}/cancel", post(cancel))
+        .route("/api/events/stream", get(super::events::stream))
+        .layer(DefaultBodyLimit::max(MAX_INPUT_BYTES as usize))
+        .route_layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            super::auth::require,
+        ))
+        .with_state(shared)
+}
+
+/// Runs `call` with the executions on the blocking pool (SQLite and the component block).
+async fn blocking(
+    shared: &Arc<Shared>,
+    call: impl FnOnce(&m3::Executions) -> anyhow::Result<Value> + Send + 'static,
+) -> Answer {
+    let pool = shared.clone();
+    match tokio::task::spawn_blocking(move || call(&pool.executions)).await {
+        Ok(result) => {
+            shared.nudge.notify_one();
+            Ok(Json(result?))
+        }
+        Err(_) => Err(anyhow::anyhow!("EngineError: an API call failed unexpectedly").into()),
+    }
+}
+
+/// `?execution=ID` of `/api/rounds/pending`.
+#[derive(Debug, serde::Deserialize)]
+struct PendingQuery {
+    execution: Option<String>,
+}
+
+/// `GET /api/rounds/pending`: as `m3 pending --json` (after the same recovery pass).
+async fn pending(State(shared): State<Arc<Shared>>, Query(query): Query<PendingQuery>) -> Answer {
+    blocking(&shared, move |executions| {
+        executions.recover()?;
+        let execution = crate::ids::execution_filter(executions, query.execution.as_deref())?;
+        let rounds = crate::pending::list_in(executions, execution.as_deref())?;
+        Ok(Value::Array(
+            rounds.iter().map(json::pending_round).collect(),
+        ))
+    })
+    .await
+}
+
+/// `GET /api/rounds/{id}`: as `m3 show --redacted --json`.
+async fn round(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Answer {
+    blocking(&shared, move |executions| {
+        crate::inspect::round_value(executions, &id, true)
+    })
+    .await
+}
+
+/// `POST /api/rounds/{id}/responses` with `{"responses": {...}, "idempotency_key": "..."}`:
+/// as `m3 respond --responses FILE --idempotency-key KEY --json`, the record redacted.
+async fn respond(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(Problem::too_large(MAX_INPUT_BYTES));
+        }
+        Err(_) => {
+            return Err(crate::invalid_input("the request body could not be read").into());
+        }
+    };
+    let (responses, key) = answer_body(&body)?;
+    blocking(&shared, move |executions| {
+        let round_id = crate::ids::round(executions, &id)?;
+        crate::respond::submit(executions, &round_id, &responses, &key)?;
+        let record = crate::inspect::round_value(executions, &round_id, true)?;
+        if record["status"] == "failed" {
+            // Stored by an earlier call with this key, but it will never be delivered.
+            anyhow::bail!(
+                "ManagedInputStateError: round {round_id} ended failed before its answers were \
+                 delivered; they will not be delivered (round_terminal)"
+            );
+        }
+        Ok(record)
+    })
+    .await
+}
+
+/// The response map (as JSON text) and the idempotency key of an answer's body.
+fn answer_body(body: &[u8]) -> Result<(String, String), Problem> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| {
+        crate::invalid_input("the request body is not a JSON object (malformed_json)")
+    })?;
+    let responses = match value.get("responses") {
+        Some(responses @ Value::Object(_)) => responses.to_string(),
+        _ => {
+            return Err(crate::invalid_input(
+                "the body needs `responses`: an object of request key -> {\"action\", \
+                 \"content\"} (missing_responses)",
+            )
+            .into());
+        }
+    };
+    let key = match value.get("idempotency_key") {
+        Some(Value::String(key)) if !key.is_empty() => key.clone(),
+        _ => {
+            return Err(crate::invalid_input(
+                "the body needs `idempotency_key`, a non-empty string (a retry with the same \
+                 key and answers is safe) (missing_idempotency_key)",
+            )
+            .into());
+        }
+    };
+    Ok((responses, key))
+}
+
+/// `GET /api/executions`: as `m3 executions --json`.
+async fn executions(State(shared): State<Arc<Shared>>) -> Answer {
+    blocking(&shared, |executions| {
+        executions.recover()?;
+        let states = executions.states(None)?;
+        Ok(Value::Array(states.iter().map(json::execution).collect()))
+    })
+    .await
+}
+
+/// `GET /api/executions/{id}`: as `m3 status --json`.
+async fn status(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Answer {
+    blocking(&shared, move |executions| {
+        executions.recover()?;
+        let id = crate::ids::execution(executions, &id)?;
+        crate::inspect::status_value(executions, &id)
+    })
+    .await
+}
+
+/// `GET /api/executions/{id}/events`: as `m3 events --json`.
+async fn events(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Answer {
+    blocking(&shared, move |executions| {
+        let id = crate::ids::execution(executions, &id)?;
+        crate::inspect::events_value(executions, &id)
+    })
+    .await
+}
+
+/// `POST /api/executions/{id}/cancel`: as `m3 cancel --json`.
+async fn cancel(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Answer {
+    blocking(&shared, move |executions| {
+        let id = crate::ids::execution(executions, &id)?;
+        Ok(json::execution(&executions.request_cancel(&id)?))
+    })
+    .await
+}

@@ -1,0 +1,167 @@
+//! `/api/events/stream`: the store's changes as Server-Sent Events. ONE watcher task per server
+//! looks at [`m3::Executions::data_version`] (cheap, every [`POLL`]), and only when it moved
+//! reads the rounds and executions, diffs them with what it saw before and broadcasts each
+//! change to every subscriber. A subscriber too slow to keep up misses the oldest changes and
+//! gets a `lagged` event instead; nobody else waits for it.
+
+use super::Shared;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use futures_util::StreamExt;
+use m3::{ExecutionStatus, ManagedInputStatus, RoundFilter};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+/// How many changes wait for a subscriber before it lags.
+pub const CAPACITY: usize = 256;
+/// How often the watcher asks whether the database changed.
+const POLL: Duration = Duration::from_millis(100);
+/// How often an idle stream sends a keep-alive comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// One change: its kind (the SSE event name) and its data.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// `round_created`, `round_answered`, `round_resolved`, `round_failed` or
+    /// `execution_finished`.
+    pub kind: &'static str,
+    /// `{round_id?, execution_id, status}` or `{execution_id, outcome}`.
+    pub data: Value,
+}
+
+/// What the watcher saw last: each round's status and each execution's outcome (once
+/// finished).
+#[derive(Debug, Default)]
+struct Seen {
+    rounds: HashMap<String, ManagedInputStatus>,
+    finished: HashMap<String, Option<String>>,
+}
+
+/// The store as the watcher sees it now.
+fn look(executions: &m3::Executions) -> anyhow::Result<(Vec<m3::ManagedInputRecord>, Seen)> {
+    let (records, _unreadable) = executions
+        .store()
+        .list_rounds_reporting(&RoundFilter::default())?;
+    let mut seen = Seen::default();
+    for r in &records {
+        seen.rounds.insert(r.pending.round_id.clone(), r.status);
+    }
+    for state in executions.states(None)? {
+        if state.lifecycle == ExecutionStatus::Finished {
+            let outcome = state.outcome.map(|o| o.kind.as_str().to_string());
+            seen.finished.insert(state.execution_id, outcome);
+        }
+    }
+    Ok((records, seen))
+}
+
+/// The changes from `before` to `now` (rounds first, then finished executions).
+fn diff(before: &Seen, records: &[m3::ManagedInputRecord], now: &Seen) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for r in records {
+        let id = &r.pending.round_id;
+        let old = before.rounds.get(id);
+        if old == Some(&r.status) {
+            continue;
+        }
+        let data = json!({
+            "round_id": id,
+            "execution_id": r.pending.execution_id,
+            "status": r.status.as_str(),
+        });
+        if old.is_none() {
+            changes.push(Change {
+                kind: "round_created",
+                data: data.clone(),
+            });
+        }
+        let kind = match r.status {
+            ManagedInputStatus::Pending => None,
+            ManagedInputStatus::ResponseValidated
+            | ManagedInputStatus::DeliveryStarted
+            | ManagedInputStatus::Delivered => (!matches!(
+                old,
+                Some(
+                    ManagedInputStatus::ResponseValidated
+                        | ManagedInputStatus::DeliveryStarted
+                        | ManagedInputStatus::Delivered
+                )
+            ))
+            .then_some("round_answered"),
+            ManagedInputStatus::Resolved => Some("round_resolved"),
+            ManagedInputStatus::Failed => Some("round_failed"),
+        };
+        if let Some(kind) = kind {
+            changes.push(Change { kind, data });
+        }
+    }
+    for (id, outcome) in &now.finished {
+        if !before.finished.contains_key(id) {
+            changes.push(Change {
+                kind: "execution_finished",
+                data: json!({"execution_id": id, "outcome": outcome}),
+            });
+        }
+    }
+    changes
+}
+
+/// Starts the server's one watcher task.
+pub fn watch(shared: Arc<Shared>) {
+    tokio::spawn(async move {
+        let mut version = None;
+        let mut seen: Option<Seen> = None;
+        let mut tick = tokio::time::interval(POLL);
+        loop {
+            // A change this server made itself is looked at at once (its own connection's
+            // commits may not move the data version it reads).
+            let forced = tokio::select! {
+                _ = tick.tick() => false,
+                () = shared.nudge.notified() => true,
+            };
+            let executions = shared.executions.clone();
+            let looked = tokio::task::spawn_blocking(move || {
+                let now = executions.data_version()?;
+                if version == Some(now) && !forced {
+                    return Ok(None);
+                }
+                Ok::<_, anyhow::Error>(Some((now, look(&executions)?)))
+            })
+            .await;
+            let Ok(Ok(Some((now, (records, current))))) = looked else {
+                continue; // Unchanged, or unreadable for now: look again at the next tick.
+            };
+            version = Some(now);
+            if let Some(before) = &seen {
+                for change in diff(before, &records, &current) {
+                    // No subscriber is no error: the change is simply not wanted.
+                    let _ = shared.changes.send(change);
+                }
+            }
+            seen = Some(current);
+        }
+    });
+}
+
+/// `GET /api/events/stream`.
+pub async fn stream(
+    State(shared): State<Arc<Shared>>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let changes = BroadcastStream::new(shared.changes.subscribe()).map(|change| {
+        Ok(match change {
+            Ok(change) => Event::default()
+                .event(change.kind)
+                .data(change.data.to_string()),
+            Err(BroadcastStreamRecvError::Lagged(missed)) => Event::default()
+                .event("lagged")
+                .data(json!({"missed": missed}).to_string()),
+        })
+    });
+    Sse::new(changes).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+}
