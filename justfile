@@ -27,6 +27,11 @@ bench:
     cargo bench -p m3 --bench component_size
     cargo bench -p m3-cli --bench startup
 
+# `m3 serve` under load: answers through the API by 50 clients, the event stream fanned out to
+# 200 subscribers; writes target/bench/serve.json (a release build of the command; see BENCHMARKS.md)
+bench-serve:
+    cargo bench -p m3-cli --bench serve
+
 # Side by side with the peers a user would pick instead (installs them first); see BENCHMARKS.md
 bench-peers:
     bash host/benches/peers/install.sh

@@ -47,8 +47,8 @@ fn ambiguous(kind: Kind, given: &str, matches: &IdMatches) -> anyhow::Error {
         listed.push_str(&format!(" and {more} more"));
     }
     crate::invalid_input(format!(
-        "the {noun} id `{quoted}` is ambiguous (ambiguous_id): {total} {noun}s start with it: \
-         {listed}; give more of the id (nothing was done)",
+        "the {noun} id `{quoted}` is ambiguous: {total} {noun}s start with it: {listed}; give \
+         more of the id; nothing was done (ambiguous_id)",
         noun = kind.noun(),
         total = matches.total,
     ))

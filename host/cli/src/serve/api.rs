@@ -111,13 +111,25 @@ async fn respond(
     .await
 }
 
+/// An answer's body as sent: `responses` kept as the exact text the client wrote, for the
+/// component's strict parser (as `m3 respond --responses` gives it the file's text: a request
+/// key given twice is refused, never silently the last one); a field given twice is refused.
+#[derive(serde::Deserialize)]
+struct AnswerBody<'a> {
+    #[serde(borrow)]
+    responses: Option<&'a serde_json::value::RawValue>,
+    idempotency_key: Option<Value>,
+}
+
 /// The response map (as JSON text) and the idempotency key of an answer's body.
 fn answer_body(body: &[u8]) -> Result<(String, String), Problem> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| {
-        crate::invalid_input("the request body is not a JSON object (malformed_json)")
+    let value: AnswerBody = serde_json::from_slice(body).map_err(|_| {
+        crate::invalid_input(
+            "the request body is not a JSON object with each field at most once (malformed_json)",
+        )
     })?;
-    let responses = match value.get("responses") {
-        Some(responses @ Value::Object(_)) => responses.to_string(),
+    let responses = match value.responses.map(|raw| raw.get()) {
+        Some(text) if text.starts_with('{') => text.to_string(),
         _ => {
             return Err(crate::invalid_input(
                 "the body needs `responses`: an object of request key -> {\"action\", \
@@ -126,8 +138,8 @@ fn answer_body(body: &[u8]) -> Result<(String, String), Problem> {
             .into());
         }
     };
-    let key = match value.get("idempotency_key") {
-        Some(Value::String(key)) if !key.is_empty() => key.clone(),
+    let key = match value.idempotency_key {
+        Some(Value::String(key)) if !key.is_empty() => key,
         _ => {
             return Err(crate::invalid_input(
                 "the body needs `idempotency_key`, a non-empty string (a retry with the same \

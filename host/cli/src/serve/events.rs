@@ -2,7 +2,9 @@
 //! looks at [`m3::Executions::data_version`] (cheap, every [`POLL`]), and only when it moved
 //! reads the rounds and executions, diffs them with what it saw before and broadcasts each
 //! change to every subscriber. A subscriber too slow to keep up misses the oldest changes and
-//! gets a `lagged` event instead; nobody else waits for it.
+//! gets a `lagged` event instead; nobody else waits for it. Streams end when the server stops. A round that went through several
+//! statuses between two looks is said in every step it took (`round_answered` before its
+//! `round_resolved` or `round_failed` when it was answered), so a stream never skips one.
 
 use super::Shared;
 use axum::extract::State;
@@ -18,12 +20,11 @@ use std::time::Duration;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
-/// How many changes wait for a subscriber before it lags.
+/// How many changes wait for a subscriber before it lags (`--event-capacity`, hidden, changes
+/// it for tests).
 pub const CAPACITY: usize = 256;
 /// How often the watcher asks whether the database changed.
 const POLL: Duration = Duration::from_millis(100);
-/// How often an idle stream sends a keep-alive comment.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// One change: its kind (the SSE event name) and its data.
 #[derive(Debug, Clone)]
@@ -81,23 +82,28 @@ fn diff(before: &Seen, records: &[m3::ManagedInputRecord], now: &Seen) -> Vec<Ch
                 data: data.clone(),
             });
         }
-        let kind = match r.status {
-            ManagedInputStatus::Pending => None,
-            ManagedInputStatus::ResponseValidated
-            | ManagedInputStatus::DeliveryStarted
-            | ManagedInputStatus::Delivered => (!matches!(
-                old,
-                Some(
-                    ManagedInputStatus::ResponseValidated
-                        | ManagedInputStatus::DeliveryStarted
-                        | ManagedInputStatus::Delivered
-                )
-            ))
-            .then_some("round_answered"),
+        // Answered now (or on the way to its end) and not seen answered before: said once,
+        // even when it was resolved or failed before this look.
+        let seen_answered = matches!(
+            old,
+            Some(
+                ManagedInputStatus::ResponseValidated
+                    | ManagedInputStatus::DeliveryStarted
+                    | ManagedInputStatus::Delivered
+            )
+        );
+        if r.timestamps.response_validated_at.is_some() && !seen_answered {
+            changes.push(Change {
+                kind: "round_answered",
+                data: data.clone(),
+            });
+        }
+        let end = match r.status {
             ManagedInputStatus::Resolved => Some("round_resolved"),
             ManagedInputStatus::Failed => Some("round_failed"),
+            _ => None,
         };
-        if let Some(kind) = kind {
+        if let Some(kind) = end {
             changes.push(Change { kind, data });
         }
     }
@@ -112,11 +118,19 @@ fn diff(before: &Seen, records: &[m3::ManagedInputRecord], now: &Seen) -> Vec<Ch
     changes
 }
 
-/// Starts the server's one watcher task.
-pub fn watch(shared: Arc<Shared>) {
+/// Takes the watcher's first look (what it sees is no change), then starts the server's one
+/// watcher task: every change after this returns is streamed.
+pub async fn watch(shared: Arc<Shared>) {
+    let executions = shared.executions.clone();
+    let first = tokio::task::spawn_blocking(move || {
+        Ok::<_, anyhow::Error>((executions.data_version()?, look(&executions)?.1))
+    })
+    .await;
+    let (mut version, mut seen) = match first {
+        Ok(Ok((version, seen))) => (Some(version), Some(seen)),
+        _ => (None, None), // Unreadable for now: the first tick looks again.
+    };
     tokio::spawn(async move {
-        let mut version = None;
-        let mut seen: Option<Seen> = None;
         let mut tick = tokio::time::interval(POLL);
         loop {
             // A change this server made itself is looked at at once (its own connection's
@@ -163,5 +177,9 @@ pub async fn stream(
                 .data(json!({"missed": missed}).to_string()),
         })
     });
-    Sse::new(changes).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+    let mut stopping = shared.stopping.subscribe();
+    let changes = changes.take_until(async move {
+        let _ = stopping.wait_for(|stopping| *stopping).await;
+    });
+    Sse::new(changes).keep_alive(KeepAlive::new().interval(shared.keep_alive))
 }

@@ -17,6 +17,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// The seconds `--keep-alive-secs` allows.
+const KEEP_ALIVE_RANGE: crate::seconds::Range = crate::seconds::Range {
+    min: 0.01,
+    max: crate::seconds::DAY,
+};
+
 /// Arguments of `m3 serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -35,6 +41,22 @@ pub struct ServeArgs {
     /// Read the token from FILE (its first line).
     #[arg(long, value_name = "FILE", conflicts_with = "token")]
     token_file: Option<PathBuf>,
+    /// Test knob (hidden): seconds between the keep-alive comments of an idle event stream.
+    #[arg(long, hide = true, value_name = "SECS", default_value_t = 15.0)]
+    keep_alive_secs: f64,
+    /// Test knob (hidden): how many changes wait for a subscriber before it lags.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "N",
+        default_value_t = events::CAPACITY,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000)
+    )]
+    event_capacity: usize,
+    /// Test knob (hidden): each connection's socket send buffer in bytes (default: the
+    /// system's, which grows to megabytes), so a stalled reader's buffers fill quickly.
+    #[arg(long, hide = true, value_name = "BYTES")]
+    send_buffer_bytes: Option<usize>,
 }
 
 /// What every request handler shares.
@@ -47,6 +69,11 @@ pub struct Shared {
     pub changes: tokio::sync::broadcast::Sender<events::Change>,
     /// Wakes the watcher after a change made through the API.
     pub nudge: tokio::sync::Notify,
+    /// How often an idle event stream sends a keep-alive comment.
+    pub keep_alive: std::time::Duration,
+    /// Set when the server stops: open event streams end (a graceful stop waits for every
+    /// response to end, and a stream's never would).
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// The token from `--token` or `--token-file`, if any.
@@ -77,40 +104,52 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
             args.listen
         )));
     }
+    let keep_alive =
+        crate::seconds::seconds("--keep-alive-secs", args.keep_alive_secs, KEEP_ALIVE_RANGE)
+            .map_err(crate::invalid_input)?;
     let executions = crate::recovered_executions(cli)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| anyhow!("EngineError: cannot start the server's runtime: {e}"))?;
-    runtime.block_on(run(executions, token, args.listen))?;
+    let shared = Shared {
+        executions,
+        token,
+        changes: tokio::sync::broadcast::channel(args.event_capacity).0,
+        nudge: tokio::sync::Notify::new(),
+        keep_alive,
+        stopping: tokio::sync::watch::Sender::new(false),
+    };
+    runtime.block_on(run(shared, args.listen, args.send_buffer_bytes))?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Binds, says where, and serves until Ctrl-C or SIGTERM.
-async fn run(
-    executions: Arc<m3::Executions>,
-    token: Option<auth::Token>,
-    listen: SocketAddr,
-) -> Result<()> {
+/// Binds, takes the watcher's first look (every change after the address is printed is
+/// streamed), says where, and serves until Ctrl-C or SIGTERM.
+async fn run(shared: Shared, listen: SocketAddr, send_buffer: Option<usize>) -> Result<()> {
+    use axum::serve::ListenerExt;
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
         anyhow!("ManagedInputValidationError: cannot listen on {listen}: {e} (listen_failed)")
     })?;
     let bound = listener
         .local_addr()
         .map_err(|e| anyhow!("EngineError: the bound address is unknown: {e}"))?;
-    let (changes, _) = tokio::sync::broadcast::channel(events::CAPACITY);
-    let shared = Arc::new(Shared {
-        executions,
-        token,
-        changes,
-        nudge: tokio::sync::Notify::new(),
+    let shared = Arc::new(shared);
+    events::watch(shared.clone()).await;
+    let app = api::router(shared.clone());
+    let listener = listener.tap_io(move |stream| {
+        if let Some(bytes) = send_buffer {
+            // A knob for tests; a socket that refuses it keeps the system's size.
+            let _ = socket2::SockRef::from(&*stream).set_send_buffer_size(bytes);
+        }
     });
-    events::watch(shared.clone());
-    let app = api::router(shared);
     println!("{bound}");
     eprintln!("m3 serve: listening on http://{bound} (Ctrl-C to stop)");
     axum::serve(listener, app)
-        .with_graceful_shutdown(stopped())
+        .with_graceful_shutdown(async move {
+            stopped().await;
+            shared.stopping.send_replace(true);
+        })
         .await
         .map_err(|e| anyhow!("EngineError: the server stopped: {e}"))
 }

@@ -48,9 +48,14 @@ impl Problem {
 fn status_of(reported: &Reported) -> StatusCode {
     match (reported.type_name, reported.code.as_deref()) {
         (_, Some("round_not_found" | "execution_not_found")) => StatusCode::NOT_FOUND,
-        (_, Some("round_terminal")) => StatusCode::GONE,
+        // Ended, or its worker is gone: an answer can never be delivered.
+        (_, Some("round_terminal" | "recovery_unavailable")) => StatusCode::GONE,
+        // The database is locked by another writer for longer than the busy timeout.
+        (_, Some("storage_busy")) => StatusCode::SERVICE_UNAVAILABLE,
         ("ManagedInputValidationError" | "ModelValidationError", _) => StatusCode::BAD_REQUEST,
-        ("ManagedInputConflict" | "ManagedInputStateError", _) => StatusCode::CONFLICT,
+        ("ManagedInputConflict" | "ManagedInputStateError" | "ManagedInputRecoveryError", _) => {
+            StatusCode::CONFLICT
+        }
         ("OperationTimeout", _) => StatusCode::GATEWAY_TIMEOUT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
@@ -94,6 +99,14 @@ mod tests {
         assert_eq!(
             status("ManagedInputStateError: x (round_not_found)"),
             StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            status("ManagedInputRecoveryError: gone (recovery_unavailable)"),
+            StatusCode::GONE
+        );
+        assert_eq!(
+            status("StorageError: locked (storage_busy)"),
+            StatusCode::SERVICE_UNAVAILABLE
         );
         assert_eq!(
             status("StorageError: disk"),
