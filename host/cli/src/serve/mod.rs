@@ -56,7 +56,7 @@ pub struct ServeArgs {
     /// Test knob (hidden): each connection's socket send buffer in bytes (default: the
     /// system's, which grows to megabytes), so a stalled reader's buffers fill quickly.
     #[arg(long, hide = true, value_name = "BYTES")]
-    send_buffer_bytes: Option<usize>,
+    send_buffer_bytes: Option<u32>,
 }
 
 /// What every request handler shares.
@@ -126,9 +126,8 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
 
 /// Binds, takes the watcher's first look (every change after the address is printed is
 /// streamed), says where, and serves until Ctrl-C or SIGTERM.
-async fn run(shared: Shared, listen: SocketAddr, send_buffer: Option<usize>) -> Result<()> {
-    use axum::serve::ListenerExt;
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+async fn run(shared: Shared, listen: SocketAddr, send_buffer: Option<u32>) -> Result<()> {
+    let listener = bind(listen, send_buffer).await.map_err(|e| {
         anyhow!("ManagedInputValidationError: cannot listen on {listen}: {e} (listen_failed)")
     })?;
     let bound = listener
@@ -137,12 +136,6 @@ async fn run(shared: Shared, listen: SocketAddr, send_buffer: Option<usize>) -> 
     let shared = Arc::new(shared);
     events::watch(shared.clone()).await;
     let app = api::router(shared.clone());
-    let listener = listener.tap_io(move |stream| {
-        if let Some(bytes) = send_buffer {
-            // A knob for tests; a socket that refuses it keeps the system's size.
-            let _ = socket2::SockRef::from(&*stream).set_send_buffer_size(bytes);
-        }
-    });
     println!("{bound}");
     eprintln!("m3 serve: listening on http://{bound} (Ctrl-C to stop)");
     axum::serve(listener, app)
@@ -152,6 +145,26 @@ async fn run(shared: Shared, listen: SocketAddr, send_buffer: Option<usize>) -> 
         })
         .await
         .map_err(|e| anyhow!("EngineError: the server stopped: {e}"))
+}
+
+/// The listener on `listen`; with `send_buffer`, its socket's send buffer set to that many
+/// bytes, which every accepted connection inherits.
+async fn bind(
+    listen: SocketAddr,
+    send_buffer: Option<u32>,
+) -> std::io::Result<tokio::net::TcpListener> {
+    let Some(bytes) = send_buffer else {
+        return tokio::net::TcpListener::bind(listen).await;
+    };
+    let socket = if listen.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_send_buffer_size(bytes)?;
+    socket.bind(listen)?;
+    socket.listen(1024)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
