@@ -485,6 +485,58 @@ fn a_round_whose_worker_is_gone_is_gone() {
     assert_eq!(record["failure_code"], "recovery_unavailable");
 }
 
+/// A record the component cannot read is a 500 `StorageError` where it is asked for, and hides
+/// nothing else: the listing and the event stream go on with the other rounds.
+#[test]
+fn an_unreadable_record_is_a_server_error_and_hides_nothing_else() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let server = Server::start(&sb, &[], None);
+    let stream = server.subscribe();
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let (round_id, execution_id) = ids(&server.wait_pending());
+    // An unreadable round of another execution (its document is not the component's).
+    rusqlite::Connection::open(&sb.db)
+        .expect("opening the database")
+        .execute(
+            "INSERT INTO managed_input_rounds SELECT 'broken-round', 'exec-broken', status, \
+             version, owner_id, lease_expires_at_ns, deadline_ns, created_at_ns + 1, \
+             updated_at_ns, '{not the component''s document' FROM managed_input_rounds \
+             WHERE round_id = ?1",
+            [&round_id],
+        )
+        .expect("inserting a broken round");
+    for reply in [
+        server.get("/api/rounds/broken-round"),
+        server.answer("broken-round", &answer("k")),
+    ] {
+        assert_eq!(reply.status, 500, "{}", reply.body);
+        assert_eq!(error_of(&reply).0, "StorageError", "{}", reply.body);
+    }
+    let pending = server.get("/api/rounds/pending");
+    assert_eq!(pending.status, 200, "{}", pending.body);
+    assert_eq!(
+        pending.body.as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        pending.body
+    );
+    assert_eq!(server.answer(&round_id, &answer("k")).status, 200);
+    let (out, lines) = run.finish();
+    assert_eq!(check_run_stdout(&out, &lines)["outcome"], "succeeded");
+    let life = stream.life_of(&execution_id);
+    assert_eq!(
+        kinds(&life),
+        [
+            "round_created",
+            "round_answered",
+            "round_resolved",
+            "execution_finished"
+        ],
+        "{life:?}"
+    );
+}
+
 /// With a token, every endpoint refuses a call without it or with a wrong one (401, nothing
 /// done, the token never quoted); bodies are bounded (413), whether their size is declared or
 /// not.
