@@ -453,7 +453,7 @@ fn a_round_whose_worker_is_gone_is_gone() {
     let sb = Sandbox::new();
     sb.create_database();
     let server = Server::start(&sb, &[], None);
-    let mut run = sb.spawn_run("legacy", &[], &["--lease", "0.5"]);
+    let mut run = sb.spawn_run("legacy", &[], &["--lease", "2"]);
     let (round_id, _) = ids(&server.wait_pending());
     run.guard.kill();
     // Past the lease's expiry, by the same clock the store uses.
