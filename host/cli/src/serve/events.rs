@@ -2,9 +2,10 @@
 //! looks at [`m3::Executions::data_version`] (cheap, every [`POLL`]), and only when it moved
 //! reads the rounds and executions, diffs them with what it saw before and broadcasts each
 //! change to every subscriber. A subscriber too slow to keep up misses the oldest changes and
-//! gets a `lagged` event instead; nobody else waits for it. Streams end when the server stops. A round that went through several
+//! gets a `lagged` event instead; nobody else waits for it. A round that went through several
 //! statuses between two looks is said in every step it took (`round_answered` before its
 //! `round_resolved` or `round_failed` when it was answered), so a stream never skips one.
+//! Streams end when the server stops (a graceful stop would otherwise wait for them forever).
 
 use super::Shared;
 use axum::extract::State;
