@@ -326,6 +326,64 @@ fn slow_clients_do_not_block_others() {
     drop(halves);
 }
 
+/// A client that holds a connection without finishing its request loses it after the request
+/// timeout (`--request-timeout-secs`, hidden, 30 s by default; 1 s here), so idle clients cannot
+/// use up the server's file descriptors: a half-sent head and an idle keep-alive connection are
+/// closed, a body that does not arrive in time is refused (408 `request_timeout`). An event
+/// stream, whose response has begun, outlives the timeout, and other clients are served
+/// throughout.
+#[test]
+fn stalled_requests_are_dropped_after_the_request_timeout() {
+    use std::io::Read;
+    let sb = Sandbox::new();
+    sb.create_database();
+    let server = Server::start(
+        &sb,
+        &["--request-timeout-secs", "1", "--keep-alive-secs", "0.1"],
+        None,
+    );
+    let stream = server.subscribe();
+    let mut half = raw(
+        &server.address,
+        b"GET /api/executions HTTP/1.1\r\nHost: m3\r\n",
+    );
+    let mut idle = raw(
+        &server.address,
+        b"GET /api/executions HTTP/1.1\r\nHost: m3\r\n\r\n",
+    );
+    let mut slow = raw(
+        &server.address,
+        b"POST /api/rounds/r/responses HTTP/1.1\r\nHost: m3\r\n\
+          Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+    );
+    assert_eq!(server.get("/api/executions").status, 200);
+
+    // Closed by the server: reading ends (a client reading for ever would time out instead).
+    let mut seen = Vec::new();
+    half.read_to_end(&mut seen)
+        .expect("the server closes a half-sent head");
+    assert!(seen.is_empty() || String::from_utf8_lossy(&seen).contains(" 408 "));
+    let mut seen = Vec::new();
+    idle.read_to_end(&mut seen)
+        .expect("the server closes an idle connection");
+    let answered = String::from_utf8_lossy(&seen);
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+    let (status, body) = raw_answer(&mut slow);
+    assert_eq!(status, 408, "{body}");
+    assert!(body.contains("request_timeout"), "{body}");
+
+    // The stream outlived them all: still sending keep-alives, then events.
+    for _ in 0..5 {
+        assert_eq!(stream.next_item(RUN_TIMEOUT), Some(Item::Comment));
+    }
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let (round_id, _) = ids(&server.wait_pending());
+    assert_eq!(stream.next_event().0, "round_created");
+    assert_eq!(server.answer(&round_id, &answer("k")).status, 200);
+    let (out, lines) = run.finish();
+    assert_eq!(check_run_stdout(&out, &lines)["outcome"], "succeeded");
+}
+
 /// What `m3 serve` prints, from start to SIGTERM (an event stream still open), holds no
 /// answer, no idempotency key and no token (right or wrong), whatever was answered, refused,
 /// retried or conflicted; no error body, stream event, round record or history quotes them

@@ -5,12 +5,11 @@
 use super::Shared;
 use super::problem::Problem;
 use crate::{MAX_INPUT_BYTES, json};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures_util::StreamExt;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -80,19 +79,10 @@ async fn round(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Ans
 
 /// `POST /api/rounds/{id}/responses` with `{"responses": {...}, "idempotency_key": "..."}`:
 /// as `m3 respond --responses FILE --idempotency-key KEY --json`, the record redacted.
-async fn respond(
-    State(shared): State<Arc<Shared>>,
-    Path(id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
-) -> Answer {
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return Err(Problem::too_large(MAX_INPUT_BYTES));
-        }
-        Err(_) => {
-            return Err(crate::invalid_input("the request body could not be read").into());
-        }
+async fn respond(State(shared): State<Arc<Shared>>, Path(id): Path<String>, body: Body) -> Answer {
+    let body = match tokio::time::timeout(shared.request_timeout, read_body(body)).await {
+        Ok(body) => body?,
+        Err(_) => return Err(Problem::too_slow(shared.request_timeout)),
     };
     let (responses, key) = answer_body(&body)?;
     blocking(&shared, move |executions| {
@@ -109,6 +99,22 @@ async fn respond(
         Ok(record)
     })
     .await
+}
+
+/// A request's body, refused (413) as soon as it grows past [`MAX_INPUT_BYTES`].
+async fn read_body(body: Body) -> Result<Vec<u8>, Problem> {
+    let mut chunks = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|_| {
+            Problem::from(crate::invalid_input("the request body could not be read"))
+        })?;
+        if (bytes.len() + chunk.len()) as u64 > MAX_INPUT_BYTES {
+            return Err(Problem::too_large(MAX_INPUT_BYTES));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 /// An answer's body as sent: `responses` kept as the exact text the client wrote, for the

@@ -6,6 +6,7 @@
 
 mod api;
 mod auth;
+mod connections;
 mod events;
 mod problem;
 
@@ -17,8 +18,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-/// The seconds `--keep-alive-secs` allows.
-const KEEP_ALIVE_RANGE: crate::seconds::Range = crate::seconds::Range {
+/// The seconds `--keep-alive-secs` and `--request-timeout-secs` allow.
+const KNOB_RANGE: crate::seconds::Range = crate::seconds::Range {
     min: 0.01,
     max: crate::seconds::DAY,
 };
@@ -44,6 +45,10 @@ pub struct ServeArgs {
     /// Test knob (hidden): seconds between the keep-alive comments of an idle event stream.
     #[arg(long, hide = true, value_name = "SECS", default_value_t = 15.0)]
     keep_alive_secs: f64,
+    /// Test knob (hidden): seconds a client may take to send a request's head, or its body
+    /// (then its connection is closed, or the request refused with 408).
+    #[arg(long, hide = true, value_name = "SECS", default_value_t = 30.0)]
+    request_timeout_secs: f64,
     /// Test knob (hidden): how many changes wait for a subscriber before it lags.
     #[arg(
         long,
@@ -71,6 +76,8 @@ pub struct Shared {
     pub nudge: tokio::sync::Notify,
     /// How often an idle event stream sends a keep-alive comment.
     pub keep_alive: std::time::Duration,
+    /// How long a client may take to send a request's head or body.
+    pub request_timeout: std::time::Duration,
     /// Set when the server stops: open event streams end (a graceful stop waits for every
     /// response to end, and a stream's never would).
     pub stopping: tokio::sync::watch::Sender<bool>,
@@ -104,9 +111,14 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
             args.listen
         )));
     }
-    let keep_alive =
-        crate::seconds::seconds("--keep-alive-secs", args.keep_alive_secs, KEEP_ALIVE_RANGE)
-            .map_err(crate::invalid_input)?;
+    let keep_alive = crate::seconds::seconds("--keep-alive-secs", args.keep_alive_secs, KNOB_RANGE)
+        .map_err(crate::invalid_input)?;
+    let request_timeout = crate::seconds::seconds(
+        "--request-timeout-secs",
+        args.request_timeout_secs,
+        KNOB_RANGE,
+    )
+    .map_err(crate::invalid_input)?;
     let executions = crate::recovered_executions(cli)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -118,6 +130,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
         changes: tokio::sync::broadcast::channel(args.event_capacity).0,
         nudge: tokio::sync::Notify::new(),
         keep_alive,
+        request_timeout,
         stopping: tokio::sync::watch::Sender::new(false),
     };
     runtime.block_on(run(shared, args.listen, args.send_buffer_bytes))?;
@@ -138,13 +151,13 @@ async fn run(shared: Shared, listen: SocketAddr, send_buffer: Option<u32>) -> Re
     let app = api::router(shared.clone());
     println!("{bound}");
     eprintln!("m3 serve: listening on http://{bound} (Ctrl-C to stop)");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            stopped().await;
-            shared.stopping.send_replace(true);
-        })
-        .await
-        .map_err(|e| anyhow!("EngineError: the server stopped: {e}"))
+    let head_timeout = shared.request_timeout;
+    connections::serve(listener, app, head_timeout, async move {
+        stopped().await;
+        shared.stopping.send_replace(true);
+    })
+    .await;
+    Ok(())
 }
 
 /// The listener on `listen`; with `send_buffer`, its socket's send buffer set to that many

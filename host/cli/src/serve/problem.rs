@@ -44,6 +44,24 @@ impl Problem {
     }
 }
 
+impl Problem {
+    /// A request body that did not arrive in time.
+    pub fn too_slow(timeout: std::time::Duration) -> Self {
+        Self {
+            status: StatusCode::REQUEST_TIMEOUT,
+            reported: Reported {
+                type_name: "ManagedInputValidationError",
+                code: Some("request_timeout".into()),
+                message: format!(
+                    "the request body did not arrive within {} s; nothing was done \
+                     (request_timeout)",
+                    timeout.as_secs_f64()
+                ),
+            },
+        }
+    }
+}
+
 /// The HTTP status of a typed error.
 fn status_of(reported: &Reported) -> StatusCode {
     match (reported.type_name, reported.code.as_deref()) {
