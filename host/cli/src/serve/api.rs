@@ -85,6 +85,7 @@ async fn respond(State(shared): State<Arc<Shared>>, Path(id): Path<String>, body
         Err(_) => return Err(Problem::too_slow(shared.request_timeout)),
     };
     let (responses, key) = answer_body(&body)?;
+    let _turn = shared.writes.acquire().await;
     blocking(&shared, move |executions| {
         let round_id = crate::ids::round(executions, &id)?;
         crate::respond::submit(executions, &round_id, &responses, &key)?;
@@ -188,6 +189,7 @@ async fn events(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> An
 
 /// `POST /api/executions/{id}/cancel`: as `m3 cancel --json`.
 async fn cancel(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Answer {
+    let _turn = shared.writes.acquire().await;
     blocking(&shared, move |executions| {
         let id = crate::ids::execution(executions, &id)?;
         Ok(json::execution(&executions.request_cancel(&id)?))

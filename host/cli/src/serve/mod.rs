@@ -74,6 +74,10 @@ pub struct Shared {
     pub changes: tokio::sync::broadcast::Sender<events::Change>,
     /// Wakes the watcher after a change made through the API.
     pub nudge: tokio::sync::Notify,
+    /// One write (answer, cancel) at a time from this server, taken in arrival order: many at
+    /// once would wait for SQLite's lock in its busy handler's sleeps, which serve no order (one
+    /// unlucky writer can wait seconds, up to `storage_busy`, while later ones pass it).
+    pub writes: tokio::sync::Semaphore,
     /// How often an idle event stream sends a keep-alive comment.
     pub keep_alive: std::time::Duration,
     /// How long a client may take to send a request's head or body.
@@ -129,6 +133,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
         token,
         changes: tokio::sync::broadcast::channel(args.event_capacity).0,
         nudge: tokio::sync::Notify::new(),
+        writes: tokio::sync::Semaphore::new(1),
         keep_alive,
         request_timeout,
         stopping: tokio::sync::watch::Sender::new(false),
