@@ -5,7 +5,7 @@
 use super::Shared;
 use super::problem::Problem;
 use crate::{MAX_INPUT_BYTES, json};
-use axum::body::Body;
+use axum::body::{Body, HttpBody};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -102,8 +102,12 @@ async fn respond(State(shared): State<Arc<Shared>>, Path(id): Path<String>, body
     .await
 }
 
-/// A request's body, refused (413) as soon as it grows past [`MAX_INPUT_BYTES`].
+/// A request's body, refused (413) at once when its declared length is over
+/// [`MAX_INPUT_BYTES`], else as soon as it grows past it.
 async fn read_body(body: Body) -> Result<Vec<u8>, Problem> {
+    if HttpBody::size_hint(&body).lower() > MAX_INPUT_BYTES {
+        return Err(Problem::too_large(MAX_INPUT_BYTES));
+    }
     let mut chunks = body.into_data_stream();
     let mut bytes = Vec::new();
     while let Some(chunk) = chunks.next().await {
