@@ -140,7 +140,11 @@ fn answer(key: &str) -> String {
 /// The `{"error": {...}}` of a failed call: its type and code.
 fn error_of(reply: &Reply) -> (String, String) {
     let error = &reply.body["error"];
-    assert_keys(error, &["type", "code", "message"], "an API error");
+    assert_keys(
+        error,
+        &["type", "code", "message", "request_key", "field"],
+        "an API error",
+    );
     (
         error["type"].as_str().unwrap_or_default().to_string(),
         error["code"].as_str().unwrap_or_default().to_string(),
@@ -199,6 +203,13 @@ fn the_api_answers_a_run_and_streams_its_changes() {
     let (kind, code) = error_of(&invalid);
     assert_eq!(kind, "ManagedInputValidationError");
     assert!(!code.is_empty(), "{}", invalid.body);
+    // The error says which request and field it is about (a page shows it next to the field).
+    assert_eq!(
+        invalid.body["error"]["request_key"], "shipping_address",
+        "{}",
+        invalid.body
+    );
+    assert_eq!(invalid.body["error"]["field"], "city", "{}", invalid.body);
     let keyless = server.post(
         &format!("/api/rounds/{round_id}/responses"),
         &json!({"responses": {"shipping_address": address_answer()}}).to_string(),

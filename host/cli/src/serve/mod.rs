@@ -1,12 +1,15 @@
-//! `m3 serve`: the CLI's contract over HTTP, for a web page or a script on another process. The
+//! `m3 serve`: the CLI's contract over HTTP, for a browser or a script on another process. The
 //! JSON API (`api.rs`) answers with the same JSON shapes and typed errors as the commands'
-//! `--json` (`problem.rs`), behind an optional bearer token (`auth.rs`); `/api/events/stream`
-//! streams the store's changes as Server-Sent Events (`events.rs`). Library calls (SQLite, the
-//! component) run on the blocking pool, never on the runtime's threads.
+//! `--json` (`problem.rs`); `/api/events/stream` streams the store's changes as Server-Sent
+//! Events (`events.rs`); the web inbox (`page.rs`, `assets/`) is built from both. Everything is
+//! behind the guard (`auth.rs`: token or login cookie, CSRF, loopback-only without a token).
+//! Library calls (SQLite, the component) run on the blocking pool, never on the runtime's
+//! threads.
 
 mod api;
 mod auth;
 mod events;
+mod page;
 mod problem;
 
 use crate::Cli;
@@ -41,8 +44,8 @@ pub struct ServeArgs {
 pub struct Shared {
     /// The executions on `--db`.
     pub executions: Arc<m3::Executions>,
-    /// The token every call must carry, if any.
-    pub token: Option<auth::Token>,
+    /// Who may call: the token (if any), the login cookie's and the CSRF value.
+    pub guard: auth::Guard,
     /// The store's changes, for `/api/events/stream`.
     pub changes: tokio::sync::broadcast::Sender<events::Change>,
     /// Wakes the watcher after a change made through the API.
@@ -101,7 +104,7 @@ async fn run(
     let (changes, _) = tokio::sync::broadcast::channel(events::CAPACITY);
     let shared = Arc::new(Shared {
         executions,
-        token,
+        guard: auth::Guard::new(token)?,
         changes,
         nudge: tokio::sync::Notify::new(),
     });
