@@ -1,0 +1,401 @@
+//! The web inbox of `m3 serve` in a real browser: headless Chromium driven through its
+//! WebDriver (`chromedriver`, Debian's packages, installed on first use by
+//! `m3_tests::peers::browser`), against the real `m3 serve` and `m3 run --no-prompt` processes on
+//! one SQLite file. Nothing is reloaded by hand: what appears, appears through the page's event
+//! stream. With `M3_SCREENSHOTS=DIR` the first test also writes `inbox.png` and `form.png` there
+//! (the README's pictures).
+
+mod common;
+
+use common::*;
+use fantoccini::elements::Element;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a page may take to show what a test waits for.
+const PAGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running `m3 serve`.
+struct Serve {
+    _guard: ChildGuard,
+    base: String,
+}
+
+/// Starts `m3 serve --listen 127.0.0.1:0 EXTRA...` on the sandbox's database.
+fn serve(sb: &Sandbox, extra: &[&str]) -> Serve {
+    let mut cmd = sb.command(&["serve", "--listen", "127.0.0.1:0"]);
+    cmd.args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawning `m3 serve`");
+    let lines = read_lines(child.stdout.take().expect("piped stdout"));
+    let _stderr = read_all(child.stderr.take().expect("piped stderr"));
+    let guard = ChildGuard { child };
+    let address = lines
+        .recv_timeout(COMMAND_TIMEOUT)
+        .expect("`m3 serve` prints its bound address first");
+    Serve {
+        _guard: guard,
+        base: format!("http://{address}"),
+    }
+}
+
+/// A running `chromedriver` and the browser sessions it opened.
+struct Driver {
+    guard: ChildGuard,
+    url: String,
+    chromium: std::path::PathBuf,
+    profiles: Vec<tempfile::TempDir>,
+}
+
+/// A free loopback port (bound, then released for a child to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+impl Driver {
+    /// Starts Debian's `chromedriver` (installing Chromium first if needed) and waits until it
+    /// is ready.
+    fn start() -> Self {
+        let browser =
+            m3_tests::peers::browser().expect("installing Chromium for the browser tests");
+        let port = free_port();
+        let child = Command::new(&browser.chromedriver)
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting chromedriver");
+        let driver = Self {
+            guard: ChildGuard { child },
+            url: format!("http://127.0.0.1:{port}"),
+            chromium: browser.chromium,
+            profiles: Vec::new(),
+        };
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let until = Instant::now() + COMMAND_TIMEOUT;
+        loop {
+            let ready = agent
+                .get(format!("{}/status", driver.url))
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_json::<Value>().ok())
+                .is_some_and(|status| status["value"]["ready"] == true);
+            if ready {
+                return driver;
+            }
+            assert!(Instant::now() < until, "chromedriver did not become ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A new browser session with a profile of its own (its own cookies).
+    async fn session(&mut self) -> Client {
+        let profile = tempfile::tempdir().expect("a browser profile directory");
+        let args = json!([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--window-size=1100,1400",
+            format!("--user-data-dir={}", profile.path().display()),
+        ]);
+        self.profiles.push(profile);
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            json!({"binary": self.chromium, "args": args}),
+        );
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        ClientBuilder::new(connector)
+            .capabilities(capabilities)
+            .connect(&self.url)
+            .await
+            .expect("a Chromium session")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.guard.kill();
+    }
+}
+
+/// The element matching `css`, waited for.
+async fn find(client: &Client, css: &str) -> Element {
+    client
+        .wait()
+        .at_most(PAGE_TIMEOUT)
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no `{css}` on the page within the timeout: {e}"))
+}
+
+/// Waits until the text of `css` satisfies `ok`; returns it.
+async fn text_until(client: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
+    let until = Instant::now() + PAGE_TIMEOUT;
+    let mut last = String::new();
+    loop {
+        if let Ok(element) = client.find(Locator::Css(css)).await
+            && let Ok(text) = element.text().await
+        {
+            if ok(&text) {
+                return text;
+            }
+            last = text;
+        }
+        assert!(
+            Instant::now() < until,
+            "`{css}` never showed what was expected; last: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The value of `attribute` of `css`, waited for until it is `want`.
+async fn attribute_until(client: &Client, css: &str, attribute: &str, want: &str) {
+    let until = Instant::now() + PAGE_TIMEOUT;
+    loop {
+        if let Ok(element) = client.find(Locator::Css(css)).await
+            && element.attr(attribute).await.ok().flatten().as_deref() == Some(want)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "`{css}` never had {attribute}={want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Types `text` into the field `name` of the round's form, replacing what is there.
+async fn type_into(client: &Client, name: &str, text: &str) {
+    let input = find(client, &format!("[data-field=\"{name}\"] input")).await;
+    input.clear().await.expect("clearing a field");
+    input.send_keys(text).await.expect("typing");
+}
+
+/// Sets a date or date-time input `name` the way its picker would (typing into a native date
+/// picker depends on the locale), and tells the page.
+async fn pick(client: &Client, name: &str, value: &str) {
+    let input = find(client, &format!("[data-field=\"{name}\"] input")).await;
+    client
+        .execute(
+            "arguments[0].value = arguments[1]; \
+             arguments[0].dispatchEvent(new Event('input', {bubbles: true}));",
+            vec![
+                serde_json::to_value(&input).expect("an element"),
+                json!(value),
+            ],
+        )
+        .await
+        .expect("setting a picker's value");
+}
+
+/// The error shown under field `name`.
+async fn field_error(client: &Client, name: &str) -> String {
+    find(client, &format!("p.error[data-error-for=\"{name}\"]"))
+        .await
+        .text()
+        .await
+        .unwrap_or_default()
+}
+
+/// Writes the page's screenshot to `$M3_SCREENSHOTS/<name>` when that variable is set.
+async fn screenshot(client: &Client, name: &str) {
+    if let Some(dir) = std::env::var_os("M3_SCREENSHOTS") {
+        client
+            .execute(
+                "window.scrollTo(0, 0); document.activeElement.blur();",
+                vec![],
+            )
+            .await
+            .expect("scrolling to the top");
+        let png = client.screenshot().await.expect("a screenshot");
+        std::fs::create_dir_all(&dir).expect("the screenshot directory");
+        std::fs::write(std::path::Path::new(&dir).join(name), png).expect("writing a screenshot");
+    }
+}
+
+/// The finished run's result (`m3 run --json`'s last line), off the async threads.
+async fn result_of(run: Running) -> Value {
+    tokio::task::spawn_blocking(move || {
+        let (out, lines) = run.finish();
+        check_run_stdout(&out, &lines)
+    })
+    .await
+    .expect("the run's result")
+}
+
+/// An execution started with `m3 run --no-prompt` appears in the open inbox without a reload; a
+/// form with every MCP field kind shows titles, defaults and required marks, refuses bad values
+/// as they are typed and the component's refusal next to its field, and delivers exactly the
+/// answer given; the round's progress reaches resolved live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_shows_a_new_round_live_and_a_form_of_every_kind_delivers_exactly_its_answer() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let server = serve(&sb, &[]);
+    let mut driver = Driver::start();
+    let browser = driver.session().await;
+    browser.goto(&server.base).await.expect("opening the inbox");
+    text_until(&browser, "#inbox", |t| t.contains("Nothing waits")).await;
+
+    let run = sb.spawn_run("modern", &["--every-field"], &[]);
+    let row = find(&browser, "tr.round").await;
+    let round_id = row
+        .attr("data-round-id")
+        .await
+        .expect("an attribute")
+        .expect("the row names its round");
+    text_until(&browser, "tr.round", |t| t.contains("book_shipment")).await;
+    screenshot(&browser, "inbox.png").await;
+    find(&browser, "tr.round td a[href^=\"/rounds/\"]")
+        .await
+        .click()
+        .await
+        .expect("opening the round");
+    find(&browser, "form#answer").await;
+    attribute_until(&browser, "#progress", "data-status", "pending").await;
+
+    // Required marks, titles, defaults.
+    for name in ["street", "city", "email", "quantity", "speed", "carrier"] {
+        find(&browser, &format!("[data-field=\"{name}\"] .required")).await;
+    }
+    for name in ["website", "note", "gift", "extras", "labels"] {
+        let marks = browser
+            .find_all(Locator::Css(&format!("[data-field=\"{name}\"] .required")))
+            .await
+            .expect("a query");
+        assert!(marks.is_empty(), "{name} is optional");
+    }
+    let quantity = find(&browser, "[data-field=quantity] input").await;
+    assert_eq!(quantity.prop("value").await.unwrap().as_deref(), Some("1"));
+    let speed = find(&browser, "[data-field=speed] select").await;
+    let chosen = speed
+        .find(Locator::Css("option:checked"))
+        .await
+        .expect("a chosen speed");
+    assert_eq!(chosen.text().await.unwrap(), "Standard (3-5 days)");
+    let carrier = text_until(&browser, "[data-field=carrier] select", |t| {
+        t.contains("National post")
+    })
+    .await;
+    assert!(carrier.contains("Courier"), "{carrier}");
+    let extras = text_until(&browser, "[data-field=extras]", |t| t.contains("Insurance")).await;
+    assert!(extras.contains("Signature on delivery") && extras.contains("SMS updates"));
+    let fragile = find(&browser, "[data-field=labels] input[value=\"0\"]").await;
+    assert!(fragile.is_selected().await.unwrap(), "the default label");
+    let types = [
+        ("email", "email"),
+        ("website", "url"),
+        ("deliver_on", "date"),
+        ("call_time", "datetime-local"),
+        ("weight_kg", "number"),
+        ("gift", "checkbox"),
+    ];
+    for (name, kind) in types {
+        let input = find(&browser, &format!("[data-field=\"{name}\"] input")).await;
+        assert_eq!(input.attr("type").await.unwrap().as_deref(), Some(kind));
+    }
+
+    // Checked in the browser as the user types.
+    type_into(&browser, "street", STREET).await;
+    type_into(&browser, "city", CITY).await;
+    type_into(&browser, "email", "not-an-email").await;
+    assert_eq!(
+        field_error(&browser, "email").await,
+        "Not an email address."
+    );
+    type_into(&browser, "quantity", "500").await;
+    assert_eq!(field_error(&browser, "quantity").await, "At most 99.");
+    type_into(&browser, "quantity", "3").await;
+    assert_eq!(field_error(&browser, "quantity").await, "");
+    type_into(&browser, "note", "x").await;
+    assert_eq!(
+        field_error(&browser, "note").await,
+        "At least 2 characters."
+    );
+    type_into(&browser, "note", "Ring twice").await;
+    type_into(&browser, "website", "https://example.com/asha").await;
+    type_into(&browser, "weight_kg", "2.5").await;
+    pick(&browser, "deliver_on", "2026-12-24").await;
+    pick(&browser, "call_time", "2026-12-24T09:30").await;
+    find(&browser, "[data-field=gift] input")
+        .await
+        .click()
+        .await
+        .unwrap();
+    speed.select_by_label("Express (next day)").await.unwrap();
+    find(&browser, "[data-field=carrier] select")
+        .await
+        .select_by_label("Courier")
+        .await
+        .unwrap();
+    for label in ["Insurance", "SMS updates"] {
+        let boxes = browser
+            .find_all(Locator::Css("[data-field=extras] label"))
+            .await
+            .unwrap();
+        for b in boxes {
+            if b.text().await.unwrap().trim() == label {
+                b.find(Locator::Css("input"))
+                    .await
+                    .unwrap()
+                    .click()
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    find(&browser, "[data-field=labels] input[value=\"1\"]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    // An address the browser's check lets through but the component's `format` refuses: the
+    // component's error appears next to the field, nothing is stored.
+    type_into(&browser, "email", "asha..k@example.com").await;
+    assert_eq!(field_error(&browser, "email").await, "");
+    screenshot(&browser, "form.png").await;
+    find(&browser, "#submit").await.click().await.unwrap();
+    let refused = text_until(&browser, "p.error[data-error-for=email]", |t| !t.is_empty()).await;
+    assert!(refused.contains("format"), "{refused}");
+    assert_eq!(sb.show(&round_id)["status"], "pending");
+
+    type_into(&browser, "email", "asha@example.com").await;
+    let call_time = browser
+        .execute("return new Date('2026-12-24T09:30').toISOString();", vec![])
+        .await
+        .unwrap();
+    find(&browser, "#submit").await.click().await.unwrap();
+    text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
+    attribute_until(&browser, "#progress", "data-status", "resolved").await;
+
+    let result = result_of(run).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    let expected = json!({
+        "street": STREET, "city": CITY, "email": "asha@example.com",
+        "website": "https://example.com/asha", "deliver_on": "2026-12-24", "call_time": call_time,
+        "note": "Ring twice", "quantity": 3, "weight_kg": 2.5, "gift": true,
+        "speed": "express", "carrier": "courier", "extras": ["insurance", "sms"],
+        "labels": ["fragile", "upright"],
+    });
+    assert_eq!(
+        result["tool_calls"][0]["result"]["structuredContent"]["answer"], expected,
+        "the server received exactly the answer given"
+    );
+    browser.close().await.unwrap();
+}
