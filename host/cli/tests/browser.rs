@@ -239,6 +239,21 @@ async fn result_of(run: Running) -> Value {
     .expect("the run's result")
 }
 
+/// The finished run's result without the bundled server's checks: the last JSON line of
+/// `m3 run --json`, which must have exited 0.
+async fn plain_result_of(run: Running) -> Value {
+    tokio::task::spawn_blocking(move || {
+        let (out, lines) = run.finish();
+        out.ok();
+        let last = lines.last().expect("`m3 run --json` printed its result");
+        let line: Value = serde_json::from_str(last).expect("a JSON result line");
+        assert_eq!(line["event"], "result", "{line}");
+        line["result"].clone()
+    })
+    .await
+    .expect("the run's result")
+}
+
 /// An execution started with `m3 run --no-prompt` appears in the open inbox without a reload; a
 /// form with every MCP field kind shows titles, defaults and required marks, refuses bad values
 /// as they are typed and the component's refusal next to its field, and delivers exactly the
@@ -398,4 +413,175 @@ async fn the_inbox_shows_a_new_round_live_and_a_form_of_every_kind_delivers_exac
         "the server received exactly the answer given"
     );
     browser.close().await.unwrap();
+}
+
+/// Opens the one pending round of the inbox in `browser` (waiting for it to appear) and returns
+/// its id.
+async fn open_the_round(browser: &Client, base: &str) -> String {
+    browser.goto(base).await.expect("opening the inbox");
+    let row = find(browser, "tr.round").await;
+    let round_id = row
+        .attr("data-round-id")
+        .await
+        .expect("an attribute")
+        .expect("the row names its round");
+    browser
+        .goto(&format!("{base}/rounds/{round_id}"))
+        .await
+        .expect("opening the round");
+    find(browser, "form#answer").await;
+    round_id
+}
+
+/// Decline answers the server with a decline; a URL-mode request shows its URL as text (never a
+/// link, never opened), refuses accept without the consent box and, with it, sends consent only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decline_and_url_consent() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let server = serve(&sb, &[]);
+    let mut driver = Driver::start();
+    let browser = driver.session().await;
+
+    let run = sb.spawn_run("legacy", &[], &[]);
+    open_the_round(&browser, &server.base).await;
+    find(&browser, "#decline").await.click().await.unwrap();
+    text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
+    attribute_until(&browser, "#progress", "data-status", "resolved").await;
+    let result = result_of(run).await;
+    assert_eq!(
+        result["tool_calls"][0]["output"], "Shipment not booked: the address was declined",
+        "{result}"
+    );
+
+    let everything = m3_tests::peers::server_everything().expect("installing server-everything");
+    let url = "https://example.com/consent";
+    let script = sb.write(
+        "url.json",
+        &json!({"steps": [{"tool": "everything:trigger-url-elicitation",
+                           "arguments": {"url": url}}]})
+        .to_string(),
+    );
+    let mut args: Vec<String> = [
+        "run",
+        "--no-prompt",
+        "--json",
+        "--server-name",
+        "everything",
+        "--server-command",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(everything.program.display().to_string());
+    for arg in &everything.args {
+        args.push("--server-arg".into());
+        args.push(arg.to_string_lossy().into_owned());
+    }
+    args.extend(
+        [
+            "--tool",
+            "everything:trigger-url-elicitation",
+            "--human-input",
+            "managed",
+            "--script",
+        ]
+        .map(String::from),
+    );
+    args.push(script.display().to_string());
+    args.push("Ask for consent at a URL.".into());
+    let run = sb.spawn(&args);
+    let round_id = open_the_round(&browser, &server.base).await;
+    let shown = text_until(&browser, "code.url", |t| !t.is_empty()).await;
+    assert_eq!(shown, url);
+    let links = browser
+        .find_all(Locator::Css(&format!("a[href=\"{url}\"]")))
+        .await
+        .unwrap();
+    assert!(links.is_empty(), "the URL is text, not a link");
+    find(&browser, "#submit").await.click().await.unwrap();
+    let refused = text_until(&browser, "p.error[data-error-for=\"\"]", |t| !t.is_empty()).await;
+    assert!(refused.contains("consent"), "{refused}");
+    assert_eq!(sb.show(&round_id)["status"], "pending");
+    find(&browser, "input.consent").await.click().await.unwrap();
+    find(&browser, "#submit").await.click().await.unwrap();
+    text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
+    let result = plain_result_of(run).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    let output = result["tool_calls"][0]["output"].as_str().unwrap_or_default();
+    assert!(output.contains(url), "{output}");
+    let stored = sb.m3(&["show", &round_id, "--json"]).json();
+    assert_eq!(
+        stored["responses"],
+        json!({"elicitation": {"action": "accept", "content": null}}),
+        "consent only, no content"
+    );
+    // The browser stayed on the inbox's page: nothing opened the URL.
+    assert_eq!(browser.windows().await.unwrap().len(), 1);
+    let here = browser.current_url().await.unwrap();
+    assert!(here.as_str().starts_with(&server.base), "{here}");
+    browser.close().await.unwrap();
+}
+
+/// Two browser sessions answer the same round at once: one answer is taken and delivered once,
+/// the other session is told of the conflict and its answer is not stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_answering_one_round_one_wins_the_other_sees_the_conflict() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let server = serve(&sb, &[]);
+    let mut driver = Driver::start();
+    let first = driver.session().await;
+    let second = driver.session().await;
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let round_id = open_the_round(&first, &server.base).await;
+    open_the_round(&second, &server.base).await;
+    for (browser, city) in [(&first, CITY), (&second, "Shelbyville")] {
+        type_into(browser, "street", STREET).await;
+        type_into(browser, "city", city).await;
+    }
+    let one = find(&first, "#submit").await;
+    let two = find(&second, "#submit").await;
+    let (a, b) = tokio::join!(one.click(), two.click());
+    a.unwrap();
+    b.unwrap();
+    let mut taken = Vec::new();
+    let mut conflicts = 0;
+    for (browser, city) in [(&first, CITY), (&second, "Shelbyville")] {
+        let notice = find(browser, "#notice .notice.ok, #notice .notice.conflict").await;
+        let class = notice.attr("class").await.unwrap().unwrap_or_default();
+        let text = notice.text().await.unwrap();
+        if class.contains("ok") {
+            assert!(text.contains("Answer taken"), "{text}");
+            taken.push(city);
+        } else {
+            assert!(
+                text.contains("Not taken") || text.contains("answered this round first"),
+                "{text}"
+            );
+            conflicts += 1;
+        }
+    }
+    assert_eq!(taken.len(), 1, "exactly one answer is taken: {taken:?}");
+    assert_eq!(conflicts, 1);
+    let result = result_of(run).await;
+    assert_eq!(
+        result["tool_calls"][0]["output"],
+        format!("Booked shipment to {STREET}, {}", taken[0]),
+        "the taken answer is the one delivered"
+    );
+    let execution_id = sb.show(&round_id)["execution_id"]
+        .as_str()
+        .expect("an execution id")
+        .to_string();
+    let events = sb.m3(&["events", &execution_id, "--json"]).json();
+    let delivered = events["history"]
+        .as_array()
+        .expect("a history")
+        .iter()
+        .filter(|h| h["kind"] == "round_delivered")
+        .count();
+    assert_eq!(delivered, 1, "delivered exactly once: {events}");
+    first.close().await.unwrap();
+    second.close().await.unwrap();
 }

@@ -318,14 +318,15 @@ function roundView(roundId) {
         if (part && error.field && part.showError(error.field, `${error.message}`)) {
           notice.replaceChildren(el('p', { class: 'notice error', role: 'alert',
             'data-kind': error.code || 'invalid', text: 'The server refused a value (see the field).' }));
-        } else if (error instanceof ApiError && error.status === 409) {
+        } else if (error instanceof ApiError && (error.status === 409 || error.status === 410)) {
+          // Someone else's answer came first, or the round ended: this one was not taken.
           notice.replaceChildren(el('p', { class: 'notice conflict', role: 'alert',
-            'data-kind': error.code || 'conflict' }, el('strong', { text: 'Conflict: ' }),
+            'data-kind': error.code || 'conflict' }, el('strong', { text: 'Not taken: ' }),
           error.message));
+          submitted = true; // keep this notice when the page refreshes
           refresh();
         } else {
           notice.replaceChildren(failure(error));
-          if (error instanceof ApiError && error.status === 410) refresh();
         }
       }
     };
