@@ -508,7 +508,9 @@ async fn decline_and_url_consent() {
     text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
     let result = plain_result_of(run).await;
     assert_eq!(result["outcome"], "succeeded", "{result}");
-    let output = result["tool_calls"][0]["output"].as_str().unwrap_or_default();
+    let output = result["tool_calls"][0]["output"]
+        .as_str()
+        .unwrap_or_default();
     assert!(output.contains(url), "{output}");
     let stored = sb.m3(&["show", &round_id, "--json"]).json();
     assert_eq!(
@@ -584,4 +586,195 @@ async fn two_sessions_answering_one_round_one_wins_the_other_sees_the_conflict()
     assert_eq!(delivered, 1, "delivered exactly once: {events}");
     first.close().await.unwrap();
     second.close().await.unwrap();
+}
+
+/// A static web server on another origin (Python's `http.server` on `host:port`), serving `dir`.
+fn other_origin(dir: &std::path::Path, host: &str) -> (ChildGuard, String) {
+    let port = free_port();
+    let child = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg("--directory")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting python3 -m http.server");
+    let guard = ChildGuard { child };
+    let until = Instant::now() + COMMAND_TIMEOUT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "http.server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (guard, format!("http://{host}:{port}"))
+}
+
+/// A page that, once loaded, posts a form to `action` (a cross-site request forgery attempt:
+/// `text/plain` shaped like a JSON answer, the most a form can do).
+fn forging_page(action: &str) -> String {
+    format!(
+        "<!doctype html><html><body onload=\"document.forms[0].submit()\">\
+         <form method=\"post\" enctype=\"text/plain\" action=\"{action}\">\
+         <input name='{{\"responses\":{{\"shipping_address\":{{\"action\":\"decline\"}}}},\
+         \"idempotency_key\":\"forged\",\"x\":\"' value='\"}}'></form></body></html>"
+    )
+}
+
+/// Loads `page` and waits until the forged post's answer is shown; returns its text.
+async fn forged(browser: &Client, page: &str, target: &str) -> String {
+    browser.goto(page).await.expect("opening the forging page");
+    let until = Instant::now() + PAGE_TIMEOUT;
+    loop {
+        let here = browser.current_url().await.expect("the current URL");
+        if here.as_str().starts_with(target) {
+            let body = find(browser, "body").await;
+            let text = body.text().await.unwrap_or_default();
+            if !text.is_empty() {
+                return text;
+            }
+        }
+        assert!(Instant::now() < until, "the forged post was never answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// With a token, every page and API call needs it: pages send a browser to the login form, a
+/// wrong token is refused, the right one sets an HttpOnly, SameSite=Strict cookie and leads back.
+/// Forms posted from other origins (another site, and the same site on another port, which does
+/// get the cookie) change nothing; nor does one posted to a server without a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_guards_every_page_and_cross_site_posts_change_nothing() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let token = "correct horse battery staple";
+    let server = serve(&sb, &["--token", token]);
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let round = tokio::task::spawn_blocking({
+        let db = sb.db.clone();
+        let dir = sb.dir.path().to_path_buf();
+        move || {
+            let out = Command::new(M3)
+                .current_dir(dir)
+                .arg("--db")
+                .arg(db)
+                .args(["pending", "--wait", "60", "--json"])
+                .output()
+                .expect("m3 pending --wait");
+            serde_json::from_slice::<Value>(&out.stdout).expect("pending --json")[0].clone()
+        }
+    })
+    .await
+    .unwrap();
+    let round_id = round["round_id"].as_str().unwrap().to_string();
+    let execution_id = round["execution_id"].as_str().unwrap().to_string();
+
+    // Without the token: a page goes to the login form, the API answers 401, as does a forged
+    // cookie.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let page = agent
+        .get(format!("{}/rounds/{round_id}", server.base))
+        .call()
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 303);
+    let location = page.headers().get("location").unwrap().to_str().unwrap();
+    assert!(
+        location == format!("/login?next=/rounds/{round_id}"),
+        "{location}"
+    );
+    for cookie in [None, Some("m3_session=0123456789abcdef")] {
+        let mut call = agent.get(format!("{}/api/rounds/pending", server.base));
+        if let Some(cookie) = cookie {
+            call = call.header("Cookie", cookie);
+        }
+        assert_eq!(call.call().unwrap().status().as_u16(), 401);
+    }
+
+    // The login form.
+    let mut driver = Driver::start();
+    let browser = driver.session().await;
+    browser
+        .goto(&format!("{}/rounds/{round_id}", server.base))
+        .await
+        .unwrap();
+    find(&browser, "form#login").await;
+    find(&browser, "#token")
+        .await
+        .send_keys("wrong")
+        .await
+        .unwrap();
+    find(&browser, "form#login button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    text_until(&browser, "#login-error", |t| t.contains("not the token")).await;
+    find(&browser, "#token")
+        .await
+        .send_keys(token)
+        .await
+        .unwrap();
+    find(&browser, "form#login button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    find(&browser, "form#answer").await;
+    let here = browser.current_url().await.unwrap();
+    assert_eq!(here.path(), format!("/rounds/{round_id}"));
+    let cookies = browser.get_all_cookies().await.unwrap();
+    let session = cookies
+        .iter()
+        .find(|c| c.name() == "m3_session")
+        .expect("the session cookie");
+    assert_eq!(session.http_only(), Some(true));
+    assert_eq!(session.same_site(), Some(cookie::SameSite::Strict));
+    assert!(!session.value().contains(token));
+
+    // Forged posts from other origins, while this browser is logged in.
+    let pages = tempfile::tempdir().unwrap();
+    let answer = format!("{}/api/rounds/{round_id}/responses", server.base);
+    let cancel = format!("{}/api/executions/{execution_id}/cancel", server.base);
+    std::fs::write(pages.path().join("answer.html"), forging_page(&answer)).unwrap();
+    std::fs::write(pages.path().join("cancel.html"), forging_page(&cancel)).unwrap();
+    let (_other_site, other_site) = other_origin(pages.path(), "localhost");
+    let (_same_site, same_site) = other_origin(pages.path(), "127.0.0.1");
+    for (origin, refusal) in [(&other_site, "unauthorized"), (&same_site, "csrf_refused")] {
+        for (page, target) in [("answer.html", &answer), ("cancel.html", &cancel)] {
+            let shown = forged(&browser, &format!("{origin}/{page}"), target).await;
+            assert!(shown.contains(refusal), "{origin}/{page}: {shown}");
+        }
+    }
+    assert_eq!(sb.show(&round_id)["status"], "pending");
+    assert_eq!(sb.status(&execution_id)["cancel_requested"], false);
+
+    // The logged-in browser itself can answer (its script sends the CSRF value).
+    browser
+        .goto(&format!("{}/rounds/{round_id}", server.base))
+        .await
+        .unwrap();
+    find(&browser, "#decline").await.click().await.unwrap();
+    text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
+    let result = result_of(run).await;
+    assert_eq!(
+        result["tool_calls"][0]["output"],
+        "Shipment not booked: the address was declined"
+    );
+
+    // A server without a token (loopback only) refuses the same forgery.
+    let open = serve(&sb, &[]);
+    let cancel = format!("{}/api/executions/{execution_id}/cancel", open.base);
+    std::fs::write(pages.path().join("open.html"), forging_page(&cancel)).unwrap();
+    let shown = forged(&browser, &format!("{same_site}/open.html"), &cancel).await;
+    assert!(shown.contains("csrf_refused"), "{shown}");
+    browser.close().await.unwrap();
 }

@@ -37,7 +37,9 @@ pub async fn secure(request: Request, next: Next) -> Response {
     set("content-security-policy", POLICY);
     set("x-content-type-options", "nosniff");
     set("x-frame-options", "DENY");
-    set("referrer-policy", "no-referrer");
+    // Not `no-referrer`: under it a browser sends `Origin: null` with a form post, and the
+    // login form must show its origin.
+    set("referrer-policy", "same-origin");
     if !headers.contains_key(header::CACHE_CONTROL) {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
