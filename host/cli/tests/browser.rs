@@ -108,7 +108,7 @@ impl Driver {
             "--disable-gpu",
             "--disable-dev-shm-usage",
             "--no-first-run",
-            "--window-size=1100,1400",
+            "--window-size=1100,1000",
             format!("--user-data-dir={}", profile.path().display()),
         ]);
         self.profiles.push(profile);
@@ -177,6 +177,35 @@ async fn attribute_until(client: &Client, css: &str, attribute: &str, want: &str
             "`{css}` never had {attribute}={want:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Clicks the element matching `css`, finding it again if the page re-rendered it in between
+/// (the live pages replace elements when a change arrives).
+async fn click(client: &Client, css: &str) {
+    let until = Instant::now() + PAGE_TIMEOUT;
+    loop {
+        let element = find(client, css).await;
+        match element.click().await {
+            Ok(()) => return,
+            Err(e) => assert!(Instant::now() < until, "cannot click `{css}`: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The attribute `name` of the element matching `css`, waited for (and found again if the page
+/// re-rendered it).
+async fn attr_of(client: &Client, css: &str, name: &str) -> String {
+    let until = Instant::now() + PAGE_TIMEOUT;
+    loop {
+        if let Ok(element) = client.find(Locator::Css(css)).await
+            && let Ok(Some(value)) = element.attr(name).await
+        {
+            return value;
+        }
+        assert!(Instant::now() < until, "`{css}` never had `{name}`");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -269,19 +298,10 @@ async fn the_inbox_shows_a_new_round_live_and_a_form_of_every_kind_delivers_exac
     text_until(&browser, "#inbox", |t| t.contains("Nothing waits")).await;
 
     let run = sb.spawn_run("modern", &["--every-field"], &[]);
-    let row = find(&browser, "tr.round").await;
-    let round_id = row
-        .attr("data-round-id")
-        .await
-        .expect("an attribute")
-        .expect("the row names its round");
+    let round_id = attr_of(&browser, "tr.round", "data-round-id").await;
     text_until(&browser, "tr.round", |t| t.contains("book_shipment")).await;
     screenshot(&browser, "inbox.png").await;
-    find(&browser, "tr.round td a[href^=\"/rounds/\"]")
-        .await
-        .click()
-        .await
-        .expect("opening the round");
+    click(&browser, "tr.round td a[href^=\"/rounds/\"]").await;
     find(&browser, "form#answer").await;
     attribute_until(&browser, "#progress", "data-status", "pending").await;
 
@@ -348,11 +368,7 @@ async fn the_inbox_shows_a_new_round_live_and_a_form_of_every_kind_delivers_exac
     type_into(&browser, "weight_kg", "2.5").await;
     pick(&browser, "deliver_on", "2026-12-24").await;
     pick(&browser, "call_time", "2026-12-24T09:30").await;
-    find(&browser, "[data-field=gift] input")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "[data-field=gift] input").await;
     speed.select_by_label("Express (next day)").await.unwrap();
     find(&browser, "[data-field=carrier] select")
         .await
@@ -375,17 +391,13 @@ async fn the_inbox_shows_a_new_round_live_and_a_form_of_every_kind_delivers_exac
             }
         }
     }
-    find(&browser, "[data-field=labels] input[value=\"1\"]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "[data-field=labels] input[value=\"1\"]").await;
     // An address the browser's check lets through but the component's `format` refuses: the
     // component's error appears next to the field, nothing is stored.
     type_into(&browser, "email", "asha..k@example.com").await;
     assert_eq!(field_error(&browser, "email").await, "");
     screenshot(&browser, "form.png").await;
-    find(&browser, "#submit").await.click().await.unwrap();
+    click(&browser, "#submit").await;
     let refused = text_until(&browser, "p.error[data-error-for=email]", |t| !t.is_empty()).await;
     assert!(refused.contains("format"), "{refused}");
     assert_eq!(sb.show(&round_id)["status"], "pending");
@@ -395,7 +407,7 @@ async fn the_inbox_shows_a_new_round_live_and_a_form_of_every_kind_delivers_exac
         .execute("return new Date('2026-12-24T09:30').toISOString();", vec![])
         .await
         .unwrap();
-    find(&browser, "#submit").await.click().await.unwrap();
+    click(&browser, "#submit").await;
     text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
     attribute_until(&browser, "#progress", "data-status", "resolved").await;
 
@@ -419,12 +431,7 @@ async fn the_inbox_shows_a_new_round_live_and_a_form_of_every_kind_delivers_exac
 /// its id.
 async fn open_the_round(browser: &Client, base: &str) -> String {
     browser.goto(base).await.expect("opening the inbox");
-    let row = find(browser, "tr.round").await;
-    let round_id = row
-        .attr("data-round-id")
-        .await
-        .expect("an attribute")
-        .expect("the row names its round");
+    let round_id = attr_of(browser, "tr.round", "data-round-id").await;
     browser
         .goto(&format!("{base}/rounds/{round_id}"))
         .await
@@ -445,7 +452,7 @@ async fn decline_and_url_consent() {
 
     let run = sb.spawn_run("legacy", &[], &[]);
     open_the_round(&browser, &server.base).await;
-    find(&browser, "#decline").await.click().await.unwrap();
+    click(&browser, "#decline").await;
     text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
     attribute_until(&browser, "#progress", "data-status", "resolved").await;
     let result = result_of(run).await;
@@ -453,6 +460,23 @@ async fn decline_and_url_consent() {
         result["tool_calls"][0]["output"], "Shipment not booked: the address was declined",
         "{result}"
     );
+    // The execution's page: its outcome, its round and its history, reached from the round.
+    click(&browser, ".crumbs a[href^=\"/executions/\"]").await;
+    find(&browser, "#facts [data-outcome=succeeded]").await;
+    let rounds = text_until(&browser, "#rounds", |t| t.contains("resolved")).await;
+    assert!(rounds.contains("book_shipment"), "{rounds}");
+    let history = text_until(&browser, "#history", |t| t.contains("round_resolved")).await;
+    assert!(history.contains("execution_finished"), "{history}");
+
+    // Cancel from an execution's page: the run ends cancelled, its round failed.
+    let run = sb.spawn_run("legacy", &[], &[]);
+    browser.goto(&server.base).await.unwrap();
+    click(&browser, "tr.round td a[href^=\"/executions/\"]").await;
+    click(&browser, "#cancel-execution").await;
+    find(&browser, "#facts [data-outcome=cancelled]").await;
+    text_until(&browser, "#rounds", |t| t.contains("failed")).await;
+    let result = result_of(run).await;
+    assert_eq!(result["outcome"], "cancelled", "{result}");
 
     let everything = m3_tests::peers::server_everything().expect("installing server-everything");
     let url = "https://example.com/consent";
@@ -499,12 +523,12 @@ async fn decline_and_url_consent() {
         .await
         .unwrap();
     assert!(links.is_empty(), "the URL is text, not a link");
-    find(&browser, "#submit").await.click().await.unwrap();
+    click(&browser, "#submit").await;
     let refused = text_until(&browser, "p.error[data-error-for=\"\"]", |t| !t.is_empty()).await;
     assert!(refused.contains("consent"), "{refused}");
     assert_eq!(sb.show(&round_id)["status"], "pending");
-    find(&browser, "input.consent").await.click().await.unwrap();
-    find(&browser, "#submit").await.click().await.unwrap();
+    click(&browser, "input.consent").await;
+    click(&browser, "#submit").await;
     text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
     let result = plain_result_of(run).await;
     assert_eq!(result["outcome"], "succeeded", "{result}");
@@ -712,22 +736,14 @@ async fn the_token_guards_every_page_and_cross_site_posts_change_nothing() {
         .send_keys("wrong")
         .await
         .unwrap();
-    find(&browser, "form#login button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "form#login button").await;
     text_until(&browser, "#login-error", |t| t.contains("not the token")).await;
     find(&browser, "#token")
         .await
         .send_keys(token)
         .await
         .unwrap();
-    find(&browser, "form#login button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "form#login button").await;
     find(&browser, "form#answer").await;
     let here = browser.current_url().await.unwrap();
     assert_eq!(here.path(), format!("/rounds/{round_id}"));
@@ -762,7 +778,7 @@ async fn the_token_guards_every_page_and_cross_site_posts_change_nothing() {
         .goto(&format!("{}/rounds/{round_id}", server.base))
         .await
         .unwrap();
-    find(&browser, "#decline").await.click().await.unwrap();
+    click(&browser, "#decline").await;
     text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
     let result = result_of(run).await;
     assert_eq!(

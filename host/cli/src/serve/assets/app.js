@@ -137,6 +137,30 @@ function connect() {
   stream.addEventListener('lagged', () => view && view.refresh());
 }
 
+// `fn` run one at a time: a call while one runs runs once more after it (two overlapping
+// refreshes would each rebuild the page, the second throwing away what was typed into the first).
+function serial(fn) {
+  let running = null;
+  let again = false;
+  return async function run() {
+    if (running) {
+      again = true;
+      return running;
+    }
+    running = (async () => {
+      do {
+        again = false;
+        await fn();
+      } while (again);
+    })();
+    try {
+      await running;
+    } finally {
+      running = null;
+    }
+  };
+}
+
 function debounced(fn) {
   let timer = null;
   return () => {
@@ -159,7 +183,7 @@ function inboxView() {
     el('h2', { text: 'Executions' }), runs);
   document.title = 'm3 inbox';
 
-  async function refresh() {
+  const refresh = serial(async () => {
     try {
       const [pending, executions] = await Promise.all([
         api('GET', '/api/rounds/pending'), api('GET', '/api/executions')]);
@@ -186,7 +210,7 @@ function inboxView() {
     } catch (error) {
       rounds.replaceChildren(failure(error));
     }
-  }
+  });
 
   function roundRow(round) {
     const first = Object.values(round.requests)[0] || {};
@@ -231,7 +255,7 @@ function roundView(roundId) {
     }
   }
 
-  async function refresh() {
+  const refresh = serial(async () => {
     let record;
     try {
       record = await api('GET', `/api/rounds/${encodeURIComponent(roundId)}`);
@@ -264,7 +288,7 @@ function roundView(roundId) {
       body.replaceChildren(answered(record));
     }
     shown = record.status;
-  }
+  });
 
   function answered(record) {
     const rows = Object.entries(record.responses || {}).map(([key, r]) => el('tr', {},
@@ -571,7 +595,7 @@ function executionView(executionId) {
   app.replaceChildren(head, notice, el('h2', { text: 'Rounds' }), rounds,
     el('h2', { text: 'What happened' }), history);
 
-  async function refresh() {
+  const refresh = serial(async () => {
     let status;
     let events;
     try {
@@ -613,7 +637,7 @@ function executionView(executionId) {
       ? el('p', { class: 'empty', text: 'Nothing yet.' })
       : el('ol', { class: 'history' }, happenings.map((h) => el('li', { 'data-kind': h.kind },
         when(h.at), ' ', el('strong', { text: h.kind }), ' ', h.message || ''))));
-  }
+  });
 
   async function cancel(event) {
     event.target.disabled = true;
