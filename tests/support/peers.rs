@@ -12,6 +12,10 @@
 //!   other npm peers; the venv also holds `wasmtime` (wasmtime-py). Both are for the embedding
 //!   tests (`tests/all/embedding.rs`).
 //!
+//! - `browser()`: Debian's `chromium` and `chromium-driver` packages (headless Chromium and its
+//!   WebDriver, `chromedriver`), installed with `apt-get` on first use when either is missing
+//!   (the browser tests of `m3 serve`'s web inbox; needs root, as on the project's machines).
+//!
 //! `tests/.peers/` is ignored by git. Each install runs under an exclusive file lock
 //! (`tests/.peers/<peer>.lock`), so parallel tests and parallel test processes install once; it
 //! ends by writing a marker that records the pin files it installed from, and a marker that no
@@ -103,6 +107,69 @@ pub fn jco() -> Result<PathBuf> {
 /// `node` from PATH, as an absolute path.
 pub fn node() -> Result<PathBuf> {
     which("node")
+}
+
+/// Headless Chromium and its WebDriver.
+#[derive(Debug, Clone)]
+pub struct Browser {
+    /// The `chromium` program.
+    pub chromium: PathBuf,
+    /// The `chromedriver` program.
+    pub chromedriver: PathBuf,
+}
+
+/// How long installing the browser packages may take.
+const APT_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Debian's `chromium` and `chromium-driver`, installed with `apt-get` on first use.
+pub fn browser() -> Result<Browser> {
+    static INSTALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    once(&INSTALL, install_browser)?;
+    Ok(Browser {
+        chromium: which("chromium")?,
+        chromedriver: which("chromedriver")?,
+    })
+}
+
+fn install_browser() -> Result<PathBuf> {
+    let present = || which("chromium").is_ok() && which("chromedriver").is_ok();
+    if present() {
+        return which("chromium");
+    }
+    let _lock = lock("apt")?;
+    if present() {
+        return which("chromium");
+    }
+    let by_hand = "apt-get update && apt-get install -y chromium chromium-driver";
+    let logs = install_root();
+    retrying("installing chromium and chromium-driver", |number| {
+        let update = logs.join(format!("apt-update-{number}.log"));
+        run_logged(
+            Command::new("apt-get")
+                .args(["update", "-q"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            APT_TIMEOUT,
+            &update,
+        )?;
+        let install = logs.join(format!("apt-install-{number}.log"));
+        run_logged(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "chromium", "chromium-driver"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            APT_TIMEOUT,
+            &install,
+        )?;
+        Ok(())
+    })
+    .with_context(|| {
+        format!("the browser tests need Chromium; install it by hand with `{by_hand}`")
+    })?;
+    ensure!(
+        present(),
+        "apt-get installed chromium and chromium-driver, but `chromium` or `chromedriver` is \
+         still not on PATH"
+    );
+    which("chromium")
 }
 
 /// The pinned Codex CLI version.

@@ -91,6 +91,12 @@ struct Args {
     /// The booking text echoes them.
     #[arg(long)]
     contact_form: bool,
+    /// Ask for the address with a form of every MCP form field kind (a test knob for the web
+    /// inbox): after `street` and `city`, strings with each format and with lengths, bounded
+    /// numbers, a boolean, single- and multi-select enums with titles, defaults and required
+    /// fields. The booking's structured content echoes the whole answer as `answer`.
+    #[arg(long)]
+    every_field: bool,
 
     /// Append every line received on stdin to this file, as received (a test knob: tests read
     /// what the server was sent, e.g. a `cancel` answer or `notifications/cancelled`).
@@ -156,6 +162,7 @@ impl Server {
             rich_form: args.rich_form,
             withdraw: args.withdraw,
             contact_form: args.contact_form,
+            every_field: args.every_field,
         };
         let mut server = Self {
             knobs,

@@ -40,6 +40,8 @@ pub struct Knobs {
     pub withdraw: bool,
     /// Ask for the address with the contact form: also `email` and `deliver_on`.
     pub contact_form: bool,
+    /// Ask for the address with a form of every MCP field kind, and echo the whole answer.
+    pub every_field: bool,
 }
 
 impl Default for Knobs {
@@ -53,6 +55,7 @@ impl Default for Knobs {
             rich_form: false,
             withdraw: false,
             contact_form: false,
+            every_field: false,
         }
     }
 }
@@ -121,6 +124,7 @@ impl Knobs {
         let mut email = None;
         let mut order = None;
         let mut contact = None;
+        let mut whole = None;
         for (key, answer) in answers {
             let Answer::Accept(content) = answer else {
                 continue;
@@ -153,6 +157,9 @@ impl Knobs {
                         }
                     }
                 }
+                if self.every_field {
+                    whole = Some(Value::Object(content.clone()));
+                }
                 if self.rich_form {
                     match Order::from_content(content) {
                         Ok(o) => order = Some(o),
@@ -169,13 +176,13 @@ impl Knobs {
             return Next::AskAgain(round.saturating_add(1));
         }
         match address {
-            Some((street, city)) => Next::Finish(booked(
-                street,
-                city,
-                email,
-                order.as_ref(),
-                contact.as_ref(),
-            )),
+            Some((street, city)) => {
+                let mut result = booked(street, city, email, order.as_ref(), contact.as_ref());
+                if let Some(whole) = whole {
+                    result["structuredContent"]["answer"] = whole;
+                }
+                Next::Finish(result)
+            }
             None => Next::Finish(tool_error("Shipment not booked: no address was given")),
         }
     }
@@ -267,8 +274,84 @@ impl Knobs {
                 required.push(json!("email"));
             }
         }
+        if self.every_field && key == SHIPPING_ADDRESS {
+            every_field_kind(&mut params["requestedSchema"]);
+        }
         params
     }
+}
+
+/// Adds a field of every MCP form field kind after `street` and `city` (`--every-field`):
+/// strings with each format and with lengths, an integer and a number with bounds, a
+/// boolean, single-select enums (`enum` with `enumNames`, `oneOf` with titles) and
+/// multi-select ones (`items.enum`, `items.anyOf` with titles), defaults, required marks and
+/// a description.
+fn every_field_kind(schema: &mut Value) {
+    let fields = [
+        (
+            "email",
+            json!({"type": "string", "title": "Email", "format": "email"}),
+        ),
+        (
+            "website",
+            json!({"type": "string", "title": "Website", "format": "uri"}),
+        ),
+        (
+            "deliver_on",
+            json!({"type": "string", "title": "Delivery date", "format": "date"}),
+        ),
+        (
+            "call_time",
+            json!({"type": "string", "title": "Call me at", "format": "date-time"}),
+        ),
+        (
+            "note",
+            json!({"type": "string", "title": "Note for the driver", "minLength": 2,
+            "maxLength": 20, "description": "2 to 20 characters"}),
+        ),
+        (
+            "quantity",
+            json!({"type": "integer", "title": "Quantity", "minimum": 1,
+            "maximum": 99, "default": 1}),
+        ),
+        (
+            "weight_kg",
+            json!({"type": "number", "title": "Weight (kg)", "minimum": 0.1,
+            "maximum": 1000}),
+        ),
+        (
+            "gift",
+            json!({"type": "boolean", "title": "Gift wrap", "default": false}),
+        ),
+        (
+            "speed",
+            json!({"type": "string", "title": "Speed", "enum": SPEEDS,
+            "enumNames": ["Standard (3-5 days)", "Express (next day)"], "default": SPEEDS[0]}),
+        ),
+        (
+            "carrier",
+            json!({"type": "string", "title": "Carrier", "oneOf": [
+            {"const": "post", "title": "National post"},
+            {"const": "courier", "title": "Courier"}]}),
+        ),
+        (
+            "extras",
+            json!({"type": "array", "title": "Extras", "maxItems": 2, "items": {
+            "anyOf": [{"const": "insurance", "title": "Insurance"},
+                      {"const": "signature", "title": "Signature on delivery"},
+                      {"const": "sms", "title": "SMS updates"}]}}),
+        ),
+        (
+            "labels",
+            json!({"type": "array", "title": "Labels", "minItems": 1,
+            "items": {"type": "string", "enum": ["fragile", "upright", "perishable"]},
+            "default": ["fragile"]}),
+        ),
+    ];
+    for (name, field) in fields {
+        schema["properties"][name] = field;
+    }
+    schema["required"] = json!(["street", "city", "email", "quantity", "speed", "carrier"]);
 }
 
 /// The rest of a rich-form answer (`--rich-form`): what is shipped, and how.

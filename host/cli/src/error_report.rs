@@ -99,6 +99,26 @@ fn typed_code(error: &anyhow::Error) -> Option<String> {
     None
 }
 
+/// The request key and content field a library error names, where it names them.
+pub fn location(error: &anyhow::Error) -> (Option<String>, Option<String>) {
+    for cause in error.chain() {
+        let found = cause.downcast_ref::<ManagedInputError>().or(
+            match cause.downcast_ref::<ExecutionError>() {
+                Some(ExecutionError::ManagedInput(e)) => Some(e),
+                _ => None,
+            },
+        );
+        let detail = match found {
+            Some(ManagedInputError::Validation(e)) => &e.detail,
+            Some(ManagedInputError::Conflict(e)) => &e.detail,
+            Some(ManagedInputError::State(e)) => &e.detail,
+            _ => continue,
+        };
+        return (detail.request_key.clone(), detail.field.clone());
+    }
+    (None, None)
+}
+
 /// The code of a database that could not be opened.
 fn open_code(error: &OpenError) -> Option<String> {
     let code = match error {

@@ -354,11 +354,18 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
         match agent.submit(submission.clone()) {
             Ok(handle) => handles.push(handle),
             Err(e) => {
-                // What was already submitted is cancelled and ends with this process's kit.
-                for handle in &handles {
-                    let _ = handle.cancel();
-                }
-                return Err(e.into());
+                // What was already submitted is cancelled and ends with this process's kit. A
+                // cancel that cannot be stored is said with the error, never dropped (those
+                // executions are failed by recovery once this process is gone).
+                let unstored: Vec<String> = handles
+                    .iter()
+                    .filter_map(|h| {
+                        h.cancel()
+                            .err()
+                            .map(|c| format!("{}: {c}", h.execution_id()))
+                    })
+                    .collect();
+                return Err(with_failed_cancels(e.into(), &unstored));
             }
         }
         if several {
@@ -607,5 +614,50 @@ pub fn report(result: &ExecutionResult, output: &Output) {
         for line in &lines[lines.len().saturating_sub(10)..] {
             println!("  {line}");
         }
+    }
+}
+
+/// `error`, adding the executions whose cancel could not be stored after it (its type and code
+/// stay first and last, as every error's).
+fn with_failed_cancels(error: anyhow::Error, unstored: &[String]) -> anyhow::Error {
+    if unstored.is_empty() {
+        return error;
+    }
+    let reported = crate::error_report::classify(&error);
+    let code = reported
+        .code
+        .as_deref()
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default();
+    let message = reported
+        .message
+        .strip_suffix(&code)
+        .unwrap_or(&reported.message);
+    anyhow::anyhow!(
+        "{}: {message}; cancelling the executions submitted before it failed too, so \
+         recovery fails them once this process ends: {}{code}",
+        reported.type_name,
+        unstored.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancel_that_could_not_be_stored_is_said_with_the_error_keeping_its_type_and_code() {
+        let error = anyhow::anyhow!("StorageError: the disk is full (storage_failure)");
+        let plain = with_failed_cancels(anyhow::anyhow!("{error}"), &[]);
+        assert_eq!(plain.to_string(), error.to_string());
+        let both = with_failed_cancels(error, &["exec-1: StorageError: locked".to_string()]);
+        let reported = crate::error_report::classify(&both);
+        assert_eq!(reported.type_name, "StorageError");
+        assert_eq!(reported.code.as_deref(), Some("storage_failure"));
+        assert!(
+            reported.message.contains("exec-1: StorageError: locked"),
+            "{both}"
+        );
+        assert!(reported.message.starts_with("the disk is full;"), "{both}");
     }
 }

@@ -56,6 +56,25 @@ fn the_api_answers_a_run_and_streams_its_changes() {
         sb.m3(&["pending", "--json"]).json()
     );
 
+    // A refused answer says which request and field it is about (a page shows it next to the
+    // field).
+    let invalid = server.answer(
+        &round_id,
+        &json!({"responses": {"shipping_address": {"action": "accept", "content": {"street": 1}}},
+                "idempotency_key": "bad"})
+        .to_string(),
+    );
+    assert_eq!(invalid.status, 400, "{}", invalid.body);
+    let (kind, code) = error_of(&invalid);
+    assert_eq!(kind, "ManagedInputValidationError");
+    assert!(!code.is_empty(), "{}", invalid.body);
+    assert_eq!(
+        invalid.body["error"]["request_key"], "shipping_address",
+        "{}",
+        invalid.body
+    );
+    assert_eq!(invalid.body["error"]["field"], "city", "{}", invalid.body);
+
     // The answer, then a repeat and a conflicting one under the same key.
     let answered = server.answer(&round_id, &answer("api-1"));
     assert_eq!(answered.status, 200, "{}", answered.body);
@@ -711,11 +730,17 @@ fn an_idle_stream_sends_keep_alive_comments() {
     for _ in 0..3 {
         assert_eq!(stream.next_item(RUN_TIMEOUT), Some(Item::Comment));
     }
-    // The knob is hidden and checked.
+    // The knobs are hidden.
     let help = sb.m3(&["serve", "--help"]);
-    assert!(!help.ok().stdout.contains("keep-alive"), "{}", help.stdout);
-    let out = sb.m3(&["serve", "--keep-alive-secs", "0", "--listen", "127.0.0.1:0"]);
-    out.fails_with("ManagedInputValidationError");
+    let help = &help.ok().stdout;
+    for knob in [
+        "keep-alive",
+        "request-timeout",
+        "event-capacity",
+        "send-buffer",
+    ] {
+        assert!(!help.contains(knob), "{help}");
+    }
 }
 
 /// A subscriber that stops reading holds up nobody: while its buffers are full, another
@@ -799,6 +824,38 @@ fn a_stalled_subscriber_lags_alone() {
         total as u64 + 1,
         "every change is either received or counted as missed"
     );
+}
+
+/// A non-loopback address without a token is refused at start; a missing database too; the
+/// hidden knobs are checked like every flag.
+#[test]
+fn serve_refuses_to_start_unsafely() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let out = sb.m3(&["serve", "--listen", "0.0.0.0:0"]);
+    assert!(!out.status.success());
+    assert!(
+        out.fails_with("ManagedInputValidationError")
+            .contains("token_required"),
+        "{}",
+        out.stderr
+    );
+    let out = sb.m3(&["--json", "serve", "--listen", "0.0.0.0:0"]);
+    let error: Value =
+        serde_json::from_str(out.stderr.lines().next().unwrap_or_default()).expect("a JSON error");
+    assert_eq!(error["error"]["code"], "token_required");
+    let missing = Sandbox::new();
+    let out = missing.m3(&["serve", "--listen", "127.0.0.1:0"]);
+    assert!(out.fails_with("StorageError").contains("database_missing"));
+    for knob in [
+        ["--keep-alive-secs", "0"],
+        ["--request-timeout-secs", "0"],
+        ["--event-capacity", "0"],
+    ] {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        args.extend(knob);
+        sb.m3(&args).fails_with("ManagedInputValidationError");
+    }
 }
 
 /// A subscriber that asks for the stream and never reads, with a small receive buffer.

@@ -10,7 +10,7 @@ mod serving;
 use common::*;
 use serde_json::{Value, json};
 use serving::*;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -261,7 +261,7 @@ fn slow_clients_do_not_block_others() {
         .map(|_| {
             raw(
                 &server.address,
-                b"GET /api/executions HTTP/1.1\r\nHost: m3\r\nConnection: close\r\n",
+                b"GET /api/executions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n",
             )
         })
         .collect();
@@ -273,7 +273,7 @@ fn slow_clients_do_not_block_others() {
         let mut socket = raw(
             &server.address,
             format!(
-                "POST /api/rounds/{round_id}/responses HTTP/1.1\r\nHost: m3\r\n\
+                "POST /api/rounds/{round_id}/responses HTTP/1.1\r\nHost: localhost\r\n\
                  Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\
                  Connection: close\r\n\r\n"
             )
@@ -334,7 +334,6 @@ fn slow_clients_do_not_block_others() {
 /// throughout.
 #[test]
 fn stalled_requests_are_dropped_after_the_request_timeout() {
-    use std::io::Read;
     let sb = Sandbox::new();
     sb.create_database();
     let server = Server::start(
@@ -345,15 +344,15 @@ fn stalled_requests_are_dropped_after_the_request_timeout() {
     let stream = server.subscribe();
     let mut half = raw(
         &server.address,
-        b"GET /api/executions HTTP/1.1\r\nHost: m3\r\n",
+        b"GET /api/executions HTTP/1.1\r\nHost: localhost\r\n",
     );
     let mut idle = raw(
         &server.address,
-        b"GET /api/executions HTTP/1.1\r\nHost: m3\r\n\r\n",
+        b"GET /api/executions HTTP/1.1\r\nHost: localhost\r\n\r\n",
     );
     let mut slow = raw(
         &server.address,
-        b"POST /api/rounds/r/responses HTTP/1.1\r\nHost: m3\r\n\
+        b"POST /api/rounds/r/responses HTTP/1.1\r\nHost: localhost\r\n\
           Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
     );
     assert_eq!(server.get("/api/executions").status, 200);
@@ -386,8 +385,8 @@ fn stalled_requests_are_dropped_after_the_request_timeout() {
 
 /// What `m3 serve` prints, from start to SIGTERM (an event stream still open), holds no
 /// answer, no idempotency key and no token (right or wrong), whatever was answered, refused,
-/// retried or conflicted; no error body, stream event, round record or history quotes them
-/// either. (An execution's status shows its tool calls' output, which is the server's to
+/// retried or conflicted, or given to the login form; no error body, login page or cookie,
+/// stream event, round record or history quotes them either. (An execution's status shows its tool calls' output, which is the server's to
 /// word: this one's echoes the address, to callers with the token.)
 #[test]
 fn nothing_secret_reaches_the_output_of_serve() {
@@ -446,8 +445,40 @@ fn nothing_secret_reaches_the_output_of_serve() {
     );
     bodies.push(server.round(&round_id));
 
+    // The login form, with a wrong token and then the right one: the page and the cookie
+    // quote neither.
+    let mut pages = Vec::new();
+    for (given, status) in [(wrong, 401), (token, 303)] {
+        let mut socket = raw(
+            &server.address,
+            format!(
+                "POST /login HTTP/1.1\r\nHost: {address}\r\nOrigin: http://{address}\r\n\
+                 Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\ntoken={given}&next=%2F",
+                "token=&next=%2F".len() + given.len(),
+                address = server.address
+            )
+            .as_bytes(),
+        );
+        let mut page = Vec::new();
+        socket.read_to_end(&mut page).expect("the login's answer");
+        let page = String::from_utf8_lossy(&page).into_owned();
+        assert!(
+            page.starts_with(&format!("HTTP/1.1 {status}")),
+            "{given}: {page}"
+        );
+        pages.push(page);
+    }
+    assert!(pages[1].contains("set-cookie"), "{}", pages[1]);
+
     let (stdout, stderr) = server.stop();
     for secret in secrets {
+        for page in &pages {
+            assert!(
+                !page.contains(secret),
+                "a login answer holds {secret:?}: {page}"
+            );
+        }
         assert!(
             !stdout.contains(secret),
             "stdout holds {secret:?}:\n{stdout}"

@@ -3,6 +3,7 @@
 //! round is its redacted projection, as `m3 show --redacted`).
 
 use super::Shared;
+use super::page;
 use super::problem::Problem;
 use crate::{MAX_INPUT_BYTES, json};
 use axum::body::{Body, HttpBody};
@@ -16,9 +17,11 @@ use std::sync::Arc;
 /// An API call's result.
 type Answer = Result<Json<Value>, Problem>;
 
-/// The API, behind the token check, with bodies bounded by [`MAX_INPUT_BYTES`].
+/// The API and the pages, behind the guard (token or login cookie, CSRF; `auth.rs`), with the
+/// login form and the assets in front of it, bodies bounded by [`MAX_INPUT_BYTES`] and the
+/// security headers on every response.
 pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let guarded = Router::new()
         .route("/api/rounds/pending", get(pending))
         .route("/api/rounds/{id}", get(round))
         .route("/api/rounds/{id}/responses", post(respond))
@@ -27,11 +30,23 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/executions/{id}/events", get(events))
         .route("/api/executions/{id}/cancel", post(cancel))
         .route("/api/events/stream", get(super::events::stream))
-        .layer(DefaultBodyLimit::max(MAX_INPUT_BYTES as usize))
+        .route("/api/session", get(page::session))
+        .route("/", get(page::shell))
+        .route("/rounds/{id}", get(page::shell))
+        .route("/executions/{id}", get(page::shell))
+        .route("/logout", post(page::logout))
         .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             super::auth::require,
-        ))
+        ));
+    let open = Router::new()
+        .route("/login", get(page::login_form).post(page::login))
+        .route("/assets/app.js", get(page::script))
+        .route("/assets/app.css", get(page::style));
+    guarded
+        .merge(open)
+        .layer(DefaultBodyLimit::max(MAX_INPUT_BYTES as usize))
+        .layer(axum::middleware::from_fn(page::secure))
         .with_state(shared)
 }
 

@@ -1,13 +1,16 @@
-//! `m3 serve`: the CLI's contract over HTTP, for a web page or a script on another process. The
+//! `m3 serve`: the CLI's contract over HTTP, for a browser or a script on another process. The
 //! JSON API (`api.rs`) answers with the same JSON shapes and typed errors as the commands'
-//! `--json` (`problem.rs`), behind an optional bearer token (`auth.rs`); `/api/events/stream`
-//! streams the store's changes as Server-Sent Events (`events.rs`). Library calls (SQLite, the
-//! component) run on the blocking pool, never on the runtime's threads.
+//! `--json` (`problem.rs`); `/api/events/stream` streams the store's changes as Server-Sent
+//! Events (`events.rs`); the web inbox (`page.rs`, `assets/`) is built from both. Everything is
+//! behind the guard (`auth.rs`: token or login cookie, CSRF, loopback-only without a token).
+//! Library calls (SQLite, the component) run on the blocking pool, never on the runtime's
+//! threads.
 
 mod api;
 mod auth;
 mod connections;
 mod events;
+mod page;
 mod problem;
 
 use crate::Cli;
@@ -68,8 +71,8 @@ pub struct ServeArgs {
 pub struct Shared {
     /// The executions on `--db`.
     pub executions: Arc<m3::Executions>,
-    /// The token every call must carry, if any.
-    pub token: Option<auth::Token>,
+    /// Who may call: the token (if any), the login cookie's and the CSRF value.
+    pub guard: auth::Guard,
     /// The store's changes, for `/api/events/stream`.
     pub changes: tokio::sync::broadcast::Sender<events::Change>,
     /// Wakes the watcher after a change made through the API.
@@ -130,7 +133,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
         .map_err(|e| anyhow!("EngineError: cannot start the server's runtime: {e}"))?;
     let shared = Shared {
         executions,
-        token,
+        guard: auth::Guard::new(token)?,
         changes: tokio::sync::broadcast::channel(args.event_capacity).0,
         nudge: tokio::sync::Notify::new(),
         writes: tokio::sync::Semaphore::new(1),

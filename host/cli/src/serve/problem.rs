@@ -1,7 +1,8 @@
 //! A failed API call: the CLI's `--json` error object (`{"error": {"type", "code",
-//! "message"}}`, from `error_report.rs`) with the HTTP status its type and code mean.
+//! "message"}}`, from `error_report.rs`) plus the `request_key` and `field` it is about (null
+//! when it names none), with the HTTP status its type and code mean.
 
-use crate::error_report::{Reported, classify};
+use crate::error_report::{Reported, classify, location};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
@@ -10,20 +11,52 @@ use axum::response::{IntoResponse, Response};
 pub struct Problem {
     status: StatusCode,
     reported: Reported,
+    /// The request key and content field the error is about, where the component named them
+    /// (a page shows the error next to that field).
+    location: (Option<String>, Option<String>),
 }
 
 impl Problem {
     /// A missing or wrong token (the token is never quoted).
     pub fn unauthorized() -> Self {
+        Self::refused(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this server needs its token (`Authorization: Bearer TOKEN`, or log in at /login); \
+             nothing was done (unauthorized)",
+        )
+    }
+
+    /// A state-changing request from a browser without the CSRF value or from another origin.
+    pub fn csrf_refused() -> Self {
+        Self::refused(
+            StatusCode::FORBIDDEN,
+            "csrf_refused",
+            "a state-changing request from a browser needs this server's `X-M3-CSRF` value and \
+             must come from its own pages; nothing was done (csrf_refused)",
+        )
+    }
+
+    /// A request whose `Host` is not a loopback name, to a server without a token.
+    pub fn host_refused() -> Self {
+        Self::refused(
+            StatusCode::FORBIDDEN,
+            "host_refused",
+            "this server has no token and answers only requests addressed to a loopback name \
+             (localhost, 127.0.0.1, [::1]); nothing was done (host_refused)",
+        )
+    }
+
+    /// A refusal with `status`, `code` and `message`.
+    fn refused(status: StatusCode, code: &str, message: &str) -> Self {
         Self {
-            status: StatusCode::UNAUTHORIZED,
+            status,
             reported: Reported {
                 type_name: "ManagedInputValidationError",
-                code: Some("unauthorized".into()),
-                message: "this server needs `Authorization: Bearer TOKEN` with its token; \
-                          nothing was done (unauthorized)"
-                    .into(),
+                code: Some(code.into()),
+                message: message.into(),
             },
+            location: (None, None),
         }
     }
 
@@ -40,11 +73,10 @@ impl Problem {
                     limit >> 20
                 ),
             },
+            location: (None, None),
         }
     }
-}
 
-impl Problem {
     /// A request body that did not arrive in time.
     pub fn too_slow(timeout: std::time::Duration) -> Self {
         Self {
@@ -58,6 +90,7 @@ impl Problem {
                     timeout.as_secs_f64()
                 ),
             },
+            location: (None, None),
         }
     }
 }
@@ -85,13 +118,18 @@ impl From<anyhow::Error> for Problem {
         Self {
             status: status_of(&reported),
             reported,
+            location: location(&error),
         }
     }
 }
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.reported.json())).into_response()
+        let mut body = self.reported.json();
+        let (request_key, field) = self.location;
+        body["error"]["request_key"] = request_key.into();
+        body["error"]["field"] = field.into();
+        (self.status, axum::Json(body)).into_response()
     }
 }
 

@@ -296,7 +296,11 @@ pub fn answer_street(street: &str, key: &str) -> String {
 /// The `{"error": {...}}` of a failed call: its type and code.
 pub fn error_of(reply: &Reply) -> (String, String) {
     let error = &reply.body["error"];
-    assert_keys(error, &["type", "code", "message"], "an API error");
+    assert_keys(
+        error,
+        &["type", "code", "message", "request_key", "field"],
+        "an API error",
+    );
     (
         error["type"].as_str().unwrap_or_default().to_string(),
         error["code"].as_str().unwrap_or_default().to_string(),
