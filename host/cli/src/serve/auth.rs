@@ -148,7 +148,10 @@ impl Guard {
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(|v| v.split_once(' '))
+            // The scheme's name is case-insensitive (RFC 9110, 11.1).
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim_start());
         if bearer.is_some_and(|given| token.matches(given)) {
             return Caller::Bearer;
         }
@@ -359,7 +362,15 @@ mod tests {
             Caller::Bearer
         );
         assert_eq!(
+            guard.authenticate(&headers(&[("authorization", "bearer s3cret")])),
+            Caller::Bearer
+        );
+        assert_eq!(
             guard.authenticate(&headers(&[("authorization", "Bearer s3cre")])),
+            Caller::Nobody
+        );
+        assert_eq!(
+            guard.authenticate(&headers(&[("authorization", "Basic s3cret")])),
             Caller::Nobody
         );
         let open = Guard::new(None).unwrap();

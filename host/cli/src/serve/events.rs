@@ -47,6 +47,10 @@ struct Seen {
 
 /// The store as the watcher sees it now.
 fn look(executions: &m3::Executions) -> anyhow::Result<(Vec<m3::ManagedInputRecord>, Seen)> {
+    // Executions first, rounds second (two reads, not one snapshot): a worker ends an
+    // execution's rounds before the execution, so a finished execution read here has its
+    // rounds' ends in the later read, and `execution_finished` never comes before them.
+    let states = executions.states(None)?;
     let (records, _unreadable) = executions
         .store()
         .list_rounds_reporting(&RoundFilter::default())?;
@@ -54,7 +58,7 @@ fn look(executions: &m3::Executions) -> anyhow::Result<(Vec<m3::ManagedInputReco
     for r in &records {
         seen.rounds.insert(r.pending.round_id.clone(), r.status);
     }
-    for state in executions.states(None)? {
+    for state in states {
         if state.lifecycle == ExecutionStatus::Finished {
             let outcome = state.outcome.map(|o| o.kind.as_str().to_string());
             seen.finished.insert(state.execution_id, outcome);
