@@ -6,42 +6,18 @@
 //! (the README's pictures).
 
 mod common;
+mod serving;
 
 use common::*;
 use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
+use serving::Server;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a page may take to show what a test waits for.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A running `m3 serve`.
-struct Serve {
-    _guard: ChildGuard,
-    base: String,
-}
-
-/// Starts `m3 serve --listen 127.0.0.1:0 EXTRA...` on the sandbox's database.
-fn serve(sb: &Sandbox, extra: &[&str]) -> Serve {
-    let mut cmd = sb.command(&["serve", "--listen", "127.0.0.1:0"]);
-    cmd.args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawning `m3 serve`");
-    let lines = read_lines(child.stdout.take().expect("piped stdout"));
-    let _stderr = read_all(child.stderr.take().expect("piped stderr"));
-    let guard = ChildGuard { child };
-    let address = lines
-        .recv_timeout(COMMAND_TIMEOUT)
-        .expect("`m3 serve` prints its bound address first");
-    Serve {
-        _guard: guard,
-        base: format!("http://{address}"),
-    }
-}
 
 /// A running `chromedriver` and the browser sessions it opened.
 struct Driver {
@@ -291,7 +267,7 @@ async fn plain_result_of(run: Running) -> Value {
 async fn the_inbox_shows_a_new_round_live_and_a_form_of_every_kind_delivers_exactly_its_answer() {
     let sb = Sandbox::new();
     sb.create_database();
-    let server = serve(&sb, &[]);
+    let server = Server::start(&sb, &[], None);
     let mut driver = Driver::start();
     let browser = driver.session().await;
     browser.goto(&server.base).await.expect("opening the inbox");
@@ -446,7 +422,7 @@ async fn open_the_round(browser: &Client, base: &str) -> String {
 async fn decline_and_url_consent() {
     let sb = Sandbox::new();
     sb.create_database();
-    let server = serve(&sb, &[]);
+    let server = Server::start(&sb, &[], None);
     let mut driver = Driver::start();
     let browser = driver.session().await;
 
@@ -555,7 +531,7 @@ async fn decline_and_url_consent() {
 async fn two_sessions_answering_one_round_one_wins_the_other_sees_the_conflict() {
     let sb = Sandbox::new();
     sb.create_database();
-    let server = serve(&sb, &[]);
+    let server = Server::start(&sb, &[], None);
     let mut driver = Driver::start();
     let first = driver.session().await;
     let second = driver.session().await;
@@ -677,7 +653,7 @@ async fn the_token_guards_every_page_and_cross_site_posts_change_nothing() {
     let sb = Sandbox::new();
     sb.create_database();
     let token = "correct horse battery staple";
-    let server = serve(&sb, &["--token", token]);
+    let server = Server::start(&sb, &["--token", token], None);
     let run = sb.spawn_run("legacy", &[], &[]);
     let round = tokio::task::spawn_blocking({
         let db = sb.db.clone();
@@ -787,7 +763,7 @@ async fn the_token_guards_every_page_and_cross_site_posts_change_nothing() {
     );
 
     // A server without a token (loopback only) refuses the same forgery.
-    let open = serve(&sb, &[]);
+    let open = Server::start(&sb, &[], None);
     let cancel = format!("{}/api/executions/{execution_id}/cancel", open.base);
     std::fs::write(pages.path().join("open.html"), forging_page(&cancel)).unwrap();
     let shown = forged(&browser, &format!("{same_site}/open.html"), &cancel).await;
