@@ -32,6 +32,12 @@ bench:
 bench-serve:
     cargo bench -p m3-cli --bench serve
 
+# Scale on its own: a burst of 1,000 answers from 16 processes, and a 1,000-step script; writes
+# target/bench/{burst,long_script}.json (see BENCHMARKS.md)
+bench-scale:
+    cargo bench -p m3 --bench burst
+    cargo bench -p m3 --bench long_script
+
 # Side by side with the peers a user would pick instead (installs them first); see BENCHMARKS.md
 bench-peers:
     bash host/benches/peers/install.sh

@@ -33,6 +33,33 @@ pub fn submit_without_running(
     agent.store_only(submission)
 }
 
+/// A waiter on one execution through the path its worker and its result waiters use
+/// (`wake-execution` rows, the database's watcher), for the tests of targeted wake-ups.
+#[derive(Debug)]
+pub struct ExecutionWaiter {
+    notify: std::sync::Arc<tokio::sync::Notify>,
+    _waiting: crate::worker::changes::Waiting,
+}
+
+impl ExecutionWaiter {
+    /// Waits on `execution_id` of `executions`' database. Call it inside a tokio runtime.
+    pub fn on(executions: &crate::worker::Executions, execution_id: &str) -> Self {
+        let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+        let waiting = executions.register(execution_id, &notify);
+        Self {
+            notify,
+            _waiting: waiting,
+        }
+    }
+
+    /// Waits up to `timeout` for a wake-up not yet seen; whether one came.
+    pub async fn wait(&self, timeout: std::time::Duration) -> bool {
+        tokio::time::timeout(timeout, self.notify.notified())
+            .await
+            .is_ok()
+    }
+}
+
 /// The worker's change signal on a database (`worker/changes.rs`: one `data_version` poller per
 /// database), for the tests of that one path.
 #[derive(Debug)]

@@ -1,6 +1,7 @@
 //! Cross-connection and cross-process change notification through the one path the worker uses
-//! (`worker/changes.rs`, one `data_version` poller per database): a worker waiting for an answer
-//! learns of a commit made by another store object or another process, and of nothing else.
+//! (`worker/changes.rs`, one watcher per database: `data_version`, then the wake-up rows): a
+//! worker waiting for an answer learns of a commit made by another store object or another
+//! process, and a waiter on one execution wakes only for commits that concern that execution.
 
 use m3::*;
 use m3_tests::*;
@@ -71,4 +72,81 @@ async fn a_commit_by_another_process_wakes_a_waiting_worker() {
     assert!(woke, "the other process's commit was not noticed");
     println!("woke {latency:?} after starting the other process (includes its start-up)");
     assert!(db.store().get_round("r1").unwrap().is_some());
+}
+
+fn round_of(round_id: &str, execution_id: &str) -> NewRound {
+    NewRound::new(
+        round_id,
+        execution_id,
+        "shipping",
+        "book_shipment",
+        address_requests(),
+    )
+    .owned_by(OwnerClaim::new("worker-1"))
+}
+
+fn address_answer() -> BTreeMap<String, ElicitationResponse> {
+    BTreeMap::from([(
+        "shipping_address".to_string(),
+        ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
+    )])
+}
+
+#[tokio::test]
+async fn a_commit_wakes_the_waiters_of_the_execution_it_concerns_and_no_other() {
+    let db = TempDb::new();
+    let store = SqliteExecutionStore::open(&db.path).unwrap();
+    let executions = store.executions().unwrap();
+    let a = m3::testing::ExecutionWaiter::on(&executions, "exec-a");
+    let b = m3::testing::ExecutionWaiter::on(&executions, "exec-b");
+    // Another store object on the file: its commits reach these waiters only through the
+    // database (the wake-up rows and the watcher), as another process's would.
+    let other = db.store();
+    let lease_a = create(&other, &round_of("ra", "exec-a"));
+    let lease_b = create(&other, &round_of("rb", "exec-b"));
+    for _ in 0..20 {
+        other
+            .renew("ra", &lease_a, Duration::from_secs(30))
+            .unwrap();
+        other
+            .renew("rb", &lease_b, Duration::from_secs(30))
+            .unwrap();
+    }
+    create(&other, &round_of("rc", "exec-c"));
+    assert!(
+        !a.wait(QUIET).await && !b.wait(QUIET).await,
+        "creations and lease renewals concern no waiter"
+    );
+
+    other
+        .submit_responses("ra", &address_answer(), "k")
+        .unwrap();
+    assert!(a.wait(Duration::from_secs(20)).await, "a's answer woke a");
+    assert!(!b.wait(QUIET).await, "a's answer left b asleep");
+    other
+        .submit_responses("ra", &address_answer(), "k")
+        .unwrap();
+    assert!(
+        !a.wait(QUIET).await,
+        "a repeated answer writes nothing and wakes nobody"
+    );
+
+    other
+        .fail(
+            "rb",
+            &lease_b,
+            FailureCode::ServerError,
+            "the server went away",
+        )
+        .unwrap();
+    assert!(
+        b.wait(Duration::from_secs(20)).await,
+        "b's failed round woke b"
+    );
+    assert!(!a.wait(QUIET).await, "b's failure left a asleep");
+    // An answer to another execution's round wakes neither.
+    other
+        .submit_responses("rc", &address_answer(), "k2")
+        .unwrap();
+    assert!(!a.wait(QUIET).await && !b.wait(QUIET).await);
 }

@@ -10,7 +10,7 @@ use crate::exports::m3::managed_input::round_protocol::{
 use crate::m3::managed_input::store::{RoundFilter, StoreError, Transaction, TransactionMode};
 use crate::m3::managed_input::types::{
     ErrorCode, FailureCode, Lease, ManagedInputError, ManagedInputRecord, NewRound, OwnerClaim,
-    RedactedResponse, Timestamp,
+    RedactedResponse, Status, Timestamp,
 };
 use crate::round_protocol::{self, check_id, check_round_id};
 use crate::{record, redaction, time};
@@ -51,6 +51,7 @@ pub(crate) fn apply_in(
     let row = tx.get(round_id).map_err(store_error)?;
     let stored = row.as_ref().map(record::from_row).transpose()?;
     let decision = round_protocol::decide_checked(round_id, stored.as_ref(), operation, now)?;
+    let was = stored.as_ref().map(|r| r.status);
     match (decision.write, row) {
         (Write::Unchanged, _) => return Ok((decision.next, false)),
         (Write::Insert, _) => {
@@ -82,6 +83,16 @@ pub(crate) fn apply_in(
                 format!("round {round_id}: an update was decided for a round that is not stored"),
             ));
         }
+    }
+    // The round's worker waits for exactly these: its answer, or its round failed (by anyone).
+    if was != Some(decision.next.status)
+        && matches!(
+            decision.next.status,
+            Status::ResponseValidated | Status::Failed
+        )
+    {
+        tx.wake_execution(&decision.next.pending.execution_id)
+            .map_err(store_error)?;
     }
     Ok((decision.next, true))
 }

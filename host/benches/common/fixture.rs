@@ -2,7 +2,7 @@
 //! as `tests/support`'s `every_kind_schema`), the booking agent and its answer against the
 //! bundled shipping server, and small conversions.
 
-use m3::{AgentSpec, ElicitationResponse, McpEra, Script};
+use m3::{AgentSpec, ElicitationResponse, HumanInput, McpEra, Script, StdioServer, Submission};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,6 +31,24 @@ pub fn booking_agent() -> AgentSpec {
         "shipping:book_shipment",
         json!({"item": "book", "quantity": 1}),
     ))
+}
+
+/// The shipping server at `server` in the modern era, asking once per call.
+pub fn booking_server(server: &Path) -> BenchResult<StdioServer> {
+    Ok(StdioServer::new("shipping", path_text(server)?)
+        .args(["--era", "modern", "--ask-rounds", "1"])
+        .era(McpEra::Modern))
+}
+
+/// A booking on `binding` with managed input: one round, answered by a caller.
+pub fn booking_submission(binding: StdioServer) -> Submission {
+    Submission::new(
+        "Ask for the delivery address, then book the shipment.",
+        binding,
+    )
+    .tools(["shipping:book_shipment"])
+    .human_input(HumanInput::Managed)
+    .round_limit(1)
 }
 
 /// The shipping server's address round, answered.

@@ -8,7 +8,7 @@ use crate::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir, home};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc};
 
 /// Most bytes of a child's stderr tail handed to the component (the WIT's 4 KiB).
 const STDERR_TAIL_LIMIT: usize = 4096;
@@ -44,10 +44,9 @@ pub struct ExecutionIo {
     /// The server binding's `env`: added to the child's environment, or (for a harness that
     /// starts the server itself) written to its private home's `config.toml` for that server.
     pub server_env: BTreeMap<String, String>,
-    /// Woken by this process after it commits an answer or a cancel request.
+    /// Woken when a commit, in this process or another, concerns the execution
+    /// (`wake-execution`: an answer, a cancel request, its round failed).
     pub wake: Arc<Notify>,
-    /// Commits by any connection or process.
-    pub changes: watch::Receiver<u64>,
     /// Where the child runs.
     pub scratch: Option<ScratchDir>,
     child: Option<ChildProcess>,
@@ -63,13 +62,11 @@ impl ExecutionIo {
         env: BTreeMap<String, String>,
         server_env: BTreeMap<String, String>,
         wake: Arc<Notify>,
-        changes: watch::Receiver<u64>,
     ) -> Self {
         Self {
             env,
             server_env,
             wake,
-            changes,
             scratch: None,
             child: None,
             output: None,
@@ -161,14 +158,6 @@ impl ExecutionIo {
                 Event::Exited(code)
             }
             _ = self.wake.notified() => Event::Wake,
-            changed = self.changes.changed() => {
-                if changed.is_err() {
-                    // The change poller stopped: fall back to the timeout alone.
-                    sleep.as_mut().await;
-                    return Event::Timeout;
-                }
-                Event::Wake
-            }
             _ = &mut sleep => Event::Timeout,
         }
     }

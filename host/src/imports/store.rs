@@ -129,6 +129,42 @@ impl HostTransaction for StoreContext {
         Ok(result)
     }
 
+    fn append_execution_item(
+        &mut self,
+        tx: Resource<Transaction>,
+        execution_id: String,
+        kind: String,
+        document: String,
+    ) -> wasmtime::Result<Result<u64, StoreError>> {
+        let result = self
+            .table
+            .get(&tx)?
+            .append_execution_item(&execution_id, &kind, &document);
+        Ok(result)
+    }
+
+    fn list_execution_items(
+        &mut self,
+        tx: Resource<Transaction>,
+        execution_id: String,
+        kind: String,
+    ) -> wasmtime::Result<Result<Vec<String>, StoreError>> {
+        let result = self
+            .table
+            .get(&tx)?
+            .list_execution_items(&execution_id, &kind);
+        Ok(result)
+    }
+
+    fn wake_execution(
+        &mut self,
+        tx: Resource<Transaction>,
+        execution_id: String,
+    ) -> wasmtime::Result<Result<(), StoreError>> {
+        let result = self.table.get_mut(&tx)?.wake_execution(&execution_id);
+        Ok(result)
+    }
+
     fn commit(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<Result<(), StoreError>> {
         crate::checks::fault::hit("commit.before");
         let result = self.table.get_mut(&tx)?.commit();

@@ -156,9 +156,13 @@ impl AsyncExecutionHandle {
 
     async fn finished(&self) -> Result<ExecutionState, ExecutionError> {
         let mut worker = self.shared.worker.clone();
-        // Commits by any process (a worker elsewhere finishing it, recovery) wake the wait.
-        let subscription = self.shared.executions.changes();
-        let mut changes = subscription.receiver.clone();
+        // A commit by any process that finishes it (its worker, one elsewhere, recovery) wakes
+        // this wait, and nothing else does; registered before the first read.
+        let finishing = Arc::new(Notify::new());
+        let _waiting = self
+            .shared
+            .executions
+            .register(&self.shared.execution_id, &finishing);
         loop {
             let state = self.snapshot().await?;
             if state.lifecycle == ExecutionStatus::Finished {
@@ -170,7 +174,7 @@ impl AsyncExecutionHandle {
             // A worker that ended without finishing it lost its lease: recovery finishes it.
             tokio::select! {
                 _ = worker.changed() => {}
-                _ = changes.changed() => {}
+                _ = finishing.notified() => {}
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }

@@ -1,9 +1,10 @@
 //! A database file and how connections to it are made.
 
+use super::wakeups::Waiters;
 use crate::api::error::OpenError;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How hard a commit is made durable.
@@ -37,6 +38,8 @@ pub struct Database {
     /// opening checks, pragmas and migrations when the store opens; after that only the
     /// `data_version` poll, never holding a transaction open.
     keeper: Mutex<Connection>,
+    /// This process's waiters on executions of this file (through this object).
+    waiters: Arc<Waiters>,
 }
 
 impl std::fmt::Debug for Database {
@@ -68,12 +71,18 @@ impl Database {
             busy_timeout,
             synchronous,
             keeper: Mutex::new(keeper),
+            waiters: Arc::default(),
         })
     }
 
     /// A new connection with the store's pragmas: one per operation.
     pub fn connect(&self) -> rusqlite::Result<Connection> {
         connect_raw(&self.path, self.busy_timeout, self.synchronous)
+    }
+
+    /// How long a write waits for the write lock before it fails busy.
+    pub fn busy_timeout(&self) -> Duration {
+        self.busy_timeout
     }
 
     /// The database file.
@@ -86,6 +95,23 @@ impl Database {
     pub fn data_version(&self) -> rusqlite::Result<i64> {
         let keeper = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
         keeper.query_row("PRAGMA data_version", [], |r| r.get(0))
+    }
+
+    /// This process's waiters on the executions of this database.
+    pub fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
+    }
+
+    /// The highest wake-up number so far (on the keeper connection, no transaction held).
+    pub fn latest_wakeup(&self) -> rusqlite::Result<i64> {
+        let keeper = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
+        super::wakeups::latest(&keeper)
+    }
+
+    /// The executions woken after number `seq`, and the highest number among them.
+    pub fn wakeups_since(&self, seq: i64) -> rusqlite::Result<(Vec<String>, i64)> {
+        let keeper = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
+        super::wakeups::since(&keeper, seq)
     }
 }
 

@@ -143,4 +143,42 @@ impl Transaction {
             .map_err(store_error)?;
         Ok(changed == 1)
     }
+
+    /// Appends `document` as the execution's next item (one row; nothing else is rewritten);
+    /// returns its number among the execution's items.
+    pub fn append_execution_item(
+        &self,
+        execution_id: &str,
+        kind: &str,
+        document: &str,
+    ) -> Result<u64, StoreError> {
+        self.connection()?
+            .prepare_cached(
+                "INSERT INTO execution_items (execution_id, seq, kind, document) \
+                 SELECT ?1, coalesce(max(seq), 0) + 1, ?2, ?3 FROM execution_items \
+                 WHERE execution_id = ?1 RETURNING seq",
+            )
+            .and_then(|mut s| s.query_row(params![execution_id, kind, document], |r| r.get(0)))
+            .map(|seq: i64| seq as u64)
+            .map_err(store_error)
+    }
+
+    /// The execution's items of `kind`, oldest first.
+    pub fn list_execution_items(
+        &self,
+        execution_id: &str,
+        kind: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let conn = self.connection()?;
+        let mut statement = conn
+            .prepare_cached(
+                "SELECT document FROM execution_items WHERE execution_id = ?1 AND kind = ?2 \
+                 ORDER BY seq",
+            )
+            .map_err(store_error)?;
+        statement
+            .query_map(params![execution_id, kind], |r| r.get(0))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<String>>>())
+            .map_err(store_error)
+    }
 }

@@ -43,6 +43,22 @@ const MIGRATIONS: &[&str] = &[
     // walked every round in that status (found by the scale benchmark at 10^6 rounds).
     "CREATE INDEX managed_input_rounds_by_execution_status
         ON managed_input_rounds (execution_id, status, created_at_ns);",
+    // 4: targeted wake-ups (`wakeups.rs`): one row per execution, stamped with a rising number
+    // by a write that concerns its waiters; watchers read the rows above the last number seen.
+    "CREATE TABLE execution_wakeups (
+        execution_id TEXT PRIMARY KEY NOT NULL,
+        seq          INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX execution_wakeups_by_seq ON execution_wakeups (seq);",
+    // 5: an execution's items (its tool results), appended one row each, so that a long
+    // execution never rewrites a document that grows with every result.
+    "CREATE TABLE execution_items (
+        execution_id TEXT NOT NULL,
+        seq          INTEGER NOT NULL,
+        kind         TEXT NOT NULL,
+        document     TEXT NOT NULL,
+        PRIMARY KEY (execution_id, seq)
+    ) STRICT, WITHOUT ROWID;",
 ];
 
 /// The schema version this build writes.

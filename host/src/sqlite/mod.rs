@@ -8,3 +8,4 @@ pub mod execution_rows;
 pub mod id_prefix;
 pub mod migrations;
 pub mod transaction;
+pub mod wakeups;

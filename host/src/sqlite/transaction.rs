@@ -1,17 +1,23 @@
 //! One transaction on its own connection: the resource behind the component's `store` import.
 
 use super::database::{Database, is_busy};
+use super::wakeups::Waiters;
 use crate::component::bindings::m3::managed_input::store::{
     RoundFilter, RoundRow, StoreError, TransactionMode,
 };
 use crate::component::bindings::m3::managed_input::types::{Status, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// An open transaction. Dropped without [`Transaction::commit`], it rolls back (the connection
 /// closes with the transaction open).
 pub struct Transaction {
     conn: Connection,
     open: bool,
+    /// This process's waiters, and the executions this transaction woke (told once it commits).
+    waiters: Arc<Waiters>,
+    woken: Vec<String>,
 }
 
 pub(super) fn store_error(e: rusqlite::Error) -> StoreError {
@@ -82,16 +88,53 @@ fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRow> {
     })
 }
 
+/// The shortest and longest pause between two tries for the write lock.
+const LOCK_PAUSE_MIN: Duration = Duration::from_micros(100);
+const LOCK_PAUSE_MAX: Duration = Duration::from_millis(4);
+
+/// Takes the write lock (`BEGIN IMMEDIATE`), trying again after short pauses that grow from
+/// [`LOCK_PAUSE_MIN`] to [`LOCK_PAUSE_MAX`], each drawn at random between half and all of its
+/// length, until `busy_timeout` has passed. SQLite's own busy handler sleeps up to 100 ms at a
+/// time, so under a burst (a thousand answers at once) a writer could sleep through every
+/// chance and fail busy although the lock was free most of the time; short jittered pauses keep
+/// the waiters taking turns. Once the lock is held, the statements run with the busy timeout as
+/// usual.
+fn begin_immediate(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
+    conn.busy_timeout(Duration::ZERO)?;
+    let started = Instant::now();
+    let mut pause = LOCK_PAUSE_MIN;
+    let begun = loop {
+        match conn.execute_batch("BEGIN IMMEDIATE") {
+            Err(e) if is_busy(&e) && started.elapsed() < busy_timeout => {
+                let half = pause / 2;
+                let jitter = Duration::from_nanos(fastrand::u64(0..=half.as_nanos() as u64));
+                std::thread::sleep(
+                    (half + jitter).min(busy_timeout.saturating_sub(started.elapsed())),
+                );
+                pause = (pause * 2).min(LOCK_PAUSE_MAX);
+            }
+            other => break other,
+        }
+    };
+    conn.busy_timeout(busy_timeout)?;
+    begun
+}
+
 impl Transaction {
     /// Opens a connection and begins (`BEGIN IMMEDIATE` for writes).
     pub fn begin(db: &Database, mode: TransactionMode) -> Result<Self, StoreError> {
         let conn = db.connect().map_err(store_error)?;
-        let sql = match mode {
-            TransactionMode::Read => "BEGIN DEFERRED",
-            TransactionMode::Write => "BEGIN IMMEDIATE",
-        };
-        conn.execute_batch(sql).map_err(store_error)?;
-        Ok(Self { conn, open: true })
+        match mode {
+            TransactionMode::Read => conn.execute_batch("BEGIN DEFERRED"),
+            TransactionMode::Write => begin_immediate(&conn, db.busy_timeout()),
+        }
+        .map_err(store_error)?;
+        Ok(Self {
+            conn,
+            open: true,
+            waiters: db.waiters().clone(),
+            woken: Vec::new(),
+        })
     }
 
     pub(super) fn connection(&self) -> Result<&Connection, StoreError> {
@@ -216,11 +259,25 @@ impl Transaction {
         Ok(changed == 1)
     }
 
-    /// Commits.
+    /// Stamps `execution_id`'s wake-up row; its waiters in this process are told on commit (those
+    /// elsewhere read the row).
+    pub fn wake_execution(&mut self, execution_id: &str) -> Result<(), StoreError> {
+        self.ensure_open()?;
+        super::wakeups::record(&self.conn, execution_id).map_err(store_error)?;
+        if !self.woken.iter().any(|id| id == execution_id) {
+            self.woken.push(execution_id.to_string());
+        }
+        Ok(())
+    }
+
+    /// Commits, then wakes this process's waiters on the executions it woke.
     pub fn commit(&mut self) -> Result<(), StoreError> {
         self.ensure_open()?;
         self.conn.execute_batch("COMMIT").map_err(store_error)?;
         self.open = false;
+        for execution_id in self.woken.drain(..) {
+            self.waiters.wake(&execution_id);
+        }
         Ok(())
     }
 }

@@ -75,6 +75,13 @@ impl Executions {
         self.changes.subscribe()
     }
 
+    /// Wakes `notify` when a commit, in this process or another, concerns `execution_id` (an
+    /// answer, a cancel request, a failed round, the end), while the guard lives. Read what you
+    /// wait for after registering: nothing committed from then on is missed.
+    pub(crate) fn register(&self, execution_id: &str, notify: &Arc<Notify>) -> changes::Waiting {
+        self.changes.register(execution_id, notify)
+    }
+
     /// Checks and stores a submission as a queued execution held by `owner_id` (the submitter,
     /// whose worker runs it) for one lease.
     pub(crate) fn submit(
@@ -272,8 +279,8 @@ impl Executions {
 
     /// Drives the queued execution `execution_id` to its end as worker `owner_id`. Its child
     /// gets exactly `env` and the server binding's `server_env` (a harness that starts the
-    /// server itself passes that on to the server alone); `wake` is notified by whoever commits an answer or a cancel request
-    /// in this process (commits from elsewhere are noticed through the database). The child is
+    /// server itself passes that on to the server alone); `wake` is notified when a commit, in this
+    /// process or another, concerns the execution (`wake-execution`). The child is
     /// killed and reaped however the call ends.
     pub(crate) async fn run(
         &self,
@@ -285,18 +292,14 @@ impl Executions {
     ) -> StoreResult<wit::ExecutionState> {
         let pool = self.store.pool();
         let runtime = pool.runtime().clone();
-        let subscription = self.changes.subscribe();
+        // Before anything is read: a wake-up committed from here on reaches this worker.
+        let waiting = self.changes.register(execution_id, &wake);
         let mut state = HostState::new(
             self.store.options().clock.clone(),
             Some(self.store.database().clone()),
             pool.limits().max_memory,
         );
-        state.process.io = Some(ExecutionIo::new(
-            env,
-            server_env,
-            wake,
-            subscription.receiver.clone(),
-        ));
+        state.process.io = Some(ExecutionIo::new(env, server_env, wake));
         let mut store = bounded_store(&runtime.engine, state, pool.limits());
         let bindings = runtime
             .execution_pre
@@ -310,7 +313,7 @@ impl Executions {
         if let Some(io) = store.data_mut().process.io.as_mut() {
             io.reap().await;
         }
-        drop(subscription);
+        drop(waiting);
         match result {
             Ok(Ok(state)) => Ok(state),
             Ok(Err(e)) => Err(convert::error_back(&e)),

@@ -335,6 +335,11 @@ impl Decided {
         if let Some(owner_id) = &self.decision.fail_rounds_of {
             fail_open_rounds(tx, &self.loaded.row.execution_id, owner_id, rounds, &now)?;
         }
+        // Whoever waits for its result learns it finished.
+        if self.decision.write == ExecutionWrite::Update && self.decision.ended.is_some() {
+            tx.wake_execution(&self.loaded.row.execution_id)
+                .map_err(store_error)?;
+        }
         match self.decision.write {
             ExecutionWrite::Unchanged => Ok(self.loaded.row),
             ExecutionWrite::Update => save(tx, self.loaded, now),
@@ -418,7 +423,12 @@ pub fn request_cancel(execution_id: &str) -> Result<ExecutionState> {
         decided.loaded.data.outcome = Some(cancelled_outcome(Vec::new()));
     }
     let data = decided.loaded.data.clone();
+    let marked = decided.decision.write == ExecutionWrite::Update;
     let row = decided.write(&tx, now, RoundsEnd::NONE)?;
+    if marked {
+        // Its worker carries the cancel out: wake it (a finished one wakes result waiters).
+        tx.wake_execution(execution_id).map_err(store_error)?;
+    }
     let waiting = waiting_for_input(&tx, &row)?;
     tx.commit().map_err(store_error)?;
     Ok(state_of(&row, &data, waiting))
@@ -476,9 +486,14 @@ pub fn claim(execution_id: &str, owner_id: &str) -> Result<Claim> {
     Ok(Claim::Run(Box::new(data), held))
 }
 
-/// Extends the worker's lease (refused once it has expired, like a round's); returns whether a
-/// cancel was requested.
-pub fn renew(held: &mut ExecutionLease) -> Result<bool> {
+/// Extends, in one write transaction, the worker's lease and the lease of its open round
+/// (`round`: its id and lease, renewed in place), and reads what the worker watches: the cancel
+/// flag and that round. A refused renewal (a lease lost or expired, the round ended by someone
+/// else) writes nothing.
+pub fn renew_and_observe(
+    held: &mut ExecutionLease,
+    round: Option<(&str, &mut Lease)>,
+) -> Result<Observed> {
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
     let renewal = ExecutionOperation::Renew(ExecutionRenewal {
@@ -486,14 +501,34 @@ pub fn renew(held: &mut ExecutionLease) -> Result<bool> {
         lease_ttl_ms: held.ttl_ms,
     });
     let decided = decide_in(&tx, &held.execution_id, renewal, &now)?;
-    let cancel = decided.decision.next.cancel_requested;
+    let cancel_requested = decided.decision.next.cancel_requested;
     let renewed = decided.decision.next.lease.clone();
     decided.write(&tx, now, RoundsEnd::NONE)?;
+    let mut observed_round = None;
+    let mut round_lease = None;
+    if let Some((round_id, lease)) = round {
+        let renewal = crate::exports::m3::managed_input::round_protocol::Operation::Renew(
+            crate::exports::m3::managed_input::round_protocol::Renewal {
+                lease: lease.clone(),
+                lease_ttl_ms: held.ttl_ms,
+            },
+        );
+        crate::round_protocol::check_arguments(round_id, &renewal)?;
+        let (record, _) = crate::store_protocol::apply_in(&tx, round_id, renewal, &now)?;
+        round_lease = Some((lease, record.lease.clone()));
+        observed_round = Some(record);
+    }
     tx.commit().map_err(store_error)?;
     if let Some(renewed) = renewed {
         held.lease.expires_at = renewed.expires_at;
     }
-    Ok(cancel)
+    if let Some((lease, Some(granted))) = round_lease {
+        *lease = granted;
+    }
+    Ok(Observed {
+        cancel_requested,
+        round: observed_round,
+    })
 }
 
 /// Whether a cancel was requested (a read).
@@ -567,9 +602,41 @@ pub fn record_events(held: &ExecutionLease, events: Vec<(String, String)>) -> Re
     })
 }
 
-/// Appends a tool result to the running execution.
+/// Appends a tool result to the running execution, in a row of its own under the worker's live
+/// lease (authorised like any progress; the execution's document is not rewritten).
 pub fn record_tool_result(held: &ExecutionLease, result: ToolResult) -> Result<()> {
-    progress(held, |data| data.tool_results.push(result))
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let progress = ExecutionOperation::Progress(held.lease.clone());
+    decide_in(&tx, &held.execution_id, progress, &now)?;
+    let item = stored::execution::ToolResultItem {
+        format: stored::FORMAT,
+        result: (&result).into(),
+    };
+    let document = stored::encode(&item).map_err(|e| corrupt(&held.execution_id, &e))?;
+    tx.append_execution_item(
+        &held.execution_id,
+        stored::execution::TOOL_RESULT_ITEM,
+        &document,
+    )
+    .map_err(store_error)?;
+    tx.commit().map_err(store_error)
+}
+
+/// Every tool result of `loaded`, read in `tx`: those an older build kept in the document, then
+/// the rows of their own.
+fn tool_results_in(tx: &Transaction, loaded: &LoadedExecution) -> Result<Vec<ToolResult>> {
+    let execution_id = &loaded.row.execution_id;
+    let mut results = loaded.data.tool_results.clone();
+    for document in tx
+        .list_execution_items(execution_id, stored::execution::TOOL_RESULT_ITEM)
+        .map_err(store_error)?
+    {
+        let item: stored::execution::ToolResultItem =
+            stored::decode(&document).map_err(|e| corrupt(execution_id, &e))?;
+        results.push(item.result.into());
+    }
+    Ok(results)
 }
 
 /// Finishes the running execution with `outcome` (its tool results are filled in from the
@@ -587,7 +654,7 @@ pub fn finish(
     let finish = ExecutionOperation::Finish(held.lease.clone());
     let mut decided = decide_in(&tx, &held.execution_id, finish, &now)?;
     let rounds = RoundsEnd::for_outcome(&outcome);
-    outcome.tool_results = decided.loaded.data.tool_results.clone();
+    outcome.tool_results = tool_results_in(&tx, &decided.loaded)?;
     decided.loaded.data.outcome = Some(outcome);
     if stderr_tail.is_some() {
         decided.loaded.data.stderr_tail = stderr_tail;
@@ -627,7 +694,7 @@ pub fn abandon_in(
             code: Some(FailureCode::RecoveryUnavailable),
             message: message.to_string(),
         }),
-        tool_results: decided.loaded.data.tool_results.clone(),
+        tool_results: tool_results_in(tx, &decided.loaded)?,
         final_message: None,
     });
     let data = decided.loaded.data.clone();

@@ -998,32 +998,46 @@ impl Worker {
             self.timer = None;
             inputs.push(Input::ProbeTimedOut);
         }
-        if time::at_or_after(&now, &self.next_renewal) {
-            self.next_renewal = time::add_millis(&now, self.spec.lease_renew_ms);
-            if let Err(e) = self.renew_leases() {
-                // A busy or failing database (a slow neighbour holding the write lock) is tried
-                // again soon, for as long as the leases last; a lease that is lost, or that
-                // expires meanwhile, ends the worker: it never writes with it again.
-                let lease_left = millis_until(&time::now(), &self.leases_expire);
-                if !is_storage_fault(&e) || lease_left == 0 {
-                    return Err(Stop(failed(
-                        FailureKind::RoundFailed,
-                        Some(FailureCode::RecoveryUnavailable),
-                        format!("the worker lost its leases: {}", error_text(&e)),
-                    )));
-                }
-                self.next_renewal = time::add_millis(&time::now(), RENEW_RETRY_MS);
-            }
-        }
-        // One read transaction for the cancel flag and the open round. A read that fails is
-        // retried at the next event.
         let waiting = self
             .slot
             .as_ref()
             .filter(|s| !s.answered)
             .map(|s| s.round_id.clone());
-        let Ok(observed) = execution::observe(&self.held.execution_id, waiting.as_deref()) else {
-            return Ok(inputs);
+        // At a renewal, one write transaction renews the leases and reads the cancel flag and
+        // the open round; otherwise (a wake-up) one read transaction reads them.
+        let mut renewed = None;
+        if time::at_or_after(&now, &self.next_renewal) {
+            self.next_renewal = time::add_millis(&now, self.spec.lease_renew_ms);
+            match self.renew_leases() {
+                Ok(observed) => renewed = Some(observed),
+                Err(e) => {
+                    // A busy or failing database (a slow neighbour holding the write lock) is
+                    // tried again soon, for as long as the leases last; a lease that is lost, or
+                    // that expires meanwhile, ends the worker: it never writes with it again.
+                    let lease_left = millis_until(&time::now(), &self.leases_expire);
+                    if !is_storage_fault(&e) || lease_left == 0 {
+                        return Err(Stop(failed(
+                            FailureKind::RoundFailed,
+                            Some(FailureCode::RecoveryUnavailable),
+                            format!("the worker lost its leases: {}", error_text(&e)),
+                        )));
+                    }
+                    self.next_renewal = time::add_millis(&time::now(), RENEW_RETRY_MS);
+                }
+            }
+        }
+        let observed = match renewed {
+            Some(mut observed) => {
+                if waiting.is_none() {
+                    observed.round = None;
+                }
+                observed
+            }
+            // A read that fails is retried at the next event.
+            None => match execution::observe(&self.held.execution_id, waiting.as_deref()) {
+                Ok(observed) => observed,
+                Err(_) => return Ok(inputs),
+            },
         };
         if observed.cancel_requested && !self.cancel_fed {
             self.cancel_fed = true;
@@ -1061,19 +1075,24 @@ impl Worker {
 }
 
 impl Worker {
-    /// Renews the execution's lease and the open round's; remembers when they expire.
-    fn renew_leases(&mut self) -> Result<(), crate::m3::managed_input::types::ManagedInputError> {
+    /// Renews the execution's lease and the open round's in one transaction, remembers when they
+    /// expire, and returns what the worker watches (read in the same transaction).
+    fn renew_leases(
+        &mut self,
+    ) -> Result<execution::Observed, crate::m3::managed_input::types::ManagedInputError> {
         let renewed_at = time::now();
-        execution::renew(&mut self.held)?;
+        let round = self
+            .slot
+            .as_mut()
+            .map(|slot| (slot.round_id.as_str(), &mut slot.lease));
+        let observed = execution::renew_and_observe(&mut self.held, round)?;
         self.leases_expire = time::add_millis(&renewed_at, self.spec.lease_ttl_ms);
-        if let Some(slot) = &mut self.slot {
-            slot.lease =
-                store_protocol::renew(&slot.round_id, slot.lease.clone(), self.spec.lease_ttl_ms)?;
-            if time::at_or_after(&self.leases_expire, &slot.lease.expires_at) {
-                self.leases_expire = slot.lease.expires_at;
-            }
+        if let Some(slot) = &self.slot
+            && time::at_or_after(&self.leases_expire, &slot.lease.expires_at)
+        {
+            self.leases_expire = slot.lease.expires_at;
         }
-        Ok(())
+        Ok(observed)
     }
 
     /// Arms the session's timer, or (while a round waits for its answer) sets what it will have

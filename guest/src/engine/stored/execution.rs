@@ -126,6 +126,19 @@ pub enum HumanInputMode {
     Managed,
 }
 
+/// One tool result in a row of its own (an execution item of kind [`TOOL_RESULT_ITEM`]); the
+/// execution's document is not rewritten for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultItem {
+    #[serde(default = "super::first_format")]
+    pub format: u32,
+    #[serde(flatten)]
+    pub result: ToolResult,
+}
+
+/// The item kind of a tool result.
+pub const TOOL_RESULT_ITEM: &str = "tool-result";
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
     pub tool: String,
