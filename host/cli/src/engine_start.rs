@@ -30,6 +30,9 @@ pub fn prepare(cli: &Cli) {
             return;
         }
         let bar = on_stderr();
+        if bar.is_hidden() {
+            eprintln!("{MESSAGE}");
+        }
         bar.set_message(MESSAGE);
         let _ = finished.recv();
         bar.finish_and_clear();
@@ -45,14 +48,20 @@ pub fn spinner(cli: &Cli, message: &'static str) -> Option<ProgressBar> {
         return None;
     }
     let bar = on_stderr();
+    if bar.is_hidden() {
+        eprintln!("{message}");
+    }
     bar.set_message(message);
     Some(bar)
 }
 
 /// The one spinner style of the command, ticking on stderr when it is a terminal (hidden
-/// otherwise, so a script's stderr gets no escape sequences).
+/// otherwise, so a script's stderr gets no escape sequences, and hidden with `NO_COLOR` set to
+/// anything, which asks for a terminal without escape sequences: the spinner's message is then
+/// one plain line where a fixed message is shown).
 pub fn on_stderr() -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    if no_color || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new_spinner();
