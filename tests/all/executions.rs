@@ -837,32 +837,93 @@ fn pending_elicitation_refuses_an_ambiguous_execution() {
     assert_eq!(finished(&handle).outcome.kind, OutcomeKind::Cancelled);
 }
 
-/// The worker renews its leases: a round stays answerable long after one lease length.
+/// A kit on `db` whose leases last 2 s, renewed every 200 ms: short enough to renew many times
+/// in a test, long enough that a stalled disk (a second of writeback) does not expire them.
+fn kit_renewing_often(db: &TempDb) -> McpTestKit {
+    let store = Arc::new(SqliteExecutionStore::open(&db.path).unwrap());
+    let options = KitOptions {
+        lease_ttl: Duration::from_millis(2_000),
+        lease_renew: Duration::from_millis(200),
+    };
+    McpTestKit::with_options(store, BTreeMap::<String, String>::new(), options).unwrap()
+}
+
+/// The worker renews its leases: a round stays answerable well past one lease length.
 #[test]
 fn the_worker_renews_its_leases_while_the_round_waits() {
     let db = TempDb::new();
-    let store = Arc::new(SqliteExecutionStore::open(&db.path).unwrap());
-    let options = KitOptions {
-        lease_ttl: Duration::from_millis(400),
-        lease_renew: Duration::from_millis(100),
-    };
-    let kit = McpTestKit::with_options(store, BTreeMap::<String, String>::new(), options).unwrap();
+    let kit = kit_renewing_often(&db);
     let handle = submit(&kit, shipping_server(&[]), HumanInput::Managed);
     let pending = wait_pending(&handle);
     let first = db.store().get_round(&pending.round_id).unwrap().unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(3_000));
     // Recovery by another kit finds nothing to do: the lease is alive.
     let (_other_store, other) = kit_on(&db);
     assert_eq!(other.recover().unwrap(), (0, 0));
     let later = db.store().get_round(&pending.round_id).unwrap().unwrap();
     assert!(
         later.lease.as_ref().unwrap().expires_at > first.lease.as_ref().unwrap().expires_at,
-        "the lease was extended"
+        "the lease was extended: {:?} -> {:?}",
+        first.lease,
+        later.lease,
     );
     handle
         .respond_elicitation(&pending.round_id, address(), "k")
         .unwrap();
     assert!(finished(&handle).succeeded());
+}
+
+/// The leases of parked workers are renewed by the kit together, in one write transaction
+/// (their renewals fall into step within a period or two): the rounds of four executions
+/// waiting for their answers end up with leases expiring at the very same instant, the `now`
+/// of the transaction that renewed them all, and stay alive past one lease length.
+#[test]
+fn the_leases_of_parked_workers_are_renewed_together_in_one_transaction() {
+    let db = TempDb::new();
+    let kit = kit_renewing_often(&db);
+    let handles: Vec<_> = (0..4)
+        .map(|_| submit(&kit, shipping_server(&[]), HumanInput::Managed))
+        .collect();
+    let pending: Vec<_> = handles.iter().map(wait_pending).collect();
+    // All four rounds read in one read transaction (one listing), never across a renewal.
+    let expiries = |db: &TempDb| -> Vec<_> {
+        let rounds = db.store().list_rounds(&RoundFilter::default()).unwrap();
+        assert_eq!(rounds.len(), 4);
+        for round in &rounds {
+            assert!(pending.iter().any(|p| p.round_id == round.pending.round_id));
+            assert_eq!(
+                round.status,
+                ManagedInputStatus::Pending,
+                "{:?}",
+                round.failure
+            );
+        }
+        rounds
+            .into_iter()
+            .map(|round| round.lease.unwrap().expires_at)
+            .collect()
+    };
+    let first = expiries(&db);
+    std::thread::sleep(Duration::from_millis(2_500));
+    let later = expiries(&db);
+    assert!(
+        later.iter().zip(&first).all(|(l, f)| l > f),
+        "every lease was extended: {first:?} -> {later:?}"
+    );
+    assert!(
+        later.iter().all(|e| *e == later[0]),
+        "the four leases were renewed in one transaction: {later:?}"
+    );
+    let (_other_store, other) = kit_on(&db);
+    assert_eq!(other.recover().unwrap(), (0, 0));
+    for (handle, p) in handles.iter().zip(&pending) {
+        handle
+            .respond_elicitation(&p.round_id, address(), "k")
+            .unwrap();
+    }
+    for handle in &handles {
+        assert!(finished(handle).succeeded());
+    }
 }
 
 /// Dropping the blocking kit cancels its running executions; no child is left behind.

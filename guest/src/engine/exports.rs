@@ -167,6 +167,12 @@ impl runtime_export::Guest for Component {
         runtime::execution::check_execution_id(&execution_id)?;
         runtime::recovery::abandon(&execution_id, &owner_id, &reason)
     }
+
+    fn renew_held(
+        held: Vec<crate::m3::managed_input::types::HeldLeases>,
+    ) -> Result<Vec<runtime_export::HeldRenewal>, ManagedInputError> {
+        runtime::execution::renew_held(held)
+    }
 }
 
 impl sandbox_probe::Guest for Component {

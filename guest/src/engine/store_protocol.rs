@@ -5,7 +5,7 @@
 use crate::errors::{Result, conflict, storage};
 use crate::exports::m3::managed_input::managed_input::ListFilter;
 use crate::exports::m3::managed_input::round_protocol::{
-    Answer, DeliveryStart, FailureReport, Operation, RecoveryReport, Renewal, Write,
+    Answer, Decision, DeliveryStart, FailureReport, Operation, RecoveryReport, Renewal, Write,
 };
 use crate::m3::managed_input::store::{RoundFilter, StoreError, Transaction, TransactionMode};
 use crate::m3::managed_input::types::{
@@ -48,53 +48,92 @@ pub(crate) fn apply_in(
     operation: Operation,
     now: &Timestamp,
 ) -> Result<(ManagedInputRecord, bool)> {
+    decide_in(tx, round_id, operation, now)?.write(tx)
+}
+
+/// A round operation decided inside a transaction, not yet written.
+pub(crate) struct RoundDecided {
+    round_id: String,
+    row: Option<crate::m3::managed_input::store::RoundRow>,
+    was: Option<Status>,
+    decision: Decision,
+}
+
+/// Reads the round inside `tx` and decides `operation` (whose arguments were checked) at
+/// `now`, writing nothing: [`RoundDecided::write`] does.
+pub(crate) fn decide_in(
+    tx: &Transaction,
+    round_id: &str,
+    operation: Operation,
+    now: &Timestamp,
+) -> Result<RoundDecided> {
     let row = tx.get(round_id).map_err(store_error)?;
     let stored = row.as_ref().map(record::from_row).transpose()?;
     let decision = round_protocol::decide_checked(round_id, stored.as_ref(), operation, now)?;
-    let was = stored.as_ref().map(|r| r.status);
-    match (decision.write, row) {
-        (Write::Unchanged, _) => return Ok((decision.next, false)),
-        (Write::Insert, _) => {
-            if !tx
-                .insert(&record::to_row(&decision.next, 1)?)
-                .map_err(store_error)?
-            {
-                return Err(conflict(
-                    ErrorCode::RoundExists,
-                    format!("round {round_id} already exists"),
+    Ok(RoundDecided {
+        round_id: round_id.to_string(),
+        was: stored.as_ref().map(|r| r.status),
+        row,
+        decision,
+    })
+}
+
+impl RoundDecided {
+    /// Writes what the decision says with compare-and-set; the caller commits. Returns the
+    /// round as decided and whether anything was written.
+    pub(crate) fn write(self, tx: &Transaction) -> Result<(ManagedInputRecord, bool)> {
+        let RoundDecided {
+            round_id,
+            row,
+            was,
+            decision,
+        } = self;
+        match (decision.write, row) {
+            (Write::Unchanged, _) => return Ok((decision.next, false)),
+            (Write::Insert, _) => {
+                if !tx
+                    .insert(&record::to_row(&decision.next, 1)?)
+                    .map_err(store_error)?
+                {
+                    return Err(conflict(
+                        ErrorCode::RoundExists,
+                        format!("round {round_id} already exists"),
+                    ));
+                }
+            }
+            (Write::Update, Some(row)) => {
+                let next = record::to_row(&decision.next, row.version + 1)?;
+                if !tx
+                    .compare_and_set(&next, row.version)
+                    .map_err(store_error)?
+                {
+                    return Err(conflict(
+                        ErrorCode::ConcurrentUpdate,
+                        format!("round {round_id} changed concurrently"),
+                    ));
+                }
+            }
+            (Write::Update, None) => {
+                return Err(storage(
+                    ErrorCode::StorageFailure,
+                    format!(
+                        "round {round_id}: an update was decided for a round that is not stored"
+                    ),
                 ));
             }
         }
-        (Write::Update, Some(row)) => {
-            let next = record::to_row(&decision.next, row.version + 1)?;
-            if !tx
-                .compare_and_set(&next, row.version)
-                .map_err(store_error)?
-            {
-                return Err(conflict(
-                    ErrorCode::ConcurrentUpdate,
-                    format!("round {round_id} changed concurrently"),
-                ));
-            }
+        // The round's worker waits for exactly these: its answer, or its round failed (by anyone).
+        if was != Some(decision.next.status)
+            && matches!(
+                decision.next.status,
+                Status::ResponseValidated | Status::Failed
+            )
+        {
+            tx.wake_execution(&decision.next.pending.execution_id)
+                .map_err(store_error)?;
         }
-        (Write::Update, None) => {
-            return Err(storage(
-                ErrorCode::StorageFailure,
-                format!("round {round_id}: an update was decided for a round that is not stored"),
-            ));
-        }
+        Ok((decision.next, true))
     }
-    // The round's worker waits for exactly these: its answer, or its round failed (by anyone).
-    if was != Some(decision.next.status)
-        && matches!(
-            decision.next.status,
-            Status::ResponseValidated | Status::Failed
-        )
-    {
-        tx.wake_execution(&decision.next.pending.execution_id)
-            .map_err(store_error)?;
-    }
-    Ok((decision.next, true))
 }
 
 /// The lease a `claim` or `renew` decision granted.

@@ -1,6 +1,6 @@
 //! Host bindings generated from `wit/` (world `engine`).
 //!
-//! `events.next`, `process.write-line` and the `runtime.run-execution` export are async: an
+//! `events.next`, `events.next-holding`, `process.write-line` and the `runtime.run-execution` export are async: an
 //! execution waiting for its server or for an answer suspends on tokio instead of holding a
 //! thread. Stores that only use the synchronous exports never link the async imports (see
 //! `sandbox::link_sync`), so they keep plain synchronous calls.
@@ -12,6 +12,7 @@ wasmtime::component::bindgen!({
     path: "../wit",
     imports: {
         "m3:managed-input/events.next": async | trappable,
+        "m3:managed-input/events.next-holding": async | trappable,
         "m3:managed-input/process.write-line": async | trappable,
         default: trappable,
     },

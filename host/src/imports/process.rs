@@ -4,6 +4,7 @@
 
 use crate::component::bindings::m3::managed_input::events::{self, Event};
 use crate::component::bindings::m3::managed_input::process::{self, SpawnSpec, Spawned};
+use crate::component::bindings::m3::managed_input::types::HeldLeases;
 use crate::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir, home};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -47,6 +48,8 @@ pub struct ExecutionIo {
     /// Woken when a commit, in this process or another, concerns the execution
     /// (`wake-execution`: an answer, a cancel request, its round failed).
     pub wake: Arc<Notify>,
+    /// Where a parked worker's leases are renewed (`events.next-holding`).
+    pub parking: Arc<crate::worker::parking::Parking>,
     /// Where the child runs.
     pub scratch: Option<ScratchDir>,
     child: Option<ChildProcess>,
@@ -62,11 +65,13 @@ impl ExecutionIo {
         env: BTreeMap<String, String>,
         server_env: BTreeMap<String, String>,
         wake: Arc<Notify>,
+        parking: Arc<crate::worker::parking::Parking>,
     ) -> Self {
         Self {
             env,
             server_env,
             wake,
+            parking,
             scratch: None,
             child: None,
             output: None,
@@ -160,6 +165,18 @@ impl ExecutionIo {
             _ = self.wake.notified() => Event::Wake,
             _ = &mut sleep => Event::Timeout,
         }
+    }
+
+    /// [`ExecutionIo::next`] while the worker's leases are parked with the renewer: it also
+    /// ends when the renewer needs the worker to look. Returns the leases as renewed.
+    async fn next_holding(&mut self, timeout: Duration, held: HeldLeases) -> (Event, HeldLeases) {
+        let holding = self.parking.park(held.clone());
+        let event = tokio::select! {
+            biased;
+            event = self.next(timeout) => event,
+            event = holding.signalled() => event,
+        };
+        (event, holding.finish().unwrap_or(held))
     }
 
     fn output_event(&mut self, event: ProcessEvent) -> Event {
@@ -276,5 +293,17 @@ impl events::Host for ProcessContext {
             Err(_) => Event::Timeout,
         };
         Ok(event)
+    }
+
+    async fn next_holding(
+        &mut self,
+        timeout_ms: u64,
+        held: HeldLeases,
+    ) -> wasmtime::Result<(Event, HeldLeases)> {
+        let timeout = Duration::from_millis(timeout_ms);
+        Ok(match self.io() {
+            Ok(io) => io.next_holding(timeout, held).await,
+            Err(_) => (Event::Timeout, held),
+        })
     }
 }

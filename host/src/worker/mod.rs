@@ -6,6 +6,8 @@
 //! it is a suspended future on tokio, not a thread.
 
 pub mod changes;
+pub mod parking;
+pub mod renewals;
 
 use crate::api::error::{EngineError, EngineErrorKind, ManagedInputError};
 use crate::api::execution::ExecutionState;
@@ -48,6 +50,7 @@ pub struct RecoveryReport {
 pub struct Executions {
     store: Arc<SqliteManagedInputStore>,
     changes: DatabaseChanges,
+    renewals: Arc<renewals::Renewals>,
 }
 
 fn engine_error(e: &wasmtime::Error, kind: EngineErrorKind) -> ManagedInputError {
@@ -61,7 +64,12 @@ impl Executions {
     /// Executions kept in `store`'s database.
     pub fn new(store: Arc<SqliteManagedInputStore>) -> Self {
         let changes = DatabaseChanges::new(store.database().clone());
-        Self { store, changes }
+        let renewals = Arc::new(renewals::Renewals::new(store.clone()));
+        Self {
+            store,
+            changes,
+            renewals,
+        }
     }
 
     /// The store they live in.
@@ -299,7 +307,10 @@ impl Executions {
             Some(self.store.database().clone()),
             pool.limits().max_memory,
         );
-        state.process.io = Some(ExecutionIo::new(env, server_env, wake));
+        // While it runs, the renewer renews its leases whenever it is parked.
+        let enlisted = self.renewals.enlist();
+        let parking = self.renewals.parking().clone();
+        state.process.io = Some(ExecutionIo::new(env, server_env, wake, parking));
         let mut store = bounded_store(&runtime.engine, state, pool.limits());
         let bindings = runtime
             .execution_pre
@@ -314,6 +325,7 @@ impl Executions {
             io.reap().await;
         }
         drop(waiting);
+        drop(enlisted);
         match result {
             Ok(Ok(state)) => Ok(state),
             Ok(Err(e)) => Err(convert::error_back(&e)),

@@ -8,13 +8,18 @@ use crate::exports::m3::managed_input::execution_rules::{
     ExecutionRenewal, ExecutionWrite,
 };
 use crate::exports::m3::managed_input::managed_input::ListFilter;
+use crate::exports::m3::managed_input::round_protocol::{
+    Operation as RoundOperation, Renewal as RoundRenewal,
+};
+use crate::exports::m3::managed_input::runtime::HeldRenewal;
 use crate::exports::m3::managed_input::runtime::{
     ExecutionDiagnostics, ExecutionEvent, ExecutionFailure, ExecutionLifecycle, ExecutionOutcome,
     ExecutionSpec, ExecutionState, FailureKind, OutcomeKind, ToolResult,
 };
 use crate::m3::managed_input::store::{ExecutionRow, RoundFilter, Transaction, TransactionMode};
 use crate::m3::managed_input::types::{
-    Cursor, ErrorCode, ExecutionStatus, FailureCode, Lease, PendingRound, Status, Timestamp,
+    Cursor, ErrorCode, ExecutionStatus, FailureCode, HeldLeases, Lease, ManagedInputError,
+    PendingRound, Status, Timestamp,
 };
 use crate::store_protocol::{begin, store_error};
 use crate::{execution_rules, lease, stored, time};
@@ -529,6 +534,116 @@ pub fn renew_and_observe(
         cancel_requested,
         round: observed_round,
     })
+}
+
+/// The most entries [`renew_held`] takes in one call (and transaction).
+pub const MAX_HELD: usize = 256;
+
+/// Renews, in one write transaction, the leases parked workers hold (each as the worker's own
+/// [`renew_and_observe`] would, both leases or neither) and says, per entry, whether its
+/// worker should look (its cancel flag set, or its awaited round no longer pending). A refused
+/// entry writes nothing; a failing write fails the whole transaction, which writes nothing.
+pub fn renew_held(held: Vec<HeldLeases>) -> Result<Vec<HeldRenewal>> {
+    if held.len() > MAX_HELD {
+        return Err(crate::errors::validation(
+            ErrorCode::PayloadTooLarge,
+            format!("at most {MAX_HELD} workers' leases are renewed at once"),
+        ));
+    }
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
+    let mut results = Vec::with_capacity(held.len());
+    let mut written = false;
+    for entry in held {
+        match renew_one(&tx, entry, &now)? {
+            Ok((renewal, wrote)) => {
+                written |= wrote;
+                results.push(renewal);
+            }
+            Err(refusal) => results.push(HeldRenewal::Refused(refusal)),
+        }
+    }
+    if written {
+        tx.commit().map_err(store_error)?;
+    }
+    Ok(results)
+}
+
+/// One entry of [`renew_held`]: the outer error fails the transaction (a write that failed), the
+/// inner one refuses the entry alone (decided before anything of it is written).
+fn renew_one(
+    tx: &Transaction,
+    mut entry: HeldLeases,
+    now: &Timestamp,
+) -> Result<std::result::Result<(HeldRenewal, bool), ManagedInputError>> {
+    let execution_id = entry.execution_id.clone();
+    if let Err(e) = check_execution_id(&execution_id) {
+        return Ok(Err(e));
+    }
+    let renewal = ExecutionOperation::Renew(ExecutionRenewal {
+        lease: entry.lease.clone(),
+        lease_ttl_ms: entry.ttl_ms,
+    });
+    let decided = match decide_in(tx, &execution_id, renewal, now) {
+        Ok(decided) => decided,
+        Err(e) if is_refusal(&e) => return Ok(Err(e)),
+        Err(e) => return Err(e),
+    };
+    let round = match &entry.round {
+        Some(held) => {
+            let renewal = RoundOperation::Renew(RoundRenewal {
+                lease: held.lease.clone(),
+                lease_ttl_ms: entry.ttl_ms,
+            });
+            if let Err(e) = crate::round_protocol::check_arguments(&held.round_id, &renewal) {
+                return Ok(Err(e));
+            }
+            match crate::store_protocol::decide_in(tx, &held.round_id, renewal, now) {
+                Ok(decided) => Some(decided),
+                Err(e) if is_refusal(&e) => return Ok(Err(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        None => None,
+    };
+    let cancel_requested = decided.decision.next.cancel_requested;
+    let renewed = decided.decision.next.lease.clone();
+    let mut wrote = decided.decision.write == ExecutionWrite::Update;
+    decided.write(tx, *now, RoundsEnd::NONE)?;
+    if let Some(renewed) = renewed {
+        entry.lease.expires_at = renewed.expires_at;
+    }
+    let mut attention = cancel_requested;
+    if let (Some(held), Some(round)) = (entry.round.as_mut(), round) {
+        let (record, round_wrote) = round.write(tx)?;
+        wrote |= round_wrote;
+        attention |= held.awaiting_answer && record.status != Status::Pending;
+        if let Some(granted) = record.lease {
+            held.lease = granted;
+        }
+    }
+    entry.renew_at = time::add_millis(now, entry.renew_every_ms);
+    let renewal = if attention {
+        HeldRenewal::Attention(entry)
+    } else {
+        HeldRenewal::Renewed(entry)
+    };
+    Ok(Ok((renewal, wrote)))
+}
+
+/// Whether `e` refuses one worker's renewal (its leases, its rows) rather than saying the store
+/// failed: a busy or failing store fails the whole batch.
+fn is_refusal(e: &ManagedInputError) -> bool {
+    !is_storage_fault(e)
+}
+
+/// Whether an error is the database failing (busy past its timeout, I/O), not a decision.
+pub fn is_storage_fault(e: &ManagedInputError) -> bool {
+    matches!(
+        e,
+        ManagedInputError::Storage(d)
+            if matches!(d.code, ErrorCode::StorageBusy | ErrorCode::StorageFailure)
+    )
 }
 
 /// Whether a cancel was requested (a read).

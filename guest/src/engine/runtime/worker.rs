@@ -22,7 +22,9 @@ use crate::exports::m3::managed_input::runtime::{
 };
 use crate::m3::managed_input::events::{self, Event};
 use crate::m3::managed_input::process::{self, HomeFile, SpawnSpec, Spawned};
-use crate::m3::managed_input::types::{DeadlineChoice, NewRound, OwnerClaim};
+use crate::m3::managed_input::types::{
+    DeadlineChoice, HeldLeases, HeldRound, NewRound, OwnerClaim,
+};
 use crate::m3::managed_input::types::{
     ErrorCode, FailureCode, HarnessMetadata, Lease, ManagedInputError, Status, Timestamp,
 };
@@ -643,8 +645,12 @@ impl Worker {
                     continue;
                 }
             }
-            let timeout = self.wait_ms();
-            match events::next(timeout) {
+            // Parked: the host renews the leases while the worker waits (with those of its other
+            // parked workers, in one transaction) and hands back what it renewed.
+            let timeout = self.park_ms();
+            let (event, renewed) = events::next_holding(timeout, &self.held_leases());
+            self.take_back(renewed);
+            match event {
                 Event::Stdout(bytes) => {
                     self.output_bytes = self.output_bytes.saturating_add(bytes.len() as u64);
                     if self.output_bytes > MAX_OUTPUT_BYTES {
@@ -762,14 +768,26 @@ impl Worker {
             || time::at_or_after(&now, &time::add_millis(&self.last_check, BUSY_CHECK_MS))
     }
 
-    fn wait_ms(&self) -> u64 {
-        self.wait_from(&time::now()).clamp(1, MAX_WAIT_MS)
+    /// How long to wait parked: until the next timer or deadline, renewals being the host's
+    /// while the worker waits (`events.next-holding`).
+    fn park_ms(&self) -> u64 {
+        self.wait_for(&time::now(), false).clamp(1, MAX_WAIT_MS)
     }
 
     /// Milliseconds from `now` until the next renewal, timer or deadline (0: one is due).
     fn wait_from(&self, now: &Timestamp) -> u64 {
+        self.wait_for(now, true)
+    }
+
+    /// Milliseconds from `now` until the next timer or deadline, and the next renewal when
+    /// `renewal` (0: one is due).
+    fn wait_for(&self, now: &Timestamp, renewal: bool) -> u64 {
         let now = *now;
-        let mut wait = millis_until(&now, &self.next_renewal);
+        let mut wait = if renewal {
+            millis_until(&now, &self.next_renewal)
+        } else {
+            u64::MAX
+        };
         if let Some(timer) = &self.timer {
             wait = wait.min(millis_until(&now, timer));
         }
@@ -1015,7 +1033,7 @@ impl Worker {
                     // tried again soon, for as long as the leases last; a lease that is lost, or
                     // that expires meanwhile, ends the worker: it never writes with it again.
                     let lease_left = millis_until(&time::now(), &self.leases_expire);
-                    if !is_storage_fault(&e) || lease_left == 0 {
+                    if !execution::is_storage_fault(&e) || lease_left == 0 {
                         return Err(Stop(failed(
                             FailureKind::RoundFailed,
                             Some(FailureCode::RecoveryUnavailable),
@@ -1075,6 +1093,46 @@ impl Worker {
 }
 
 impl Worker {
+    /// The leases the worker holds, for the host to renew while it is parked.
+    fn held_leases(&self) -> HeldLeases {
+        HeldLeases {
+            execution_id: self.held.execution_id.clone(),
+            lease: self.held.lease.clone(),
+            round: self.slot.as_ref().map(|slot| HeldRound {
+                round_id: slot.round_id.clone(),
+                lease: slot.lease.clone(),
+                awaiting_answer: !slot.answered,
+            }),
+            ttl_ms: self.spec.lease_ttl_ms,
+            renew_at: self.next_renewal,
+            renew_every_ms: self.spec.lease_renew_ms,
+        }
+    }
+
+    /// Takes back the leases the host renewed while the worker was parked (unchanged when
+    /// nothing was renewed): their expiries, and when the next renewal is due.
+    fn take_back(&mut self, renewed: HeldLeases) {
+        if renewed.execution_id != self.held.execution_id
+            || renewed.lease.lease_token != self.held.lease.lease_token
+            || !time::at_or_after(&renewed.lease.expires_at, &self.held.lease.expires_at)
+            || renewed.lease.expires_at == self.held.lease.expires_at
+        {
+            return;
+        }
+        self.held.lease.expires_at = renewed.lease.expires_at;
+        self.leases_expire = renewed.lease.expires_at;
+        if let (Some(slot), Some(round)) = (&mut self.slot, renewed.round)
+            && slot.round_id == round.round_id
+            && slot.lease.lease_token == round.lease.lease_token
+        {
+            slot.lease = round.lease;
+            if time::at_or_after(&self.leases_expire, &slot.lease.expires_at) {
+                self.leases_expire = slot.lease.expires_at;
+            }
+        }
+        self.next_renewal = renewed.renew_at;
+    }
+
     /// Renews the execution's lease and the open round's in one transaction, remembers when they
     /// expire, and returns what the worker watches (read in the same transaction).
     fn renew_leases(
@@ -1159,15 +1217,6 @@ fn withdrawn_message(what: &str, created_at: &Timestamp) -> String {
         "{what}, {waited} s after the round opened: the server stopped waiting, so the answer \
          can no longer be delivered (many MCP server SDKs give up on an elicitation after 60 s \
          by default; raise the server's timeout to give people longer)"
-    )
-}
-
-/// Whether an error is the database failing (busy past its timeout, I/O), not a decision.
-fn is_storage_fault(e: &crate::m3::managed_input::types::ManagedInputError) -> bool {
-    matches!(
-        e,
-        crate::m3::managed_input::types::ManagedInputError::Storage(d)
-            if matches!(d.code, ErrorCode::StorageBusy | ErrorCode::StorageFailure)
     )
 }
 
