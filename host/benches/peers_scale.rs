@@ -640,8 +640,20 @@ async fn wait_parked(
             break;
         }
         if started.elapsed() > WAIT_LIMIT {
+            // What the missing ones are doing: still running, or finished (and how).
+            let mut states: BTreeMap<String, usize> = BTreeMap::new();
+            for (handle, round) in handles.iter().zip(&rounds) {
+                if round.is_none() {
+                    let state = handle.snapshot().await?;
+                    let what = match state.outcome {
+                        Some(outcome) => format!("finished {outcome}"),
+                        None => format!("{:?}", state.lifecycle),
+                    };
+                    *states.entry(what).or_default() += 1;
+                }
+            }
             return Err(format!(
-                "{missing} of {} executions have no pending round after {WAIT_LIMIT:?}",
+                "{missing} of {} executions have no pending round after {WAIT_LIMIT:?}: {states:?}",
                 handles.len()
             )
             .into());

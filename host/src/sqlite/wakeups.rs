@@ -80,6 +80,7 @@ impl Waiters {
     }
 
     /// Whether anyone in this process waits on an execution.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.by_execution
             .lock()

@@ -9,6 +9,8 @@ use crate::api::clock::Clock;
 use crate::component::bindings::exports::m3::managed_input::runtime::HeldRenewal;
 use crate::component::bindings::m3::managed_input::events::Event;
 use crate::component::bindings::m3::managed_input::types::{HeldLeases, Timestamp};
+use crate::component::convert;
+use chrono::TimeDelta;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -114,7 +116,7 @@ impl Parking {
                 continue;
             }
             let period = Duration::from_millis(entry.held.renew_every_ms);
-            let left = until(&entry.held.renew_at, &self.clock);
+            let left = until(&entry.held.renew_at, 0, &self.clock);
             let window = (period / 4).min(COALESCE);
             if left <= window {
                 triggered = true;
@@ -184,8 +186,11 @@ impl Holding {
                 if let Some(signal) = &entry.signal {
                     return signal.clone();
                 }
-                let late_at = add_millis(&entry.held.renew_at, entry.held.renew_every_ms);
-                until(&late_at, &self.parking.clock)
+                until(
+                    &entry.held.renew_at,
+                    entry.held.renew_every_ms,
+                    &self.parking.clock,
+                )
             };
             if late_in.is_zero() {
                 return Event::Timeout;
@@ -211,24 +216,14 @@ impl Drop for Holding {
     }
 }
 
-/// `at` plus `ms` milliseconds.
-fn add_millis(at: &Timestamp, ms: u64) -> Timestamp {
-    let nanos = u64::from(at.nanoseconds) + (ms % 1000) * 1_000_000;
-    Timestamp {
-        seconds: at
-            .seconds
-            .saturating_add((ms / 1000) as i64)
-            .saturating_add((nanos / 1_000_000_000) as i64),
-        nanoseconds: (nanos % 1_000_000_000) as u32,
-    }
-}
-
-/// How long from the clock's now until `at` (zero when it has passed).
-fn until(at: &Timestamp, clock: &Arc<dyn Clock>) -> Duration {
-    let now = clock.now();
-    let now_nanos =
-        i128::from(now.timestamp()) * 1_000_000_000 + i128::from(now.timestamp_subsec_nanos());
-    let at_nanos = i128::from(at.seconds) * 1_000_000_000 + i128::from(at.nanoseconds);
-    let left = (at_nanos - now_nanos).max(0);
-    Duration::from_nanos(u64::try_from(left).unwrap_or(u64::MAX))
+/// How long from the clock's now until `after_ms` milliseconds past `at` (zero when that has
+/// passed, or when `at` is no representable time).
+fn until(at: &Timestamp, after_ms: u64, clock: &Arc<dyn Clock>) -> Duration {
+    let after = TimeDelta::try_milliseconds(i64::try_from(after_ms).unwrap_or(i64::MAX));
+    convert::datetime(at)
+        .ok()
+        .zip(after)
+        .and_then(|(at, after)| at.checked_add_signed(after))
+        .and_then(|due| (due - clock.now()).to_std().ok())
+        .unwrap_or(Duration::ZERO)
 }

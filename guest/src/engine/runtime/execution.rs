@@ -586,7 +586,8 @@ fn renew_one(
     });
     let decided = match decide_in(tx, &execution_id, renewal, now) {
         Ok(decided) => decided,
-        Err(e) if is_refusal(&e) => return Ok(Err(e)),
+        // A refusal concerns this entry alone; a busy or failing store fails the batch.
+        Err(e) if !is_storage_fault(&e) => return Ok(Err(e)),
         Err(e) => return Err(e),
     };
     let round = match &entry.round {
@@ -600,7 +601,7 @@ fn renew_one(
             }
             match crate::store_protocol::decide_in(tx, &held.round_id, renewal, now) {
                 Ok(decided) => Some(decided),
-                Err(e) if is_refusal(&e) => return Ok(Err(e)),
+                Err(e) if !is_storage_fault(&e) => return Ok(Err(e)),
                 Err(e) => return Err(e),
             }
         }
@@ -629,12 +630,6 @@ fn renew_one(
         HeldRenewal::Renewed(entry)
     };
     Ok(Ok((renewal, wrote)))
-}
-
-/// Whether `e` refuses one worker's renewal (its leases, its rows) rather than saying the store
-/// failed: a busy or failing store fails the whole batch.
-fn is_refusal(e: &ManagedInputError) -> bool {
-    !is_storage_fault(e)
 }
 
 /// Whether an error is the database failing (busy past its timeout, I/O), not a decision.
