@@ -485,6 +485,7 @@ fn has_date(text: &str) -> bool {
 fn has_command(text: &str) -> bool {
     backticked(text).iter().any(|s| {
         s.starts_with("cargo bench")
+            || s.starts_with("cargo build")
             || s.starts_with("cargo test")
             || s.starts_with("just ")
             || *s == "just bench"
