@@ -27,7 +27,7 @@ const LIST_PAGE: u32 = 200;
 pub(crate) fn storage_failure(e: rusqlite::Error) -> ManagedInputError {
     ManagedInputError::Storage(crate::api::error::StorageError {
         detail: crate::api::error::ErrorDetail {
-            code: if crate::sqlite::database::is_busy(&e) {
+            code: if crate::sqlite::store_error::is_busy(&e) {
                 ErrorCode::StorageBusy
             } else {
                 ErrorCode::StorageFailure

@@ -1,5 +1,7 @@
 //! A database file and how connections to it are made.
 
+use super::group_commit::Writer;
+use super::store_error::is_busy;
 use super::wakeups::Waiters;
 use crate::api::error::OpenError;
 use rusqlite::{Connection, OpenFlags};
@@ -40,6 +42,8 @@ pub struct Database {
     keeper: Mutex<Connection>,
     /// This process's waiters on executions of this file (through this object).
     waiters: Arc<Waiters>,
+    /// The write turn and open group of this object's write transactions (`group_commit.rs`).
+    writer: Arc<Writer>,
 }
 
 impl std::fmt::Debug for Database {
@@ -72,6 +76,7 @@ impl Database {
             synchronous,
             keeper: Mutex::new(keeper),
             waiters: Arc::default(),
+            writer: Arc::default(),
         })
     }
 
@@ -95,6 +100,11 @@ impl Database {
     pub fn data_version(&self) -> rusqlite::Result<i64> {
         let keeper = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
         keeper.query_row("PRAGMA data_version", [], |r| r.get(0))
+    }
+
+    /// The write turn shared by this object's write transactions.
+    pub(crate) fn writer(&self) -> &Arc<Writer> {
+        &self.writer
     }
 
     /// This process's waiters on the executions of this database.
@@ -148,14 +158,6 @@ fn enable_wal(conn: &Connection, busy_timeout: Duration) -> Result<(), OpenError
             Err(e) => return Err(OpenError::Sqlite(e)),
         }
     }
-}
-
-/// Whether a SQLite error means the database was locked.
-pub fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
 }
 
 /// The first bytes of every SQLite database file.

@@ -2,7 +2,8 @@
 //! `store` import. Like rounds, the host stores the indexed columns and the component's
 //! document; it never reads the document.
 
-use super::transaction::{Transaction, from_ns, store_error, to_ns};
+use super::store_error::store_error;
+use super::transaction::{Transaction, from_ns, to_ns};
 use crate::component::bindings::m3::managed_input::store::{ExecutionRow, StoreError};
 use crate::component::bindings::m3::managed_input::types::{Cursor, ExecutionStatus};
 use rusqlite::{OptionalExtension, params};

@@ -1,11 +1,15 @@
 //! SQLite behind the component's `store` import: opening, migrations and transactions.
 //!
-//! Every operation opens its own connection; every write is one `BEGIN IMMEDIATE` transaction.
+//! Every read opens its own connection. Every write is a savepoint in a `BEGIN IMMEDIATE`
+//! transaction that the writes of one store object waiting for each other share (group commit:
+//! one durable commit for a burst, each write's `commit` returning only once it is durable).
 //! The host knows tables and columns, never what a status means.
 
 pub mod database;
 pub mod execution_rows;
+pub(crate) mod group_commit;
 pub mod id_prefix;
 pub mod migrations;
+pub(crate) mod store_error;
 pub mod transaction;
 pub mod wakeups;

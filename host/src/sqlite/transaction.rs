@@ -1,6 +1,8 @@
 //! One transaction on its own connection: the resource behind the component's `store` import.
 
-use super::database::{Database, is_busy};
+use super::database::Database;
+use super::group_commit::{Turn, Writer};
+use super::store_error::store_error;
 use super::wakeups::Waiters;
 use crate::component::bindings::m3::managed_input::store::{
     RoundFilter, RoundRow, StoreError, TransactionMode,
@@ -8,25 +10,23 @@ use crate::component::bindings::m3::managed_input::store::{
 use crate::component::bindings::m3::managed_input::types::{Status, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-/// An open transaction. Dropped without [`Transaction::commit`], it rolls back (the connection
-/// closes with the transaction open).
+/// An open transaction. Dropped without [`Transaction::commit`], it rolls back. A read runs on a
+/// connection of its own; a write runs in its store object's group (`group_commit.rs`).
 pub struct Transaction {
-    conn: Connection,
+    access: Access,
     open: bool,
     /// This process's waiters, and the executions this transaction woke (told once it commits).
     waiters: Arc<Waiters>,
     woken: Vec<String>,
 }
 
-pub(super) fn store_error(e: rusqlite::Error) -> StoreError {
-    // SQLite's messages name tables, columns and codes, never bound values.
-    if is_busy(&e) {
-        StoreError::Busy(format!("database locked past the busy timeout: {e}"))
-    } else {
-        StoreError::Failure(e.to_string())
-    }
+/// How a transaction reaches the database.
+enum Access {
+    /// A read: its own connection, `BEGIN DEFERRED`.
+    Read(Connection),
+    /// A write: the turn of its store object's writer (`None` once ended).
+    Write(Arc<Writer>, Option<Turn>),
 }
 
 fn status_text(status: Status) -> &'static str {
@@ -88,49 +88,23 @@ fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRow> {
     })
 }
 
-/// The shortest and longest pause between two tries for the write lock.
-const LOCK_PAUSE_MIN: Duration = Duration::from_micros(100);
-const LOCK_PAUSE_MAX: Duration = Duration::from_millis(4);
-
-/// Takes the write lock (`BEGIN IMMEDIATE`), trying again after short pauses that grow from
-/// [`LOCK_PAUSE_MIN`] to [`LOCK_PAUSE_MAX`], each drawn at random between half and all of its
-/// length, until `busy_timeout` has passed. SQLite's own busy handler sleeps up to 100 ms at a
-/// time, so under a burst (a thousand answers at once) a writer could sleep through every
-/// chance and fail busy although the lock was free most of the time; short jittered pauses keep
-/// the waiters taking turns. Once the lock is held, the statements run with the busy timeout as
-/// usual.
-fn begin_immediate(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
-    conn.busy_timeout(Duration::ZERO)?;
-    let started = Instant::now();
-    let mut pause = LOCK_PAUSE_MIN;
-    let begun = loop {
-        match conn.execute_batch("BEGIN IMMEDIATE") {
-            Err(e) if is_busy(&e) && started.elapsed() < busy_timeout => {
-                let half = pause / 2;
-                let jitter = Duration::from_nanos(fastrand::u64(0..=half.as_nanos() as u64));
-                std::thread::sleep(
-                    (half + jitter).min(busy_timeout.saturating_sub(started.elapsed())),
-                );
-                pause = (pause * 2).min(LOCK_PAUSE_MAX);
-            }
-            other => break other,
-        }
-    };
-    conn.busy_timeout(busy_timeout)?;
-    begun
-}
-
 impl Transaction {
     /// Opens a connection and begins (`BEGIN IMMEDIATE` for writes).
     pub fn begin(db: &Database, mode: TransactionMode) -> Result<Self, StoreError> {
-        let conn = db.connect().map_err(store_error)?;
-        match mode {
-            TransactionMode::Read => conn.execute_batch("BEGIN DEFERRED"),
-            TransactionMode::Write => begin_immediate(&conn, db.busy_timeout()),
-        }
-        .map_err(store_error)?;
+        let access = match mode {
+            TransactionMode::Read => {
+                let conn = db.connect().map_err(store_error)?;
+                conn.execute_batch("BEGIN DEFERRED").map_err(store_error)?;
+                Access::Read(conn)
+            }
+            TransactionMode::Write => {
+                let writer = db.writer().clone();
+                let turn = writer.begin(|| db.connect(), db.busy_timeout())?;
+                Access::Write(writer, Some(turn))
+            }
+        };
         Ok(Self {
-            conn,
+            access,
             open: true,
             waiters: db.waiters().clone(),
             woken: Vec::new(),
@@ -139,7 +113,13 @@ impl Transaction {
 
     pub(super) fn connection(&self) -> Result<&Connection, StoreError> {
         self.ensure_open()?;
-        Ok(&self.conn)
+        match &self.access {
+            Access::Read(conn) => Ok(conn),
+            Access::Write(_, turn) => turn
+                .as_ref()
+                .and_then(Turn::connection)
+                .ok_or_else(|| StoreError::Failure("the transaction has already ended".into())),
+        }
     }
 
     fn ensure_open(&self) -> Result<(), StoreError> {
@@ -155,7 +135,7 @@ impl Transaction {
     /// The row of `round_id`.
     pub fn get(&self, round_id: &str) -> Result<Option<RoundRow>, StoreError> {
         self.ensure_open()?;
-        self.conn
+        self.connection()?
             .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM managed_input_rounds WHERE round_id = ?1"
             ))
@@ -190,7 +170,10 @@ impl Transaction {
             args.push(i64::from(limit).into());
             sql.push_str(&format!(" LIMIT ?{}", args.len()));
         }
-        let mut statement = self.conn.prepare_cached(&sql).map_err(store_error)?;
+        let mut statement = self
+            .connection()?
+            .prepare_cached(&sql)
+            .map_err(store_error)?;
         let rows = statement
             .query_map(rusqlite::params_from_iter(args), row_from_sql)
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
@@ -202,7 +185,7 @@ impl Transaction {
     pub fn insert(&self, row: &RoundRow) -> Result<bool, StoreError> {
         self.ensure_open()?;
         let changed = self
-            .conn
+            .connection()?
             .prepare_cached(&format!(
                 "INSERT INTO managed_input_rounds ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
                  ON CONFLICT (round_id) DO NOTHING"
@@ -236,7 +219,7 @@ impl Transaction {
     ) -> Result<bool, StoreError> {
         self.ensure_open()?;
         let changed = self
-            .conn
+            .connection()?
             .prepare_cached(
                 "UPDATE managed_input_rounds SET status = ?2, version = ?3, owner_id = ?4, \
                  lease_expires_at_ns = ?5, updated_at_ns = ?6, document = ?7 \
@@ -263,7 +246,7 @@ impl Transaction {
     /// elsewhere read the row).
     pub fn wake_execution(&mut self, execution_id: &str) -> Result<(), StoreError> {
         self.ensure_open()?;
-        super::wakeups::record(&self.conn, execution_id).map_err(store_error)?;
+        super::wakeups::record(self.connection()?, execution_id).map_err(store_error)?;
         if !self.woken.iter().any(|id| id == execution_id) {
             self.woken.push(execution_id.to_string());
         }
@@ -273,11 +256,33 @@ impl Transaction {
     /// Commits, then wakes this process's waiters on the executions it woke.
     pub fn commit(&mut self) -> Result<(), StoreError> {
         self.ensure_open()?;
-        self.conn.execute_batch("COMMIT").map_err(store_error)?;
         self.open = false;
+        match &mut self.access {
+            Access::Read(conn) => conn.execute_batch("COMMIT").map_err(store_error)?,
+            Access::Write(writer, turn) => match turn.take() {
+                Some(turn) => writer.commit(turn)?,
+                None => {
+                    return Err(StoreError::Failure(
+                        "the transaction has already ended".into(),
+                    ));
+                }
+            },
+        }
         for execution_id in self.woken.drain(..) {
             self.waiters.wake(&execution_id);
         }
         Ok(())
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        // A read's connection closes with its transaction open (rolled back); a write still
+        // holding its turn undoes its savepoint and gives the turn back.
+        if let Access::Write(writer, turn) = &mut self.access
+            && let Some(turn) = turn.take()
+        {
+            writer.roll_back(turn);
+        }
     }
 }
