@@ -240,9 +240,8 @@ impl Writer {
             self.settle_failed(group, "a write could not be undone on its own");
             return;
         }
-        let state = lock(&self.state);
+        let mut state = lock(&self.state);
         if self.hand_on(&state, &group) {
-            let mut state = state;
             state.group = Some(group);
             state.held = false;
             self.changed.notify_all();

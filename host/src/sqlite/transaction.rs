@@ -1,4 +1,5 @@
-//! One transaction on its own connection: the resource behind the component's `store` import.
+//! One transaction, the resource behind the component's `store` import: a read on its own
+//! connection, a write in its store object's group (`group_commit.rs`).
 
 use super::database::Database;
 use super::group_commit::{Turn, Writer};
@@ -89,7 +90,8 @@ fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRow> {
 }
 
 impl Transaction {
-    /// Opens a connection and begins (`BEGIN IMMEDIATE` for writes).
+    /// Begins: a read on a new connection (`BEGIN DEFERRED`), a write once it has its store
+    /// object's write turn (in a savepoint of the group's `BEGIN IMMEDIATE` transaction).
     pub fn begin(db: &Database, mode: TransactionMode) -> Result<Self, StoreError> {
         let access = match mode {
             TransactionMode::Read => {
