@@ -216,3 +216,133 @@ async fn programs_are_looked_up_in_the_given_path_only() {
     .unwrap();
     assert_eq!(child.wait().await.unwrap(), ProcessEvent::Exited(Some(3)));
 }
+
+/// Reads everything the child writes to stdout until it closes (10 s at most).
+async fn all_output(events: &mut Receiver<ProcessEvent>) -> String {
+    let mut output = Vec::new();
+    loop {
+        match timeout(Duration::from_secs(10), events.recv()).await {
+            Ok(Some(ProcessEvent::Stdout(bytes))) => output.extend(bytes),
+            Ok(Some(ProcessEvent::StdoutClosed)) | Ok(None) => break,
+            other => panic!("the child's output did not end: {other:?}"),
+        }
+    }
+    String::from_utf8(output).unwrap()
+}
+
+/// A child starts in a clean state although the host ignores SIGPIPE and has tokio's signal
+/// handlers installed: nothing blocked, SIGPIPE at its default, and it leads a process group of
+/// its own.
+#[tokio::test]
+async fn a_child_starts_with_default_signals_in_a_group_of_its_own() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let (mut child, mut events) =
+        ChildProcess::spawn(&spec("/bin/cat", &["/proc/self/status"], &[]), &scratch).unwrap();
+    let status = all_output(&mut events).await;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("no {name} in {status}"))
+            .to_string()
+    };
+    assert_eq!(field("SigBlk:"), "0000000000000000", "blocked signals");
+    // Ignored: nothing the host did not ignore itself (an ignored signal is inherited, as with
+    // `std::process::Command`), and not SIGPIPE, which Rust ignores in every program.
+    let mask = |hex: &str| u64::from_str_radix(hex, 16).unwrap();
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    let host_ignores = mask(
+        own.lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .unwrap()
+            .trim(),
+    );
+    let sigpipe = 1u64 << (13 - 1);
+    assert_ne!(host_ignores & sigpipe, 0, "the test host ignores SIGPIPE");
+    let ignored = mask(&field("SigIgn:"));
+    assert_eq!(ignored & sigpipe, 0, "SIGPIPE is back to its default");
+    assert_eq!(ignored & !host_ignores, 0, "ignored signals {ignored:x}");
+    assert_eq!(field("Pid:"), child.pid().to_string());
+    assert_eq!(child.wait().await.unwrap(), ProcessEvent::Exited(Some(0)));
+
+    let (mut child, mut events) =
+        ChildProcess::spawn(&spec("/bin/cat", &["/proc/self/stat"], &[]), &scratch).unwrap();
+    let stat = all_output(&mut events).await;
+    // Field 5 (after the name in parentheses): the process group.
+    let group: u32 = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(group, child.pid(), "the child leads its own process group");
+    assert_eq!(child.wait().await.unwrap(), ProcessEvent::Exited(Some(0)));
+}
+
+/// The parent-death signal: a child whose launching thread ends (as when the host is killed)
+/// is killed at once, even when nothing else would end it.
+#[test]
+fn a_child_dies_with_the_thread_that_started_it() {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let scratch = ScratchDir::create("m3-test").unwrap();
+            // Ignores the signals a polite stop would send, and never reads its stdin.
+            let (child, events) = ChildProcess::spawn(
+                &spec(
+                    "/bin/sh",
+                    &["-c", "trap '' HUP INT TERM; exec sleep 60"],
+                    &[],
+                ),
+                &scratch,
+            )
+            .unwrap();
+            sender.send(child.pid()).unwrap();
+            // Neither killed nor reaped by the host: only the death signal can end it.
+            std::mem::forget(child);
+            std::mem::forget(events);
+            std::mem::forget(scratch);
+        });
+    })
+    .join()
+    .unwrap();
+    let pid = receiver.recv().unwrap();
+    let mut waited = Duration::ZERO;
+    while is_running(pid) && waited < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+        waited += Duration::from_millis(10);
+    }
+    assert!(
+        !is_running(pid),
+        "the child outlived the thread that started it"
+    );
+}
+
+/// A program that cannot be run is a typed error, not a child.
+#[tokio::test]
+async fn a_program_that_cannot_be_run_is_an_error() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let not_executable = dir.path().join("server");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&not_executable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    match ChildProcess::spawn(&spec(not_executable.to_str().unwrap(), &[], &[]), &scratch) {
+        Err(ProcessError::Io(e)) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}")
+        }
+        other => panic!("expected a permission error, got {other:?}"),
+    }
+    let missing = dir.path().join("missing");
+    assert!(matches!(
+        ChildProcess::spawn(&spec(missing.to_str().unwrap(), &[], &[]), &scratch),
+        Err(ProcessError::NotFound(_))
+    ));
+    let mut elsewhere = spec("/bin/true", &[], &[]);
+    elsewhere.cwd = Some(dir.path().join("no-such-directory"));
+    assert!(ChildProcess::spawn(&elsewhere, &scratch).is_err());
+}

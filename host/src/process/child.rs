@@ -2,10 +2,11 @@
 
 use super::scratch::ScratchDir;
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 
 /// How to start a child.
@@ -51,12 +52,15 @@ pub enum ProcessError {
     StdinClosed,
 }
 
-/// A running child. Dropping it kills its whole process group; tokio reaps it.
+/// A running child. Dropping it kills its whole process group; it is reaped in the background.
 #[derive(Debug)]
 pub struct ChildProcess {
-    child: Child,
-    stdin: Option<ChildStdin>,
+    stdin: Option<pipe::Sender>,
     pid: u32,
+    /// Readable once the child has exited (taken by the background reaper on drop).
+    pidfd: Option<AsyncFd<OwnedFd>>,
+    /// How it exited, once reaped (`None` inside: killed by a signal).
+    exit: Option<Option<i32>>,
     stderr_tail: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
     /// The task reading stderr (until it ends).
     stderr_task: Option<tokio::task::JoinHandle<()>>,
@@ -106,38 +110,39 @@ impl ChildProcess {
             }
         };
         let program = resolve(&spec.command, &spec.env)?;
-        let mut command = Command::new(&program);
-        command
-            .args(&spec.args)
-            .env_clear()
-            .envs(&spec.env)
-            .current_dir(&cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        // SAFETY: the closure runs in the forked child before exec and only calls prctl(2),
-        // which is async-signal-safe. The child is killed if the thread that started it ends
-        // (this process killed with SIGKILL included), so no server outlives its worker; what
-        // the server itself starts stays in its process group, which recovery ends.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
+        // Started without copying this process (`launch.rs`): a fork would copy the page
+        // tables of every parked execution's instance, once per server started.
+        let launched =
+            super::launch::launch(&program, &spec.args, &spec.env, &cwd).map_err(|e| {
+                match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        ProcessError::NotFound(program.display().to_string())
+                    }
+                    _ => ProcessError::Io(e),
                 }
-                Ok(())
-            });
-        }
-        let mut child = command.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => ProcessError::NotFound(program.display().to_string()),
-            _ => ProcessError::Io(e),
-        })?;
-        let pid = child.id().unwrap_or_default();
+            })?;
+        let pid = launched.pid;
+        // From here the child runs: whatever fails below drops it, which kills and reaps it.
+        let mut child = Self {
+            stdin: None,
+            pid,
+            pidfd: None,
+            exit: None,
+            stderr_tail: std::sync::Arc::new(std::sync::Mutex::new(Vec::new())),
+            stderr_task: None,
+        };
+        // SAFETY: an `OwnedFd` stays open and names the same pidfd until the `AsyncFd` drops it.
+        let pidfd = unsafe {
+            AsyncFd::register_with_interest(launched.pidfd, tokio::io::Interest::READABLE)
+        };
+        child.pidfd = Some(pidfd.map_err(std::io::Error::from)?);
+        child.stdin = Some(pipe::Sender::from_owned_fd(launched.stdin)?);
+        let mut stdout = pipe::Receiver::from_owned_fd(launched.stdout)?;
+        let mut stderr = pipe::Receiver::from_owned_fd(launched.stderr)?;
         // Bounded: a child that writes faster than its execution reads is held back by its
         // pipe, so a flooding server cannot grow this process's memory.
         let (events, receiver) = mpsc::channel(STDOUT_CHUNKS_BUFFERED);
-        if let Some(mut stdout) = child.stdout.take() {
+        {
             let events = events.clone();
             tokio::spawn(async move {
                 let mut buffer = vec![0u8; STDOUT_CHUNK_BYTES];
@@ -158,11 +163,9 @@ impl ChildProcess {
                 let _ = events.send(ProcessEvent::StdoutClosed).await;
             });
         }
-        let stderr_tail = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut stderr_task = None;
-        if let Some(mut stderr) = child.stderr.take() {
-            let tail = stderr_tail.clone();
-            stderr_task = Some(tokio::spawn(async move {
+        {
+            let tail = child.stderr_tail.clone();
+            child.stderr_task = Some(tokio::spawn(async move {
                 let mut buffer = vec![0u8; 16 * 1024];
                 while let Ok(n) = stderr.read(&mut buffer).await {
                     if n == 0 {
@@ -175,17 +178,7 @@ impl ChildProcess {
                 }
             }));
         }
-        let stdin = child.stdin.take();
-        Ok((
-            Self {
-                child,
-                stdin,
-                pid,
-                stderr_tail,
-                stderr_task,
-            },
-            receiver,
-        ))
+        Ok((child, receiver))
     }
 
     /// The child's process id (also its process group id).
@@ -211,20 +204,38 @@ impl ChildProcess {
 
     /// Waits for the child to exit and reaps it.
     pub async fn wait(&mut self) -> Result<ProcessEvent, ProcessError> {
-        let status = self.child.wait().await?;
+        let code = self.reaped().await?;
         // What it wrote to stderr before it exited is read before the exit is reported (a
         // descendant that keeps the pipe open costs at most the grace).
         if let Some(task) = self.stderr_task.as_mut() {
             let _ = tokio::time::timeout(STDERR_GRACE, task).await;
             self.stderr_task = None;
         }
-        Ok(ProcessEvent::Exited(status.code()))
+        Ok(ProcessEvent::Exited(code))
+    }
+
+    /// Waits for the child to exit and reaps it: its exit code (`None`: a signal ended it).
+    async fn reaped(&mut self) -> Result<Option<i32>, ProcessError> {
+        if let Some(exit) = self.exit {
+            return Ok(exit);
+        }
+        // Taken only by `drop`.
+        let Some(pidfd) = self.pidfd.as_ref() else {
+            return Ok(None);
+        };
+        loop {
+            let mut ready = pidfd.readable().await?;
+            if let Some(exit) = try_reap(self.pid)? {
+                self.exit = Some(exit);
+                return Ok(exit);
+            }
+            ready.clear_ready();
+        }
     }
 
     /// Kills the child's whole process group and reaps the child.
     pub async fn kill(&mut self) -> Result<ProcessEvent, ProcessError> {
         self.signal_group();
-        let _ = self.child.start_kill();
         self.wait().await
     }
 
@@ -238,6 +249,10 @@ impl ChildProcess {
     }
 
     fn signal_group(&self) {
+        if self.exit.is_some() {
+            // Reaped: the group may be gone and its id free for another.
+            return;
+        }
         if let Ok(pgid) = i32::try_from(self.pid)
             && pgid > 0
         {
@@ -253,10 +268,57 @@ impl ChildProcess {
 impl Drop for ChildProcess {
     fn drop(&mut self) {
         // Take the whole group down, also when the child itself has exited: what it started
-        // may live on in its group. (Linux never hands out an id that a live group still uses.)
-        // `kill_on_drop` lets tokio reap the child.
+        // may live on in its group. (Linux never hands out an id that a live group still
+        // uses, and an unreaped child keeps its id.)
         self.signal_group();
+        if self.exit.is_some() {
+            return;
+        }
+        // Reaped in the background: on this runtime once its pidfd says it exited, or on a
+        // thread of its own when there is no runtime (or the runtime cannot watch it).
+        let pid = self.pid;
+        match (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
+            (Some(pidfd), Ok(runtime)) => {
+                runtime.spawn(async move {
+                    loop {
+                        let Ok(mut ready) = pidfd.readable().await else {
+                            tokio::task::spawn_blocking(move || reap_blocking(pid));
+                            return;
+                        };
+                        if !matches!(try_reap(pid), Ok(None)) {
+                            return;
+                        }
+                        ready.clear_ready();
+                    }
+                });
+            }
+            _ => {
+                std::thread::spawn(move || reap_blocking(pid));
+            }
+        }
     }
+}
+
+/// Reaps child `pid` if it has exited: `Some(exit code)` (`Some(None)`: a signal ended it).
+fn try_reap(pid: u32) -> Result<Option<Option<i32>>, ProcessError> {
+    let mut status = 0;
+    // SAFETY: waitpid(2) with WNOHANG on a child of this process, writing its status.
+    let reaped = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+    match reaped {
+        0 => Ok(None),
+        -1 => Err(ProcessError::Io(std::io::Error::last_os_error())),
+        _ if libc::WIFEXITED(status) => Ok(Some(Some(libc::WEXITSTATUS(status)))),
+        _ => Ok(Some(None)),
+    }
+}
+
+/// Waits for child `pid` to exit, and reaps it.
+fn reap_blocking(pid: u32) {
+    let mut status = 0;
+    // SAFETY: waitpid(2) on a child of this process, writing its status.
+    while unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) } == -1
+        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+    {}
 }
 
 /// When process `pid` started, in clock ticks since boot (field 22 of `/proc/<pid>/stat`):

@@ -8,6 +8,7 @@
 
 pub mod child;
 pub mod home;
+pub(crate) mod launch;
 pub mod resolve;
 pub mod scratch;
 
