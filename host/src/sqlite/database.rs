@@ -1,6 +1,7 @@
 //! A database file and how connections to it are made.
 
 use super::group_commit::Writer;
+use super::idle::{Idle, Lent};
 use super::store_error::is_busy;
 use super::wakeups::Waiters;
 use crate::api::error::OpenError;
@@ -44,6 +45,8 @@ pub struct Database {
     waiters: Arc<Waiters>,
     /// The write turn and open group of this object's write transactions (`group_commit.rs`).
     writer: Arc<Writer>,
+    /// Connections between operations (`idle.rs`).
+    idle: Arc<Idle>,
 }
 
 impl std::fmt::Debug for Database {
@@ -77,12 +80,15 @@ impl Database {
             keeper: Mutex::new(keeper),
             waiters: Arc::default(),
             writer: Arc::default(),
+            idle: Idle::new(),
         })
     }
 
-    /// A new connection with the store's pragmas: one per operation.
-    pub fn connect(&self) -> rusqlite::Result<Connection> {
-        connect_raw(&self.path, self.busy_timeout, self.synchronous)
+    /// A connection with the store's pragmas for one operation: an idle one of this object's
+    /// (`idle.rs`) or a new one; lent to this operation alone until dropped.
+    pub fn connect(&self) -> rusqlite::Result<Lent> {
+        self.idle
+            .lend(|| connect_raw(&self.path, self.busy_timeout, self.synchronous))
     }
 
     /// How long a write waits for the write lock before it fails busy.

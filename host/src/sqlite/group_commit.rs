@@ -16,6 +16,7 @@
 //!
 //! Reads keep their own connections and see only what groups have committed.
 
+use super::idle::Lent;
 use super::store_error::{is_busy, store_error};
 use crate::component::bindings::m3::managed_input::store::StoreError;
 use rusqlite::Connection;
@@ -66,7 +67,7 @@ struct State {
 /// An open SQLite write transaction shared by the writes of one group.
 pub(crate) struct Group {
     number: u64,
-    conn: Connection,
+    conn: Lent,
     /// Writes that have ended with their changes in the group (they wait for its outcome).
     members: usize,
     opened: Instant,
@@ -82,7 +83,7 @@ pub(crate) struct Turn {
 impl Turn {
     /// The group's connection.
     pub(crate) fn connection(&self) -> Option<&Connection> {
-        self.group.as_ref().map(|g| &g.conn)
+        self.group.as_ref().map(|g| &*g.conn)
     }
 }
 
@@ -109,7 +110,7 @@ impl Writer {
     /// `connect` opens a new connection to the database when a group must be opened.
     pub(crate) fn begin(
         &self,
-        connect: impl FnOnce() -> rusqlite::Result<Connection>,
+        connect: impl FnOnce() -> rusqlite::Result<Lent>,
         busy_timeout: Duration,
     ) -> Result<Turn, StoreError> {
         let deadline = Instant::now() + busy_timeout;
@@ -167,12 +168,16 @@ impl Writer {
     /// A new group: its own connection, with SQLite's write lock taken.
     fn open_group(
         &self,
-        connect: impl FnOnce() -> rusqlite::Result<Connection>,
+        connect: impl FnOnce() -> rusqlite::Result<Lent>,
         busy_timeout: Duration,
         deadline: Instant,
     ) -> Result<Group, StoreError> {
         let conn = connect().map_err(store_error)?;
-        begin_immediate(&conn, busy_timeout, deadline).map_err(store_error)?;
+        if let Err(e) = begin_immediate(&conn, busy_timeout, deadline) {
+            // Its busy timeout may be left at zero: not kept for another operation.
+            conn.discard();
+            return Err(store_error(e));
+        }
         let mut state = lock(&self.state);
         let number = state.next_group;
         state.next_group += 1;

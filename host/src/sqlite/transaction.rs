@@ -3,6 +3,7 @@
 
 use super::database::Database;
 use super::group_commit::{Turn, Writer};
+use super::idle::Lent;
 use super::store_error::store_error;
 use super::wakeups::Waiters;
 use crate::component::bindings::m3::managed_input::store::{
@@ -25,7 +26,7 @@ pub struct Transaction {
 /// How a transaction reaches the database.
 enum Access {
     /// A read: its own connection, `BEGIN DEFERRED`.
-    Read(Connection),
+    Read(Lent),
     /// A write: the turn of its store object's writer (`None` once ended).
     Write(Arc<Writer>, Option<Turn>),
 }
