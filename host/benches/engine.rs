@@ -309,7 +309,7 @@ impl RawDb {
 
 /// The store's own SQL without the component: the rows a real lifecycle wrote, written again
 /// through the host's `store` import implementation (`m3::sqlite`), one transaction per step on
-/// a fresh connection: `insert` for the create, then `get` + `compare_and_set` for each later
+/// the store's connection (reused while idle): `insert` for the create, then `get` + `compare_and_set` for each later
 /// step, exactly as the component drives it. Store minus replay is the component's share;
 /// replay minus raw is the share of the store's table shape (indexes, row size, the read).
 struct Replay {

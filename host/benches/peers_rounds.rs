@@ -1045,8 +1045,8 @@ fn print_lifecycles(results: &[LifecycleResult], plan: &Plan) {
     table.print();
     println!(
         "   kit lifecycle = create_round (owned), submit_responses, start_delivery, \
-         mark_delivered, resolve ({COMMITS_PER_LIFECYCLE} commits, each on a fresh connection: \
-         the store's strategy); LangGraph cycle = invoke to interrupt() + \
+         mark_delivered, resolve ({COMMITS_PER_LIFECYCLE} commits, each on a connection of its \
+         own, reused while idle: the store's strategy); LangGraph cycle = invoke to interrupt() + \
          invoke(Command(resume=...)), SqliteSaver on one connection, default durability"
     );
 }

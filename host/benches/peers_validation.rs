@@ -15,8 +15,8 @@
 //!    of each contender (the mix, then the valid and the invalid halves), the order rotating,
 //!    after a warm-up. Goals: component / native <= 2; Python / component >= 10.
 //! 4. **The storage limit.** Raw SQLite commits per second on this disk with the store's
-//!    pragmas and connection strategy (a fresh connection per operation through
-//!    `m3::sqlite::database::Database::connect`, an idle keeper connection, WAL,
+//!    pragmas and connection strategy (a connection per operation through
+//!    `m3::sqlite::database::Database::connect`, reused while idle, a keeper connection, WAL,
 //!    `BEGIN IMMEDIATE`, one one-row `UPDATE`, `COMMIT`), at `synchronous=FULL` and `NORMAL`,
 //!    interleaved with the kit's round lifecycle (create owned, submit, start delivery, mark
 //!    delivered, resolve: five commits). Goal: lifecycles/s >= 0.7 x (commits/s / 5).
@@ -678,8 +678,9 @@ fn validation_bench(
 // 4. The storage limit
 
 /// Raw SQLite through the store's own connection code: one row, updated once per transaction
-/// on a fresh connection (`Database::connect`: the store's flags, busy timeout and
-/// `synchronous`), the database in WAL with the store's idle keeper connection held open.
+/// on the connection an operation of the store gets (`Database::connect`: an idle one reused,
+/// the store's flags, busy timeout and `synchronous`), the database in WAL with the store's
+/// keeper connection held open.
 struct RawDb {
     db: Database,
 }
@@ -699,7 +700,7 @@ impl RawDb {
         Ok(Self { db })
     }
 
-    /// One commit: a fresh connection, `BEGIN IMMEDIATE`, a one-row `UPDATE`, `COMMIT`.
+    /// One commit: the store's connection, `BEGIN IMMEDIATE`, a one-row `UPDATE`, `COMMIT`.
     fn commit_one(&self) -> BenchResult<()> {
         let conn = self.db.connect()?;
         conn.execute_batch("BEGIN IMMEDIATE")?;

@@ -873,6 +873,48 @@ fn the_worker_renews_its_leases_while_the_round_waits() {
     assert!(finished(&handle).succeeded());
 }
 
+/// A renewal moves the execution row's expiry (and its version) and keeps its document byte for
+/// byte: a renewal reads only the document's head and writes only the row's columns. The renewed
+/// execution still finishes with everything its document held.
+#[test]
+fn a_renewal_moves_the_execution_s_expiry_and_keeps_its_document() {
+    let db = TempDb::new();
+    let kit = kit_renewing_often(&db);
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Managed);
+    let pending = wait_pending(&handle);
+    let conn = rusqlite::Connection::open(&db.path).unwrap();
+    let row = || -> (i64, i64, String) {
+        conn.query_row(
+            "SELECT version, lease_expires_at_ns, document FROM executions \
+             WHERE execution_id = ?1",
+            [handle.execution_id()],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+    };
+    let (version, expires, document) = row();
+    let started = Instant::now();
+    let (later_version, later_expires, later_document) = loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let later = row();
+        if later.0 >= version + 2 || started.elapsed() > Duration::from_secs(20) {
+            break later;
+        }
+    };
+    assert!(
+        later_version >= version + 2,
+        "renewed at least twice: version {version} -> {later_version}"
+    );
+    assert!(later_expires > expires, "the expiry moved");
+    assert_eq!(later_document, document, "the document is kept as it was");
+    handle
+        .respond_elicitation(&pending.round_id, address(), "k")
+        .unwrap();
+    let result = finished(&handle);
+    assert!(result.succeeded(), "{:?}", result.outcome);
+    assert_eq!(result.outcome.tool_results.len(), 1);
+}
+
 /// The leases of parked workers are renewed by the kit together, in one write transaction
 /// (their renewals fall into step within a period or two): the rounds of four executions
 /// waiting for their answers end up with leases expiring at the very same instant, the `now`

@@ -393,6 +393,105 @@ impl LoadedExecution {
     }
 }
 
+/// A renewal decided on an execution's head alone (`decide_head_in`): its row, and the head as
+/// read.
+pub struct HeadDecided {
+    row: ExecutionRow,
+    before: ExecutionHead,
+    /// What `execution_rules::decide` decided.
+    pub decision: ExecutionDecision,
+}
+
+/// Reads execution `execution_id`'s row and the head of its document in `tx` (without decoding
+/// the rest) and decides `operation` (a lease renewal) at `now`.
+pub fn decide_head_in(
+    tx: &Transaction,
+    execution_id: &str,
+    operation: ExecutionOperation,
+    now: &Timestamp,
+) -> Result<HeadDecided> {
+    let Some(row) = tx.get_execution(execution_id).map_err(store_error)? else {
+        return Err(execution_rules::not_found(execution_id));
+    };
+    let head: stored::execution::ExecutionHeadDocument =
+        stored::decode(&row.document).map_err(|unreadable| {
+            crate::errors::storage(
+                ErrorCode::CorruptRecord,
+                unreadable.describe(&format!("execution {execution_id}")),
+            )
+        })?;
+    let before = ExecutionHead {
+        status: row.status,
+        lease: match (&row.owner_id, head.lease_token, row.lease_expires_at) {
+            (Some(owner_id), Some(lease_token), Some(expires_at)) => Some(Lease {
+                owner_id: owner_id.clone(),
+                lease_token,
+                expires_at,
+            }),
+            _ => None,
+        },
+        cancel_requested: head.cancel_requested,
+    };
+    let decision = execution_rules::decide(execution_id, Some(&before), operation, now)?;
+    Ok(HeadDecided {
+        row,
+        before,
+        decision,
+    })
+}
+
+impl HeadDecided {
+    /// Writes the decision: when it changes only what the row's columns hold (the expiry, the
+    /// owner, the status) and ends nothing, the row alone, its document kept as it is; else the
+    /// whole execution, read again, as [`Decided::write`] does.
+    fn write(self, tx: &Transaction, now: Timestamp) -> Result<ExecutionRow> {
+        let next = &self.decision.next;
+        let token = |head: &ExecutionHead| head.lease.as_ref().map(|l| l.lease_token.clone());
+        let columns_only = self.decision.ended.is_none()
+            && self.decision.fail_rounds_of.is_none()
+            && next.cancel_requested == self.before.cancel_requested
+            && token(next) == token(&self.before);
+        match self.decision.write {
+            ExecutionWrite::Unchanged => Ok(self.row),
+            ExecutionWrite::Update if columns_only => {
+                let mut row = self.row;
+                let expected = row.version;
+                row.version += 1;
+                row.updated_at = now;
+                row.status = next.status;
+                match &next.lease {
+                    Some(lease) => {
+                        row.owner_id = Some(lease.owner_id.clone());
+                        row.lease_expires_at = Some(lease.expires_at);
+                    }
+                    None => row.lease_expires_at = None,
+                }
+                if !tx
+                    .compare_and_set_execution(&row, expected)
+                    .map_err(store_error)?
+                {
+                    return Err(crate::errors::conflict(
+                        ErrorCode::ConcurrentUpdate,
+                        format!("execution {} changed concurrently", row.execution_id),
+                    ));
+                }
+                Ok(row)
+            }
+            ExecutionWrite::Update => {
+                let execution_id = self.row.execution_id.clone();
+                let mut loaded = load(tx, &execution_id)?
+                    .ok_or_else(|| execution_rules::not_found(&execution_id))?;
+                loaded.set_head(&self.decision.next);
+                Decided {
+                    loaded,
+                    decision: self.decision,
+                }
+                .write(tx, now, RoundsEnd::NONE)
+            }
+        }
+    }
+}
+
 /// Reads execution `execution_id` in `tx` and decides `operation` on it at `now`.
 pub fn decide_in(
     tx: &Transaction,
@@ -505,10 +604,10 @@ pub fn renew_and_observe(
         lease: held.lease.clone(),
         lease_ttl_ms: held.ttl_ms,
     });
-    let decided = decide_in(&tx, &held.execution_id, renewal, &now)?;
+    let decided = decide_head_in(&tx, &held.execution_id, renewal, &now)?;
     let cancel_requested = decided.decision.next.cancel_requested;
     let renewed = decided.decision.next.lease.clone();
-    decided.write(&tx, now, RoundsEnd::NONE)?;
+    decided.write(&tx, now)?;
     let mut observed_round = None;
     let mut round_lease = None;
     if let Some((round_id, lease)) = round {
@@ -584,7 +683,7 @@ fn renew_one(
         lease: entry.lease.clone(),
         lease_ttl_ms: entry.ttl_ms,
     });
-    let decided = match decide_in(tx, &execution_id, renewal, now) {
+    let decided = match decide_head_in(tx, &execution_id, renewal, now) {
         Ok(decided) => decided,
         // A refusal concerns this entry alone; a busy or failing store fails the batch.
         Err(e) if !is_storage_fault(&e) => return Ok(Err(e)),
@@ -610,7 +709,7 @@ fn renew_one(
     let cancel_requested = decided.decision.next.cancel_requested;
     let renewed = decided.decision.next.lease.clone();
     let mut wrote = decided.decision.write == ExecutionWrite::Update;
-    decided.write(tx, *now, RoundsEnd::NONE)?;
+    decided.write(tx, *now)?;
     if let Some(renewed) = renewed {
         entry.lease.expires_at = renewed.expires_at;
     }

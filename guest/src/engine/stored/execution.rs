@@ -38,6 +38,21 @@ pub struct ExecutionDocument {
     pub stderr_tail: Option<String>,
 }
 
+/// What a lease renewal reads of an execution's document: the lease's token and the cancel
+/// flag. The rest is skipped unread (and the document is kept byte for byte: a renewal moves
+/// only the row's expiry).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ExecutionHeadDocument {
+    /// The format it was written in (absent: 1).
+    #[serde(default = "super::first_format")]
+    pub format: u32,
+    /// A cancel was requested.
+    pub cancel_requested: bool,
+    /// The token of the lease on the row.
+    #[serde(default)]
+    pub lease_token: Option<String>,
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
