@@ -1,11 +1,12 @@
 //! The checks of one form field as it is typed: its type, `minLength` / `maxLength`,
 //! `minimum` / `maximum`, and the MCP form subset's formats (`email`, `uri`, `date`,
-//! `date-time`; the subset has no `pattern`). A format is judged by the same JSON Schema
-//! validator, at the same version, that the component enforces answers with, so the form refuses
-//! what the component would refuse and nothing more. The component still validates the whole
-//! answer once it is submitted.
+//! `date-time`; the subset has no `pattern`). A format is judged by the component itself (the
+//! policy rules that validate answers, asked about a one-field form), so the form refuses what
+//! the component would refuse and nothing more, and the command compiles no JSON Schema
+//! validator of its own. The component still validates the whole answer once it is submitted.
 
 use serde_json::{Value, json};
+use std::sync::OnceLock;
 
 /// The value typed for a field of `kind` (`prop` being its schema), or why it does not fit (the
 /// prompt asks for this field again).
@@ -76,18 +77,52 @@ pub fn check_format(format: &str, text: &str) -> Result<(), String> {
         // Not in the subset: the component refuses such a schema before anyone is asked.
         _ => return Ok(()),
     };
-    let schema = json!({"type": "string", "format": format});
-    let valid = jsonschema::options()
-        .with_draft(jsonschema::Draft::Draft202012)
-        .should_validate_formats(true)
-        .build(&schema)
-        .map(|validator| validator.is_valid(&Value::String(text.to_string())))
-        // A validator that cannot be built refuses nothing here; the component decides.
-        .unwrap_or(true);
-    if valid {
+    if judged_valid(format, text) {
         Ok(())
     } else {
         Err(format!("enter {expected}"))
+    }
+}
+
+/// The component's rules, loaded on the first format check (`None`: they could not be loaded).
+fn policy() -> Option<&'static m3::Policy> {
+    static POLICY: OnceLock<Option<m3::Policy>> = OnceLock::new();
+    POLICY.get_or_init(|| m3::Policy::new().ok()).as_ref()
+}
+
+/// Whether the component accepts `text` as a string of `format`: the answer to a one-field form
+/// asking for it. Rules that cannot be loaded refuse nothing here; the component decides when
+/// the answer is submitted.
+fn judged_valid(format: &str, text: &str) -> bool {
+    let Some(policy) = policy() else {
+        return true;
+    };
+    let schema = json!({
+        "type": "object",
+        "properties": {"value": {"type": "string", "format": format}},
+        "required": ["value"],
+    });
+    let round = m3::PendingElicitationRound {
+        round_id: "field-check".into(),
+        execution_id: "field-check".into(),
+        logical_operation_id: "field-check".into(),
+        server: "m3".into(),
+        operation_kind: m3::OperationKind::Tool,
+        operation_name: "field-check".into(),
+        requests: std::collections::BTreeMap::from([(
+            "field".to_string(),
+            m3::ElicitationRequest::form("field", schema),
+        )]),
+        created_at: chrono::Utc::now(),
+        request_state: None,
+        deadline: None,
+    };
+    let answer = json!({"field": {"action": "accept", "content": {"value": text}}});
+    match policy.validate_responses_json(&round, &answer.to_string()) {
+        Ok(_) => true,
+        Err(m3::ManagedInputError::Validation(_)) => false,
+        // Not a judgement of the value (the engine failed): the component decides on submit.
+        Err(_) => true,
     }
 }
 
