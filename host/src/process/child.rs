@@ -223,14 +223,9 @@ impl ChildProcess {
         let Some(pidfd) = self.pidfd.as_ref() else {
             return Ok(None);
         };
-        loop {
-            let mut ready = pidfd.readable().await?;
-            if let Some(exit) = try_reap(self.pid)? {
-                self.exit = Some(exit);
-                return Ok(exit);
-            }
-            ready.clear_ready();
-        }
+        let exit = reap_when_exited(pidfd, self.pid).await?;
+        self.exit = Some(exit);
+        Ok(exit)
     }
 
     /// Kills the child's whole process group and reaps the child.
@@ -280,15 +275,8 @@ impl Drop for ChildProcess {
         match (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
             (Some(pidfd), Ok(runtime)) => {
                 runtime.spawn(async move {
-                    loop {
-                        let Ok(mut ready) = pidfd.readable().await else {
-                            tokio::task::spawn_blocking(move || reap_blocking(pid));
-                            return;
-                        };
-                        if !matches!(try_reap(pid), Ok(None)) {
-                            return;
-                        }
-                        ready.clear_ready();
+                    if reap_when_exited(&pidfd, pid).await.is_err() {
+                        tokio::task::spawn_blocking(move || reap_blocking(pid));
                     }
                 });
             }
@@ -296,6 +284,18 @@ impl Drop for ChildProcess {
                 std::thread::spawn(move || reap_blocking(pid));
             }
         }
+    }
+}
+
+/// Waits until `pidfd` (child `pid`'s) says the child exited, then reaps it: its exit code
+/// (`None`: a signal ended it).
+async fn reap_when_exited(pidfd: &AsyncFd<OwnedFd>, pid: u32) -> Result<Option<i32>, ProcessError> {
+    loop {
+        let mut ready = pidfd.readable().await?;
+        if let Some(exit) = try_reap(pid)? {
+            return Ok(exit);
+        }
+        ready.clear_ready();
     }
 }
 

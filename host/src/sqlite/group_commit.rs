@@ -107,7 +107,8 @@ impl Writer {
 
     /// Waits for the turn (up to the busy timeout), joins the open group or opens one, and opens
     /// the write's savepoint.
-    /// `connect` opens a new connection to the database when a group must be opened.
+    /// `connect` gives a connection of the group's own (`Database::connect`: an idle one or a
+    /// new one) when a group must be opened.
     pub(crate) fn begin(
         &self,
         connect: impl FnOnce() -> rusqlite::Result<Lent>,
@@ -165,7 +166,7 @@ impl Writer {
         Ok(Turn { group: Some(group) })
     }
 
-    /// A new group: its own connection, with SQLite's write lock taken.
+    /// A new group: a connection of its own, with SQLite's write lock taken.
     fn open_group(
         &self,
         connect: impl FnOnce() -> rusqlite::Result<Lent>,

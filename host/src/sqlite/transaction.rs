@@ -91,7 +91,7 @@ fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRow> {
 }
 
 impl Transaction {
-    /// Begins: a read on a new connection (`BEGIN DEFERRED`), a write once it has its store
+    /// Begins: a read on a connection of its own (`BEGIN DEFERRED`), a write once it has its store
     /// object's write turn (in a savepoint of the group's `BEGIN IMMEDIATE` transaction).
     pub fn begin(db: &Database, mode: TransactionMode) -> Result<Self, StoreError> {
         let access = match mode {
@@ -280,12 +280,52 @@ impl Transaction {
 
 impl Drop for Transaction {
     fn drop(&mut self) {
-        // A read's connection closes with its transaction open (rolled back); a write still
-        // holding its turn undoes its savepoint and gives the turn back.
-        if let Access::Write(writer, turn) = &mut self.access
-            && let Some(turn) = turn.take()
-        {
-            writer.roll_back(turn);
+        // A read still open is rolled back, so that its connection can wait idle for the next
+        // operation (one whose rollback fails still holds its transaction, and is closed
+        // instead); a write still holding its turn undoes its savepoint and gives the turn back.
+        match &mut self.access {
+            Access::Read(conn) if self.open => {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            Access::Read(_) => {}
+            Access::Write(writer, turn) => {
+                if let Some(turn) = turn.take() {
+                    writer.roll_back(turn);
+                }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sqlite::database::Synchronous;
+    use std::time::Duration;
+
+    #[test]
+    fn a_read_ended_without_a_commit_leaves_its_connection_to_the_next_operation() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(
+            &dir.path().join("m3.db"),
+            Duration::from_secs(5),
+            Synchronous::Full,
+        )
+        .unwrap();
+        let tx = Transaction::begin(&db, TransactionMode::Read).unwrap();
+        tx.get("no-such-round").unwrap();
+        // A mark that lives with the connection (and nowhere else), outside any transaction.
+        tx.connection()
+            .unwrap()
+            .execute_batch("PRAGMA cache_size = -777")
+            .unwrap();
+        drop(tx);
+        let next = Transaction::begin(&db, TransactionMode::Read).unwrap();
+        let marked: i64 = next
+            .connection()
+            .unwrap()
+            .query_row("PRAGMA cache_size", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(marked, -777, "the next read got the same connection");
     }
 }

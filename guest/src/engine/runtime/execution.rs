@@ -123,20 +123,26 @@ fn load_existing(tx: &Transaction, execution_id: &str) -> Result<LoadedExecution
 
 /// Writes `loaded` back with compare-and-set, `now` as its update time; returns the new row.
 pub fn save(tx: &Transaction, mut loaded: LoadedExecution, now: Timestamp) -> Result<ExecutionRow> {
-    let expected = loaded.row.version;
-    loaded.row.version += 1;
-    loaded.row.updated_at = now;
     loaded.row.document = loaded.data.encode(&loaded.row.execution_id)?;
+    put_row(tx, loaded.row, now)
+}
+
+/// Writes `row` as the next version of itself (compare-and-set on the version it was read at),
+/// `now` as its update time; returns the row written.
+fn put_row(tx: &Transaction, mut row: ExecutionRow, now: Timestamp) -> Result<ExecutionRow> {
+    let expected = row.version;
+    row.version += 1;
+    row.updated_at = now;
     if !tx
-        .compare_and_set_execution(&loaded.row, expected)
+        .compare_and_set_execution(&row, expected)
         .map_err(store_error)?
     {
         return Err(crate::errors::conflict(
             ErrorCode::ConcurrentUpdate,
-            format!("execution {} changed concurrently", loaded.row.execution_id),
+            format!("execution {} changed concurrently", row.execution_id),
         ));
     }
-    Ok(loaded.row)
+    Ok(row)
 }
 
 /// Whether a running execution waits for an answer (one of its rounds is pending), read in
@@ -355,41 +361,54 @@ impl Decided {
 impl LoadedExecution {
     /// What the state machine reads of it.
     fn head(&self) -> ExecutionHead {
-        let lease = match (
-            &self.row.owner_id,
-            &self.data.lease_token,
-            self.row.lease_expires_at,
-        ) {
-            (Some(owner_id), Some(token), Some(expires_at)) => Some(Lease {
-                owner_id: owner_id.clone(),
-                lease_token: token.clone(),
-                expires_at,
-            }),
-            _ => None,
-        };
-        ExecutionHead {
-            status: self.row.status,
-            lease,
-            cancel_requested: self.data.cancel_requested,
-        }
+        head_of(
+            &self.row,
+            self.data.lease_token.clone(),
+            self.data.cancel_requested,
+        )
     }
 
     /// Takes the decided head. A finished execution keeps its last holder's owner id (for
     /// diagnostics), never a token or an expiry.
     fn set_head(&mut self, head: &ExecutionHead) {
-        self.row.status = head.status;
+        set_row_head(&mut self.row, head);
         self.data.cancel_requested = head.cancel_requested;
-        match &head.lease {
-            Some(lease) => {
-                self.row.owner_id = Some(lease.owner_id.clone());
-                self.row.lease_expires_at = Some(lease.expires_at);
-                self.data.lease_token = Some(lease.lease_token.clone());
-            }
-            None => {
-                self.row.lease_expires_at = None;
-                self.data.lease_token = None;
-            }
+        self.data.lease_token = head.lease.as_ref().map(|l| l.lease_token.clone());
+    }
+}
+
+/// What of `head` the row's columns hold: status, owner and expiry. A finished execution keeps
+/// its last holder's owner id.
+fn set_row_head(row: &mut ExecutionRow, head: &ExecutionHead) {
+    row.status = head.status;
+    match &head.lease {
+        Some(lease) => {
+            row.owner_id = Some(lease.owner_id.clone());
+            row.lease_expires_at = Some(lease.expires_at);
         }
+        None => row.lease_expires_at = None,
+    }
+}
+
+/// The head of an execution whose row is `row` and whose document holds `lease_token` and
+/// `cancel_requested` (owner and expiry are the row's).
+fn head_of(
+    row: &ExecutionRow,
+    lease_token: Option<String>,
+    cancel_requested: bool,
+) -> ExecutionHead {
+    let lease = match (&row.owner_id, lease_token, row.lease_expires_at) {
+        (Some(owner_id), Some(lease_token), Some(expires_at)) => Some(Lease {
+            owner_id: owner_id.clone(),
+            lease_token,
+            expires_at,
+        }),
+        _ => None,
+    };
+    ExecutionHead {
+        status: row.status,
+        lease,
+        cancel_requested,
     }
 }
 
@@ -420,18 +439,7 @@ pub fn decide_head_in(
                 unreadable.describe(&format!("execution {execution_id}")),
             )
         })?;
-    let before = ExecutionHead {
-        status: row.status,
-        lease: match (&row.owner_id, head.lease_token, row.lease_expires_at) {
-            (Some(owner_id), Some(lease_token), Some(expires_at)) => Some(Lease {
-                owner_id: owner_id.clone(),
-                lease_token,
-                expires_at,
-            }),
-            _ => None,
-        },
-        cancel_requested: head.cancel_requested,
-    };
+    let before = head_of(&row, head.lease_token, head.cancel_requested);
     let decision = execution_rules::decide(execution_id, Some(&before), operation, now)?;
     Ok(HeadDecided {
         row,
@@ -455,27 +463,8 @@ impl HeadDecided {
             ExecutionWrite::Unchanged => Ok(self.row),
             ExecutionWrite::Update if columns_only => {
                 let mut row = self.row;
-                let expected = row.version;
-                row.version += 1;
-                row.updated_at = now;
-                row.status = next.status;
-                match &next.lease {
-                    Some(lease) => {
-                        row.owner_id = Some(lease.owner_id.clone());
-                        row.lease_expires_at = Some(lease.expires_at);
-                    }
-                    None => row.lease_expires_at = None,
-                }
-                if !tx
-                    .compare_and_set_execution(&row, expected)
-                    .map_err(store_error)?
-                {
-                    return Err(crate::errors::conflict(
-                        ErrorCode::ConcurrentUpdate,
-                        format!("execution {} changed concurrently", row.execution_id),
-                    ));
-                }
-                Ok(row)
+                set_row_head(&mut row, next);
+                put_row(tx, row, now)
             }
             ExecutionWrite::Update => {
                 let execution_id = self.row.execution_id.clone();
