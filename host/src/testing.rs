@@ -138,6 +138,27 @@ pub mod internals {
 pub struct CompiledEngine {
     /// Where the compiled code came from.
     pub cache: crate::component::cache::CacheOutcome,
+    runtime: std::sync::Arc<crate::component::engine::ComponentRuntime>,
+}
+
+impl CompiledEngine {
+    /// Runs the component's `check-requested-schema` on `schema` (JSON text) through this
+    /// compiled code: whether the component accepts it.
+    pub fn accepts_schema(&self, schema: &str) -> bool {
+        let pool = crate::component::instance::InstancePool::new(
+            self.runtime.clone(),
+            std::sync::Arc::new(crate::api::clock::SystemClock),
+            None,
+            crate::component::instance::GuestLimits::default(),
+        );
+        let text = schema.to_string();
+        matches!(
+            pool.call(|b, s| b
+                .m3_managed_input_policy()
+                .call_check_requested_schema(s, &text)),
+            Ok(Ok(()))
+        )
+    }
 }
 
 /// Compiles (or loads) the engine component with the cache at `cache_dir`, as every process does
@@ -151,7 +172,8 @@ pub fn compile_engine(
         cache_dir,
     )?;
     Ok(CompiledEngine {
-        cache: runtime.cache,
+        cache: runtime.cache.clone(),
+        runtime: std::sync::Arc::new(runtime),
     })
 }
 

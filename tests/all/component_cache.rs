@@ -108,6 +108,69 @@ fn a_tampered_artifact_is_never_loaded() {
     assert_eq!(mode(&dir.join("key")), 0o600);
 }
 
+/// Once an artifact has been checked and has settled, its identity is recorded beside its digest
+/// and later loads map it without reading it; a write to it (even one that puts the
+/// modification time back, keeps its size and flips bytes in place) changes that identity, so
+/// it is read and checked again, refused, compiled again and reported.
+#[test]
+fn an_artifact_changed_after_its_identity_was_recorded_is_never_loaded() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("components");
+    let first = compile_engine(Some(&dir)).unwrap();
+    let CacheOutcome::Stored(artifact) = first.cache.clone() else {
+        panic!("{:?}", first.cache)
+    };
+    let digest_file = artifact.with_extension("digest");
+    let length = |path: &std::path::Path| std::fs::metadata(path).unwrap().len();
+    // Just written: checked, but too fresh for its identity to be recorded.
+    assert_eq!(length(&digest_file), 40);
+    assert_eq!(
+        compile_engine(Some(&dir)).unwrap().cache,
+        CacheOutcome::Hit(artifact.clone())
+    );
+    assert_eq!(length(&digest_file), 40);
+
+    // Settled: the next load checks the bytes and records the identity; the one after maps it.
+    std::thread::sleep(std::time::Duration::from_millis(2_100));
+    assert_eq!(
+        compile_engine(Some(&dir)).unwrap().cache,
+        CacheOutcome::Hit(artifact.clone())
+    );
+    assert_eq!(length(&digest_file), 128);
+    let mapped = compile_engine(Some(&dir)).unwrap();
+    assert_eq!(mapped.cache, CacheOutcome::Hit(artifact.clone()));
+    // The mapped code runs: it accepts a one-field form and refuses a duplicate key.
+    assert!(mapped.accepts_schema(r#"{"type":"object","properties":{"n":{"type":"string"}}}"#));
+    assert!(!mapped.accepts_schema(r#"{"type":"object","type":"object"}"#));
+
+    // Flipped in place, the modification time put back: still refused.
+    let modified = std::fs::metadata(&artifact).unwrap().modified().unwrap();
+    let mut bytes = std::fs::read(&artifact).unwrap();
+    let middle = bytes.len() / 2;
+    for byte in &mut bytes[middle..middle + 64] {
+        *byte ^= 0xff;
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&artifact)
+        .unwrap();
+    std::io::Write::write_all(&mut &file, &bytes).unwrap();
+    file.set_modified(modified).unwrap();
+    drop(file);
+    assert_eq!(
+        std::fs::metadata(&artifact).unwrap().modified().unwrap(),
+        modified
+    );
+    let again = compile_engine(Some(&dir)).unwrap();
+    assert!(
+        matches!(&again.cache, CacheOutcome::Recompiled(why) if why.contains("digest")),
+        "{:?}",
+        again.cache
+    );
+    assert_ne!(std::fs::read(&artifact).unwrap(), bytes, "stored again");
+    assert_eq!(length(&digest_file), 40);
+}
+
 /// A cache directory under a parent that others can write (and that is not sticky) is never
 /// used: someone else could swap it.
 #[test]

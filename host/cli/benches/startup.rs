@@ -1,7 +1,10 @@
 //! The command's start-up benchmark (`cargo bench -p m3-cli --bench startup`; `just bench` runs
 //! it too): the wall time of `m3 pending` on an existing database holding pending rounds, once
-//! the compiled component is in the cache (the first run fills it and is reported apart). The
-//! goal is under 50 ms; the figure is reported, never asserted. Prints a table and writes
+//! the compiled component is in the cache and has settled (the first run fills the cache and is
+//! reported apart, and so are the runs in the first seconds after it, which read and check the
+//! whole artifact because it is too fresh for its identity to be recorded). The goals are under
+//! 50 ms and under 10 ms (issue 20); the figures are reported, never asserted. Prints a table and
+//! writes
 //! `target/bench/cli.json` (under `$CARGO_TARGET_DIR` when set). Without `--bench` (as
 //! `cargo test --benches` runs it) it makes a short smoke pass and writes nothing.
 
@@ -61,23 +64,22 @@ fn main() {
     let cold = Instant::now();
     m3(&db, &cache, &["pending"]);
     let cold_ms = cold.elapsed().as_secs_f64() * 1e3;
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let start = Instant::now();
-        let output = m3(&db, &cache, &["pending", "--json"]);
-        times.push(start.elapsed().as_secs_f64() * 1e3);
-        let rounds: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
-        assert_eq!(
-            rounds.as_array().map(Vec::len),
-            Some(3),
-            "three pending rounds"
-        );
-    }
-    times.sort_by(f64::total_cmp);
+    let fresh_runs = runs.min(10);
+    let fresh = timed_runs(&db, &cache, fresh_runs);
+    // The artifact settles (its identity can be recorded) 2 s after it was written; the first
+    // run after that reads it once more and records it.
+    std::thread::sleep(std::time::Duration::from_millis(2_100));
+    m3(&db, &cache, &["pending", "--json"]);
+    let times = timed_runs(&db, &cache, runs);
     let (p50, p99) = (percentile(&times, 0.5), percentile(&times, 0.99));
+    let (fresh_p50, fresh_p99) = (percentile(&fresh, 0.5), percentile(&fresh, 0.99));
     println!("m3 start-up (`m3 pending --json` on a database with 3 pending rounds, {runs} runs)");
     println!("  first run (compiles the component into an empty cache): {cold_ms:.1} ms");
-    println!("  warm cache: p50 {p50:.1} ms, p99 {p99:.1} ms   goal: < 50 ms");
+    println!(
+        "  within 2 s of that ({fresh_runs} runs; the artifact read and checked): p50 \
+         {fresh_p50:.1} ms, p99 {fresh_p99:.1} ms"
+    );
+    println!("  warm cache: p50 {p50:.1} ms, p99 {p99:.1} ms   goals: < 50 ms, < 10 ms");
     if !full {
         return;
     }
@@ -87,16 +89,40 @@ fn main() {
         "pending_rounds": 3,
         "runs": runs,
         "cold_cache_ms": cold_ms,
+        "fresh_runs": fresh_runs,
+        "fresh_p50_ms": fresh_p50,
+        "fresh_p99_ms": fresh_p99,
         "warm_p50_ms": p50,
         "warm_p99_ms": p99,
         "goal_ms": 50.0,
         "goal_met": p50 < 50.0,
+        "issue_20_goal_ms": 10.0,
+        "issue_20_goal_met": p50 < 10.0,
     });
     let out = target_dir().join("bench");
     std::fs::create_dir_all(&out).expect("bench directory");
     let path = out.join("cli.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON")).expect("write");
     println!("wrote {}", path.display());
+}
+
+/// `runs` runs of `m3 pending --json` (each checked to list the three rounds): their wall times
+/// in milliseconds, sorted.
+fn timed_runs(db: &Path, cache: &Path, runs: usize) -> Vec<f64> {
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        let output = m3(db, cache, &["pending", "--json"]);
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        let rounds: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        assert_eq!(
+            rounds.as_array().map(Vec::len),
+            Some(3),
+            "three pending rounds"
+        );
+    }
+    times.sort_by(f64::total_cmp);
+    times
 }
 
 /// `count` pending rounds, made through the store API like a worker would.

@@ -3,17 +3,23 @@
 //! `Component::deserialize` trusts its input (it loads native code), so the cache lives only in
 //! a per-user directory this process created with mode 0700 and owns, under a parent that others
 //! cannot write, holding files it wrote itself (mode 0600). Artifacts are named by the engine's
-//! compatibility hash and the wasm's SHA-256, and each carries a keyed BLAKE3 digest of its bytes
-//! (the key: 32 random bytes in the cache directory, mode 0600); the bytes are read, checked and
-//! then loaded from memory, so a flipped or forged byte is never run: the artifact is compiled
-//! again and the mismatch reported. Anything that does not pass these checks is ignored and the
-//! component is compiled in memory instead.
+//! compatibility hash and the wasm's SHA-256, and each has a keyed BLAKE3 digest of its bytes in a
+//! [`digest_file`] beside it (the key: 32 random bytes in the cache directory, mode 0600). The
+//! first load reads the bytes, checks them and loads them from memory, so a flipped or forged
+//! byte is never run: the artifact is compiled again and the mismatch reported. Once checked, the
+//! file's identity (inode, size, modification and change times) is recorded with the digest;
+//! later loads of that same unchanged file map it without reading it again (a write to the file
+//! moves its change time, which no process can set back). Anything that does not pass these
+//! checks is ignored and the component is compiled in memory instead.
 
+use crate::component::digest_file::{self, FileIdentity};
 use std::fs;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -47,8 +53,9 @@ impl CacheOutcome {
     }
 }
 
-/// Length of the keyed digest at the start of an artifact file.
-const DIGEST_BYTES: usize = 32;
+/// The layout of the cache's files (part of every artifact's name): 2 = the artifact as
+/// wasmtime wrote it, its digest in a [`digest_file`] beside it.
+const LAYOUT: u32 = 2;
 
 /// Where compiled components are cached: `$M3_CACHE_DIR`, else the user's cache directory
 /// (`$XDG_CACHE_HOME/m3/components` or `~/.cache/m3/components`).
@@ -65,6 +72,7 @@ pub fn artifact_name(engine: &Engine, wasm_sha256: &str) -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     env!("CARGO_PKG_VERSION").hash(&mut hasher);
+    LAYOUT.hash(&mut hasher);
     let prefix = wasm_sha256.get(..32).unwrap_or(wasm_sha256);
     format!("{prefix}-{:016x}.cwasm", hasher.finish())
 }
@@ -105,28 +113,17 @@ pub fn load(
     let path = dir.join(artifact_name(engine, wasm_sha256));
     let mut rejected = None;
     if owned_private_file(&path) {
-        match fs::read(&path) {
-            Ok(bytes) if verified(&key, &bytes) => {
-                // SAFETY: these exact bytes carry a digest keyed with a secret that only this
-                // user can read, so they were written by `store` below from
-                // `Engine::precompile_component` for the same engine configuration and wasm
-                // (both are in the file's name), and they were not changed since.
-                if let Ok(component) =
-                    unsafe { Component::deserialize(engine, &bytes[DIGEST_BYTES..]) }
-                {
-                    return Ok((component, CacheOutcome::Hit(path)));
-                }
-                rejected = Some("it does not load".to_string());
-            }
-            Ok(_) => rejected = Some("its digest does not match its bytes".to_string()),
-            Err(e) => rejected = Some(format!("it cannot be read: {e}")),
+        match load_checked(engine, &key, &path) {
+            Ok(component) => return Ok((component, CacheOutcome::Hit(path))),
+            Err(why) => rejected = Some(why),
         }
         let _ = fs::remove_file(&path);
+        let _ = fs::remove_file(digest_file::path_for(&path));
     }
     let compiled = engine.precompile_component(wasm)?;
     // SAFETY: `compiled` was produced just now by this engine from `wasm`.
     let component = unsafe { Component::deserialize(engine, &compiled)? };
-    match store(dir, &path, &key, &compiled) {
+    match store(&path, &key, &compiled) {
         Ok(()) => {
             evict_old_artifacts(dir);
             let outcome = match rejected {
@@ -175,14 +172,56 @@ fn cache_key(dir: &Path) -> Result<[u8; 32], String> {
         .map_err(|_| format!("{} is not a 32-byte key", path.display()))
 }
 
-/// Whether `bytes` (digest, then artifact) carry the right keyed digest.
-fn verified(key: &[u8; 32], bytes: &[u8]) -> bool {
-    bytes.len() > DIGEST_BYTES && {
-        let (digest, artifact) = bytes.split_at(DIGEST_BYTES);
-        // `blake3::Hash` compares in constant time.
-        blake3::keyed_hash(key, artifact)
-            == blake3::Hash::from_bytes(digest.try_into().unwrap_or([0; 32]))
+/// Loads the artifact at `path` if it matches its digest file: mapped straight from the file
+/// when the file is the very one (same identity) whose bytes were found to match before,
+/// otherwise read, checked and deserialized from those bytes (and the file's identity recorded
+/// once it has settled). `Err` says why it was not loaded.
+fn load_checked(engine: &Engine, key: &[u8; 32], path: &Path) -> Result<Component, String> {
+    let recorded = digest_file::read(key, path)?;
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("it cannot be read: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("it cannot be read: {e}"))?;
+    if !private_to_this_user(&meta) {
+        return Err("it is not a private file of this user".into());
     }
+    let identity = FileIdentity::of(&meta);
+    if recorded.checked_identity == Some(identity) {
+        // Through the open descriptor, so the file mapped is the file whose identity matched.
+        let by_descriptor = format!("/proc/self/fd/{}", file.as_raw_fd());
+        // SAFETY: this file's bytes were read and found to carry a digest keyed with a secret
+        // only this user can read, so `store` below wrote them from
+        // `Engine::precompile_component` for this engine configuration and wasm (both are in
+        // the file's name); its identity is unchanged since, so no write has touched it.
+        if let Ok(component) = unsafe { Component::deserialize_file(engine, &by_descriptor) } {
+            return Ok(component);
+        }
+    }
+    let read_at = SystemTime::now();
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.read_to_end(&mut bytes)
+        .map_err(|e| format!("it cannot be read: {e}"))?;
+    // `blake3::Hash` compares in constant time.
+    if blake3::keyed_hash(key, &bytes) != recorded.digest {
+        return Err("its digest does not match its bytes".into());
+    }
+    // SAFETY: these exact bytes carry a digest keyed with a secret that only this user can
+    // read, so they were written by `store` below from `Engine::precompile_component` for the
+    // same engine configuration and wasm (both are in the file's name).
+    let component = unsafe { Component::deserialize(engine, &bytes) }
+        .map_err(|_| "it does not load".to_string())?;
+    let unchanged = file
+        .metadata()
+        .is_ok_and(|m| FileIdentity::of(&m) == identity);
+    if unchanged && identity.settled(read_at) {
+        // Best effort: without it the next load reads and checks the bytes again.
+        let _ = digest_file::write(key, path, &recorded.digest, Some(&identity));
+    }
+    Ok(component)
 }
 
 fn current_uid() -> u32 {
@@ -239,22 +278,26 @@ fn prepare_private_dir(dir: &Path) -> Result<(), String> {
 }
 
 fn owned_private_file(path: &Path) -> bool {
-    fs::symlink_metadata(path).is_ok_and(|m| {
-        m.file_type().is_file() && m.uid() == current_uid() && m.permissions().mode() & 0o077 == 0
-    })
+    fs::symlink_metadata(path).is_ok_and(|m| private_to_this_user(&m))
 }
 
-fn store(dir: &Path, path: &Path, key: &[u8; 32], compiled: &[u8]) -> std::io::Result<()> {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temporary = dir.join(format!(".{}-{unique}.tmp", std::process::id()));
+fn private_to_this_user(meta: &fs::Metadata) -> bool {
+    meta.file_type().is_file()
+        && meta.uid() == current_uid()
+        && meta.permissions().mode() & 0o077 == 0
+}
+
+/// Writes `compiled` to `path` atomically (mode 0600), its digest file first: a reader never
+/// finds the new artifact without its digest.
+fn store(path: &Path, key: &[u8; 32], compiled: &[u8]) -> std::io::Result<()> {
+    digest_file::write(key, path, &blake3::keyed_hash(key, compiled), None)?;
+    let temporary = digest_file::temporary_beside(path);
     let _ = fs::remove_file(&temporary);
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(&temporary)?;
-    file.write_all(blake3::keyed_hash(key, compiled).as_bytes())?;
     file.write_all(compiled)?;
     file.sync_all()?;
     drop(file);
@@ -273,6 +316,7 @@ fn evict_old_artifacts(dir: &Path) {
         .collect();
     artifacts.sort_by_key(|a| std::cmp::Reverse(a.0));
     for (_, old) in artifacts.into_iter().skip(KEEP_ARTIFACTS) {
+        let _ = fs::remove_file(digest_file::path_for(&old));
         let _ = fs::remove_file(old);
     }
 }

@@ -5,6 +5,7 @@
 pub mod bindings;
 pub mod cache;
 pub mod convert;
+pub(crate) mod digest_file;
 pub mod engine;
 pub mod instance;
 pub mod sandbox;
