@@ -291,17 +291,7 @@ fn private_to_this_user(meta: &fs::Metadata) -> bool {
 /// finds the new artifact without its digest.
 fn store(path: &Path, key: &[u8; 32], compiled: &[u8]) -> std::io::Result<()> {
     digest_file::write(key, path, &blake3::keyed_hash(key, compiled), None)?;
-    let temporary = digest_file::temporary_beside(path);
-    let _ = fs::remove_file(&temporary);
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    file.write_all(compiled)?;
-    file.sync_all()?;
-    drop(file);
-    fs::rename(&temporary, path)
+    digest_file::write_private(path, &[compiled])
 }
 
 /// Removes all but the [`KEEP_ARTIFACTS`] newest `.cwasm` files of the cache directory.

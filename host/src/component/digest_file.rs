@@ -136,22 +136,29 @@ pub(crate) fn write(
         let seal = identity_digest(key, artifact, &bytes);
         bytes.extend_from_slice(seal.as_bytes());
     }
-    let path = path_for(artifact);
-    let temporary = temporary_beside(&path);
+    write_private(&path_for(artifact), &[&bytes])
+}
+
+/// Writes `parts` to `path` atomically: a new mode-0600 file beside it, synced, then renamed
+/// over it.
+pub(crate) fn write_private(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
+    let temporary = temporary_beside(path);
     let _ = fs::remove_file(&temporary);
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(&temporary)?;
-    file.write_all(&bytes)?;
+    for part in parts {
+        file.write_all(part)?;
+    }
     file.sync_all()?;
     drop(file);
-    fs::rename(&temporary, &path)
+    fs::rename(&temporary, path)
 }
 
 /// A unique temporary name in `path`'s directory (this process, a counter).
-pub(crate) fn temporary_beside(path: &Path) -> PathBuf {
+fn temporary_beside(path: &Path) -> PathBuf {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     path.with_file_name(format!(".{}-{unique}.tmp", std::process::id()))
