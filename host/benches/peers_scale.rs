@@ -65,8 +65,9 @@
 //! set). It measures; it never asserts on a time. Run without `--bench` (as `cargo test
 //! --benches` does) or with `--quick`, it runs a short smoke pass (2 and 5 parked executions,
 //! 10^3 and 10^4 rounds, 20 calls) and writes no JSON. `--only=parked` or `--only=rounds` runs
-//! one part (no JSON); `--parked=1,100`, `--rounds=10000` and `--concurrency=N` (calls in flight
-//! in 5a; 0: all at once) override the defaults (no JSON).
+//! one part (no JSON); `--parked=1,100`, `--rounds=10000`, `--concurrency=N` (calls in flight
+//! in 5a; 0: all at once) and `--idle-seconds=N` (the idle window, long enough to attach a
+//! profiler to the parked process) override the defaults (no JSON).
 
 mod common;
 
@@ -176,7 +177,21 @@ impl Plan {
                     std::process::exit(2);
                 })
             });
-        let custom = parked_arg.is_some() || rounds_arg.is_some() || concurrency_arg.is_some();
+        let idle_arg = args
+            .iter()
+            .find_map(|a| a.strip_prefix("--idle-seconds="))
+            .map(|n| {
+                n.parse::<u64>()
+                    .map(Duration::from_secs)
+                    .unwrap_or_else(|_| {
+                        eprintln!("--idle-seconds takes a whole number of seconds, not `{n}`");
+                        std::process::exit(2);
+                    })
+            });
+        let custom = parked_arg.is_some()
+            || rounds_arg.is_some()
+            || concurrency_arg.is_some()
+            || idle_arg.is_some();
         let (parked, rounds, calls, warmup_calls) = if full {
             (
                 vec![1, 100, 1_000, 10_000],
@@ -193,11 +208,11 @@ impl Plan {
             parked: parked_arg.unwrap_or(parked),
             rounds: rounds_arg.unwrap_or(rounds),
             concurrency: concurrency_arg.unwrap_or(DEFAULT_CONCURRENCY),
-            idle_window: if full {
+            idle_window: idle_arg.unwrap_or(if full {
                 IDLE_WINDOW_FULL
             } else {
                 IDLE_WINDOW_SMOKE
-            },
+            }),
             calls,
             warmup_calls,
             custom,

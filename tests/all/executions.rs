@@ -915,6 +915,68 @@ fn a_renewal_moves_the_execution_s_expiry_and_keeps_its_document() {
     assert_eq!(result.outcome.tool_results.len(), 1);
 }
 
+/// Once a parked worker's leases have been renewed, the next renewals read nothing and write
+/// the two rows' expiries alone: the round's row moves its version and expiry at each renewal
+/// while its document stays byte for byte, and the round as read reports the row's expiry.
+#[test]
+fn a_parked_worker_s_renewals_write_both_expiries_and_keep_both_documents() {
+    let db = TempDb::new();
+    let kit = kit_renewing_often(&db);
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Managed);
+    let pending = wait_pending(&handle);
+    let conn = rusqlite::Connection::open(&db.path).unwrap();
+    let rows = || -> (i64, i64, String, i64, String) {
+        conn.query_row(
+            "SELECT r.version, r.lease_expires_at_ns, r.document, e.version, e.document \
+             FROM managed_input_rounds r JOIN executions e USING (execution_id) \
+             WHERE r.round_id = ?1",
+            [&pending.round_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .unwrap()
+    };
+    let after_renewals = |from: i64, count: i64| {
+        let started = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = rows();
+            if now.0 >= from + count || started.elapsed() > Duration::from_secs(20) {
+                return now;
+            }
+        }
+    };
+    // Two renewals: the first one after parking reads the rows; the later ones need not.
+    let (version, expires, document, execution_version, execution_document) =
+        after_renewals(rows().0, 2);
+    let (later_version, later_expires, later_document, later_execution_version, _) =
+        after_renewals(version, 3);
+    assert!(
+        later_version >= version + 3,
+        "renewed three more times: version {version} -> {later_version}"
+    );
+    assert!(later_expires > expires, "the round's expiry moved");
+    assert!(later_execution_version >= execution_version + 3);
+    assert_eq!(
+        later_document, document,
+        "the round's document is kept as it was"
+    );
+    let (.., now_execution_document) = rows();
+    assert_eq!(now_execution_document, execution_document);
+    let read = db.store().get_round(&pending.round_id).unwrap().unwrap();
+    let (_, expires_now, ..) = rows();
+    let read_expiry = read.lease.unwrap().expires_at;
+    let read_ns = read_expiry.timestamp_nanos_opt().unwrap();
+    assert!(
+        read_ns >= later_expires && read_ns <= expires_now,
+        "the round as read has its row's expiry"
+    );
+    handle
+        .respond_elicitation(&pending.round_id, address(), "k")
+        .unwrap();
+    let result = finished(&handle);
+    assert!(result.succeeded(), "{:?}", result.outcome);
+}
+
 /// The leases of parked workers are renewed by the kit together, in one write transaction
 /// (their renewals fall into step within a period or two): the rounds of four executions
 /// waiting for their answers end up with leases expiring at the very same instant, the `now`

@@ -33,7 +33,13 @@ pub fn from_row(row: &RoundRow) -> Result<ManagedInputRecord> {
             unreadable.describe(&format!("round {}", row.round_id)),
         )
     })?;
-    let record = ManagedInputRecord::from(document);
+    let mut record = ManagedInputRecord::from(document);
+    // A renewal moves the row's expiry and update time alone (`set-round-lease-expiry`): the
+    // row's are the current ones.
+    if let (Some(lease), Some(expires_at)) = (record.lease.as_mut(), row.lease_expires_at) {
+        lease.expires_at = expires_at;
+    }
+    record.timestamps.updated_at = row.updated_at;
     if record.pending.round_id != row.round_id || record.status != row.status {
         return Err(storage(
             ErrorCode::CorruptRecord,

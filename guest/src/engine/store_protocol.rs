@@ -79,6 +79,16 @@ pub(crate) fn decide_in(
 }
 
 impl RoundDecided {
+    /// The round row's version once [`RoundDecided::write`] wrote the decision (0: no row).
+    pub(crate) fn version_after(&self) -> u64 {
+        match (&self.decision.write, &self.row) {
+            (Write::Update, Some(row)) => row.version + 1,
+            (Write::Unchanged, Some(row)) => row.version,
+            (Write::Insert, _) => 1,
+            (_, None) => 0,
+        }
+    }
+
     /// Writes what the decision says with compare-and-set; the caller commits. Returns the
     /// round as decided and whether anything was written.
     pub(crate) fn write(self, tx: &Transaction) -> Result<(ManagedInputRecord, bool)> {

@@ -419,12 +419,34 @@ fn claim_round(record: &mut ManagedInputRecord, claim: OwnerClaim, now: &Timesta
 fn renew(record: &mut ManagedInputRecord, renewal: Renewal, now: &Timestamp) -> Result<()> {
     lifecycle::ensure_open(record)?;
     lease::authorize(record, &renewal.lease, now)?;
-    record.lease = Some(Lease {
-        expires_at: time::add_millis(now, renewal.lease_ttl_ms),
-        ..renewal.lease
-    });
+    record.lease = Some(renewed_lease(renewal, now));
     record.timestamps.updated_at = *now;
     Ok(())
+}
+
+/// `renew` on a round known to be open and to hold `stored` (a round unchanged since a renewal
+/// of it was granted): the lease it grants, decided by the same rule without the record.
+pub fn renew_unchanged(
+    round_id: &str,
+    stored: &Lease,
+    renewal: Renewal,
+    now: &Timestamp,
+) -> Result<Lease> {
+    lease::check_ttl(renewal.lease_ttl_ms)?;
+    lease::authorize_held(
+        &format!("round {round_id}"),
+        Some(stored),
+        &renewal.lease,
+        now,
+    )?;
+    Ok(renewed_lease(renewal, now))
+}
+
+fn renewed_lease(renewal: Renewal, now: &Timestamp) -> Lease {
+    Lease {
+        expires_at: time::add_millis(now, renewal.lease_ttl_ms),
+        ..renewal.lease
+    }
 }
 
 /// Returns `Write::Unchanged` for an idempotent repeat (the record is left as stored).

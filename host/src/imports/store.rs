@@ -2,7 +2,8 @@
 //! runs the transactions it is asked to and decides nothing.
 
 use crate::component::bindings::m3::managed_input::store::{
-    self, ExecutionRow, HostTransaction, RoundFilter, RoundRow, StoreError, TransactionMode,
+    self, ExecutionRow, HostTransaction, LeaseExpiry, RoundFilter, RoundRow, StoreError,
+    TransactionMode,
 };
 use crate::component::bindings::m3::managed_input::types;
 use crate::sqlite::database::Database;
@@ -81,6 +82,20 @@ impl HostTransaction for StoreContext {
         expected_version: u64,
     ) -> wasmtime::Result<Result<bool, StoreError>> {
         let result = self.table.get(&tx)?.compare_and_set(&row, expected_version);
+        Ok(result)
+    }
+
+    fn set_lease_expiries(
+        &mut self,
+        tx: Resource<Transaction>,
+        execution: LeaseExpiry,
+        round: Option<LeaseExpiry>,
+        updated_at: types::Timestamp,
+    ) -> wasmtime::Result<Result<bool, StoreError>> {
+        let result =
+            self.table
+                .get(&tx)?
+                .set_lease_expiries(&execution, round.as_ref(), &updated_at);
         Ok(result)
     }
 

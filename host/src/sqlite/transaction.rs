@@ -7,7 +7,7 @@ use super::idle::Lent;
 use super::store_error::store_error;
 use super::wakeups::Waiters;
 use crate::component::bindings::m3::managed_input::store::{
-    RoundFilter, RoundRow, StoreError, TransactionMode,
+    LeaseExpiry, RoundFilter, RoundRow, StoreError, TransactionMode,
 };
 use crate::component::bindings::m3::managed_input::types::{Status, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -245,6 +245,59 @@ impl Transaction {
         Ok(changed == 1)
     }
 
+    /// Sets the lease expiry and update time of an execution's row and, when given, of one of
+    /// its rounds' rows, moving each version on, only if each version is still the one expected:
+    /// both or neither (a savepoint undoes the first when the second does not match).
+    pub fn set_lease_expiries(
+        &self,
+        execution: &LeaseExpiry,
+        round: Option<&LeaseExpiry>,
+        updated_at: &Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.ensure_open()?;
+        let connection = self.connection()?;
+        connection
+            .execute_batch("SAVEPOINT lease_expiries")
+            .map_err(store_error)?;
+        let written = (|| {
+            let mut changed = connection
+                .prepare_cached(
+                    "UPDATE executions SET lease_expires_at_ns = ?2, updated_at_ns = ?3, \
+                     version = version + 1 WHERE execution_id = ?1 AND version = ?4",
+                )?
+                .execute(params![
+                    execution.id,
+                    to_ns(&execution.expires_at),
+                    to_ns(updated_at),
+                    execution.expected_version as i64,
+                ])?;
+            if let Some(round) = round.filter(|_| changed == 1) {
+                changed = connection
+                    .prepare_cached(
+                        "UPDATE managed_input_rounds SET lease_expires_at_ns = ?3, \
+                         updated_at_ns = ?4, version = version + 1 \
+                         WHERE round_id = ?1 AND version = ?5 AND execution_id = ?2",
+                    )?
+                    .execute(params![
+                        round.id,
+                        execution.id,
+                        to_ns(&round.expires_at),
+                        to_ns(updated_at),
+                        round.expected_version as i64,
+                    ])?;
+            }
+            Ok::<bool, rusqlite::Error>(changed == 1)
+        })();
+        let end = match written {
+            Ok(true) => "RELEASE lease_expiries",
+            _ => "ROLLBACK TO lease_expiries; RELEASE lease_expiries",
+        };
+        let ended = connection.execute_batch(end);
+        let written = written.map_err(store_error)?;
+        ended.map_err(store_error)?;
+        Ok(written)
+    }
+
     /// Stamps `execution_id`'s wake-up row; its waiters in this process are told on commit (those
     /// elsewhere read the row).
     pub fn wake_execution(&mut self, execution_id: &str) -> Result<(), StoreError> {
@@ -300,6 +353,7 @@ impl Drop for Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::component::bindings::m3::managed_input::store::ExecutionRow;
     use crate::sqlite::database::Synchronous;
     use std::time::Duration;
 
@@ -327,5 +381,128 @@ mod tests {
             .query_row("PRAGMA cache_size", [], |r| r.get(0))
             .unwrap();
         assert_eq!(marked, -777, "the next read got the same connection");
+    }
+
+    /// `set-lease-expiries` writes the execution's and the round's expiries over the versions
+    /// expected, and only the expiry, update time and version; when either version moved it
+    /// writes neither.
+    #[test]
+    fn lease_expiries_are_set_on_both_rows_or_neither() {
+        use crate::component::bindings::m3::managed_input::types::ExecutionStatus;
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(
+            &dir.path().join("m3.db"),
+            Duration::from_secs(5),
+            Synchronous::Full,
+        )
+        .unwrap();
+        let at = from_ns;
+        let ns = |t: &Option<Timestamp>| t.as_ref().map(to_ns);
+        let mut tx = Transaction::begin(&db, TransactionMode::Write).unwrap();
+        assert!(
+            tx.insert_execution(&ExecutionRow {
+                execution_id: "e".into(),
+                status: ExecutionStatus::Running,
+                version: 1,
+                owner_id: Some("w".into()),
+                lease_expires_at: Some(at(10)),
+                created_at: at(1),
+                updated_at: at(1),
+                document: "execution document".into(),
+            })
+            .unwrap()
+        );
+        assert!(
+            tx.insert(&RoundRow {
+                round_id: "r".into(),
+                execution_id: "e".into(),
+                status: Status::Pending,
+                version: 1,
+                owner_id: Some("w".into()),
+                lease_expires_at: Some(at(10)),
+                deadline: None,
+                created_at: at(1),
+                updated_at: at(1),
+                document: "round document".into(),
+            })
+            .unwrap()
+        );
+        tx.commit().unwrap();
+        let expiry = |id: &str, version: u64, ns: i64| LeaseExpiry {
+            id: id.into(),
+            expected_version: version,
+            expires_at: at(ns),
+        };
+        let rows = || {
+            let tx = Transaction::begin(&db, TransactionMode::Read).unwrap();
+            let execution = tx.get_execution("e").unwrap().unwrap();
+            let round = tx.get("r").unwrap().unwrap();
+            (execution, round)
+        };
+
+        // Both versions as expected: both rows move, their documents kept.
+        let mut tx = Transaction::begin(&db, TransactionMode::Write).unwrap();
+        let written = tx
+            .set_lease_expiries(&expiry("e", 1, 20), Some(&expiry("r", 1, 30)), &at(5))
+            .unwrap();
+        tx.commit().unwrap();
+        assert!(written);
+        let (execution, round) = rows();
+        assert_eq!(
+            (
+                execution.version,
+                ns(&execution.lease_expires_at),
+                to_ns(&execution.updated_at)
+            ),
+            (2, Some(20), 5)
+        );
+        assert_eq!(
+            (
+                round.version,
+                ns(&round.lease_expires_at),
+                to_ns(&round.updated_at)
+            ),
+            (2, Some(30), 5)
+        );
+        assert_eq!(execution.document, "execution document");
+        assert_eq!(round.document, "round document");
+
+        // The round's version moved: neither row is written, the transaction goes on.
+        let mut tx = Transaction::begin(&db, TransactionMode::Write).unwrap();
+        let written = tx
+            .set_lease_expiries(&expiry("e", 2, 40), Some(&expiry("r", 1, 40)), &at(6))
+            .unwrap();
+        assert!(!written);
+        // The execution's version moved: neither either.
+        assert!(
+            !tx.set_lease_expiries(&expiry("e", 1, 40), Some(&expiry("r", 2, 40)), &at(6))
+                .unwrap()
+        );
+        // A round of another execution is not touched through this one.
+        assert!(
+            !tx.set_lease_expiries(&expiry("x", 2, 40), Some(&expiry("r", 2, 40)), &at(6))
+                .unwrap()
+        );
+        tx.commit().unwrap();
+        let (execution, round) = rows();
+        assert_eq!(
+            (execution.version, ns(&execution.lease_expires_at)),
+            (2, Some(20))
+        );
+        assert_eq!((round.version, ns(&round.lease_expires_at)), (2, Some(30)));
+
+        // The execution alone.
+        let mut tx = Transaction::begin(&db, TransactionMode::Write).unwrap();
+        assert!(
+            tx.set_lease_expiries(&expiry("e", 2, 50), None, &at(7))
+                .unwrap()
+        );
+        tx.commit().unwrap();
+        let (execution, round) = rows();
+        assert_eq!(
+            (execution.version, ns(&execution.lease_expires_at)),
+            (3, Some(50))
+        );
+        assert_eq!(round.version, 2);
     }
 }

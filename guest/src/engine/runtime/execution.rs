@@ -16,7 +16,9 @@ use crate::exports::m3::managed_input::runtime::{
     ExecutionDiagnostics, ExecutionEvent, ExecutionFailure, ExecutionLifecycle, ExecutionOutcome,
     ExecutionSpec, ExecutionState, FailureKind, OutcomeKind, ToolResult,
 };
-use crate::m3::managed_input::store::{ExecutionRow, RoundFilter, Transaction, TransactionMode};
+use crate::m3::managed_input::store::{
+    ExecutionRow, LeaseExpiry, RoundFilter, Transaction, TransactionMode,
+};
 use crate::m3::managed_input::types::{
     Cursor, ErrorCode, ExecutionStatus, FailureCode, HeldLeases, Lease, ManagedInputError,
     PendingRound, Status, Timestamp,
@@ -668,6 +670,9 @@ fn renew_one(
     if let Err(e) = check_execution_id(&execution_id) {
         return Ok(Err(e));
     }
+    if let Some(renewed) = renew_unchanged(tx, &mut entry, now)? {
+        return Ok(Ok(renewed));
+    }
     let renewal = ExecutionOperation::Renew(ExecutionRenewal {
         lease: entry.lease.clone(),
         lease_ttl_ms: entry.ttl_ms,
@@ -698,12 +703,13 @@ fn renew_one(
     let cancel_requested = decided.decision.next.cancel_requested;
     let renewed = decided.decision.next.lease.clone();
     let mut wrote = decided.decision.write == ExecutionWrite::Update;
-    decided.write(tx, *now)?;
+    entry.version = decided.write(tx, *now)?.version;
     if let Some(renewed) = renewed {
         entry.lease.expires_at = renewed.expires_at;
     }
     let mut attention = cancel_requested;
     if let (Some(held), Some(round)) = (entry.round.as_mut(), round) {
+        held.version = round.version_after();
         let (record, round_wrote) = round.write(tx)?;
         wrote |= round_wrote;
         attention |= held.awaiting_answer && record.status != Status::Pending;
@@ -713,11 +719,94 @@ fn renew_one(
     }
     entry.renew_at = time::add_millis(now, entry.renew_every_ms);
     let renewal = if attention {
+        // The worker looks and parks again with fresh leases: the versions are not carried on.
+        entry.version = 0;
+        if let Some(held) = entry.round.as_mut() {
+            held.version = 0;
+        }
         HeldRenewal::Attention(entry)
     } else {
         HeldRenewal::Renewed(entry)
     };
     Ok(Ok((renewal, wrote)))
+}
+
+/// The renewal of an entry whose rows are unchanged since its last renewal (both versions known
+/// and still stored): decided on the leases as held, which are the stored ones (an execution
+/// running, its cancel flag clear, its round open and as awaited, or the last renewal would have
+/// asked the worker to look), and written as the two expiries alone. `None`: a version is not
+/// known or moved, or the rule refuses (the full renewal then reads, decides and reports).
+fn renew_unchanged(
+    tx: &Transaction,
+    entry: &mut HeldLeases,
+    now: &Timestamp,
+) -> Result<Option<(HeldRenewal, bool)>> {
+    if entry.version == 0 || entry.round.as_ref().is_some_and(|r| r.version == 0) {
+        return Ok(None);
+    }
+    let before = ExecutionHead {
+        status: ExecutionStatus::Running,
+        lease: Some(entry.lease.clone()),
+        cancel_requested: false,
+    };
+    let renewal = ExecutionOperation::Renew(ExecutionRenewal {
+        lease: entry.lease.clone(),
+        lease_ttl_ms: entry.ttl_ms,
+    });
+    let Ok(decision) = execution_rules::decide(&entry.execution_id, Some(&before), renewal, now)
+    else {
+        return Ok(None);
+    };
+    let Some(execution_lease) = decision.next.lease.filter(|_| {
+        decision.write == ExecutionWrite::Update
+            && decision.ended.is_none()
+            && decision.fail_rounds_of.is_none()
+            && !decision.next.cancel_requested
+    }) else {
+        return Ok(None);
+    };
+    let round_lease = match &entry.round {
+        Some(held) => {
+            let renewal = RoundRenewal {
+                lease: held.lease.clone(),
+                lease_ttl_ms: entry.ttl_ms,
+            };
+            match crate::round_protocol::renew_unchanged(&held.round_id, &held.lease, renewal, now)
+            {
+                Ok(granted) => Some(granted),
+                Err(_) => return Ok(None),
+            }
+        }
+        None => None,
+    };
+    let execution = LeaseExpiry {
+        id: entry.execution_id.clone(),
+        expected_version: entry.version,
+        expires_at: execution_lease.expires_at,
+    };
+    let round = match (&entry.round, &round_lease) {
+        (Some(held), Some(granted)) => Some(LeaseExpiry {
+            id: held.round_id.clone(),
+            expected_version: held.version,
+            expires_at: granted.expires_at,
+        }),
+        _ => None,
+    };
+    if !tx
+        .set_lease_expiries(&execution, round.as_ref(), *now)
+        .map_err(store_error)?
+    {
+        // A row moved on since: the full renewal reads both.
+        return Ok(None);
+    }
+    entry.version += 1;
+    entry.lease.expires_at = execution_lease.expires_at;
+    if let (Some(held), Some(granted)) = (entry.round.as_mut(), round_lease) {
+        held.version += 1;
+        held.lease = granted;
+    }
+    entry.renew_at = time::add_millis(now, entry.renew_every_ms);
+    Ok(Some((HeldRenewal::Renewed(entry.clone()), true)))
 }
 
 /// Whether an error is the database failing (busy past its timeout, I/O), not a decision.

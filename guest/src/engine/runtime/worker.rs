@@ -1098,10 +1098,13 @@ impl Worker {
         HeldLeases {
             execution_id: self.held.execution_id.clone(),
             lease: self.held.lease.clone(),
+            // Not known here: the first renewal reads the rows and the next ones carry them.
+            version: 0,
             round: self.slot.as_ref().map(|slot| HeldRound {
                 round_id: slot.round_id.clone(),
                 lease: slot.lease.clone(),
                 awaiting_answer: !slot.answered,
+                version: 0,
             }),
             ttl_ms: self.spec.lease_ttl_ms,
             renew_at: self.next_renewal,
