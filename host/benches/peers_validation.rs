@@ -406,7 +406,7 @@ impl Drop for PeerProcess {
 enum Engine {
     Component {
         policy: Policy,
-        round: PreparedRound,
+        round: Box<PreparedRound>,
     },
     Native(jsonschema::Validator),
     Peer(PeerProcess),
@@ -564,7 +564,10 @@ fn validation_bench(
             name: "component",
             runtime: "wasmtime (m3 guest)".into(),
             validator: "guest policy: jsonschema 0.61 in wasm".into(),
-            engine: Engine::Component { policy, round },
+            engine: Engine::Component {
+                policy,
+                round: Box::new(round),
+            },
             samples: Default::default(),
         },
         Contender {

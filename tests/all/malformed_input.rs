@@ -2074,6 +2074,86 @@ fn malformed_submissions_are_refused_and_leave_every_round_pending() {
     );
 }
 
+/// A prepared round (the component's `prepared-round` resource, which keeps the round's requests
+/// and compiled validators) decides every generated case exactly as the one-off call carrying the
+/// round does: the same canonical answer or the same error, code, message and detail, on first
+/// use, on reuse, and from several threads at once sharing one prepared round.
+#[test]
+fn a_prepared_round_decides_every_case_as_the_one_off_call_does() {
+    let seed = run_seed();
+    let db = TempDb::new();
+    let options = StoreOptions::default();
+    let limit = options.max_responses_bytes;
+    let store = open(&db.path, options);
+    let policy = Arc::new(Policy::new().expect("policy"));
+    let mut rounds = BTreeMap::new();
+    for target in TARGETS {
+        let record = store
+            .create_round(&target.new_round())
+            .unwrap_or_else(|e| panic!("create {target:?}: {e}"));
+        let prepared = Arc::new(policy.prepare(&record.pending));
+        rounds.insert(target, (record.pending, prepared));
+    }
+    let keys = idempotency_keys();
+    let cases: Vec<(Target, String)> = (0..CATEGORIES.len() * 150)
+        .map(|index| {
+            let case = generate(index, seed ^ 0x9E_7A_2E, limit, &keys);
+            (case.target, case.text)
+        })
+        .chain((0..150u64).map(|i| {
+            let mut rng = Rng::for_case(seed ^ 0x9E_7A_2F, i);
+            let target = TARGETS[i as usize % TARGETS.len()];
+            (target, valid_map(target, &mut rng))
+        }))
+        .collect();
+    let (mut accepted, mut refused) = (0, 0);
+    for (target, text) in &cases {
+        let (pending, prepared) = &rounds[target];
+        let once = policy.validate_responses_json(pending, text);
+        let first = policy.validate_prepared_json(prepared, text);
+        let again = policy.validate_prepared_json(prepared, text);
+        assert_eq!(
+            first,
+            once,
+            "{target:?} {}: prepared differs",
+            excerpt(text)
+        );
+        assert_eq!(again, once, "{target:?} {}: reuse differs", excerpt(text));
+        match once {
+            Ok(_) => accepted += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(
+        accepted >= 150 && refused >= 500,
+        "{accepted} accepted, {refused} refused"
+    );
+
+    // Four threads share each prepared round: one uses its instance, the rest validate as
+    // one-off calls meanwhile, and every result is still the one-off call's.
+    let cases = Arc::new(cases);
+    let rounds = Arc::new(rounds);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (cases, rounds, policy) = (cases.clone(), rounds.clone(), policy.clone());
+            std::thread::spawn(move || {
+                for (target, text) in cases.iter().skip(t).step_by(3) {
+                    let (pending, prepared) = &rounds[target];
+                    assert_eq!(
+                        policy.validate_prepared_json(prepared, text),
+                        policy.validate_responses_json(pending, text),
+                        "thread {t}, {target:?} {}",
+                        excerpt(text)
+                    );
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("a validating thread");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hostile schemas at create_round
 // ---------------------------------------------------------------------------------------------

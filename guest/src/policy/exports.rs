@@ -1,6 +1,8 @@
 //! The policy-only exports (`policy`, `round-protocol`, `execution-rules`): in both components.
 
-use super::{canonical, execution_rules, responses, round_protocol, schema, submission};
+use super::{
+    canonical, execution_rules, prepared_round, responses, round_protocol, schema, submission,
+};
 use crate::Component;
 use crate::exports::m3::managed_input::{
     execution_rules as execution_rules_export, policy, round_protocol as round_protocol_export,
@@ -10,6 +12,8 @@ use crate::m3::managed_input::types::{
 };
 
 impl policy::Guest for Component {
+    type PreparedRound = prepared_round::PreparedRound;
+
     fn check_requested_schema(schema: String) -> Result<(), ManagedInputError> {
         schema::check_requested_schema(&schema).map(|_| ())
     }
@@ -88,5 +92,18 @@ impl execution_rules_export::Guest for Component {
         round: ManagedInputRecord,
     ) -> Result<(), ManagedInputError> {
         execution_rules::check_round_of(&execution_id, &round)
+    }
+}
+
+impl policy::GuestPreparedRound for prepared_round::PreparedRound {
+    fn new(round: PendingRound) -> Self {
+        Self::new(round)
+    }
+
+    fn validate_responses(
+        &self,
+        responses: String,
+    ) -> Result<Vec<(String, ElicitationResponse)>, ManagedInputError> {
+        Self::validate_responses(self, &responses)
     }
 }

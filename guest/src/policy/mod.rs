@@ -8,6 +8,7 @@ mod exports;
 pub mod lease;
 pub mod lifecycle;
 pub mod mutation;
+pub mod prepared_round;
 pub mod responses;
 pub mod round_protocol;
 pub mod schema;

@@ -8,9 +8,11 @@ use crate::errors::{Result, bounded, validation, validation_at};
 use crate::m3::managed_input::types::{
     ElicitationAction, ElicitationRequest, ElicitationResponse, ErrorCode,
 };
-use crate::{schema, strict_json};
+use crate::schema::{self, FormCheck};
+use crate::strict_json;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
+use std::rc::Rc;
 
 /// Largest response map accepted, in bytes of JSON text.
 pub const MAX_RESPONSES_BYTES: usize = 1024 * 1024;
@@ -19,6 +21,18 @@ pub const MAX_RESPONSES_BYTES: usize = 1024 * 1024;
 pub fn validate_responses(
     requests: &[(String, ElicitationRequest)],
     text: &str,
+) -> Result<Vec<(String, ElicitationResponse)>> {
+    validate_responses_with(requests, text, &mut |_, schema_text| {
+        schema::validator_for(schema_text)
+    })
+}
+
+/// [`validate_responses`] with the compiled validator of the form request at index `i` (of
+/// `requests`, whose schema is `schema_text`) from `validator(i, schema_text)`.
+pub fn validate_responses_with(
+    requests: &[(String, ElicitationRequest)],
+    text: &str,
+    validator: &mut dyn FnMut(usize, &str) -> Result<Rc<FormCheck>>,
 ) -> Result<Vec<(String, ElicitationResponse)>> {
     if text.len() > MAX_RESPONSES_BYTES {
         return Err(validation(
@@ -39,10 +53,13 @@ pub fn validate_responses(
     };
     check_key_set(requests, &map)?;
     let mut out = Vec::with_capacity(map.len());
-    let mut sorted: Vec<&(String, ElicitationRequest)> = requests.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
-    for (key, request) in sorted {
-        let response = check_response(key, request, &map[key])?;
+    let mut sorted: Vec<(usize, &(String, ElicitationRequest))> =
+        requests.iter().enumerate().collect();
+    sorted.sort_by(|a, b| a.1.0.cmp(&b.1.0));
+    for (index, (key, request)) in sorted {
+        let response = check_response(key, request, &map[key], &mut |schema_text| {
+            validator(index, schema_text)
+        })?;
         out.push((key.clone(), response));
     }
     Ok(out)
@@ -87,6 +104,7 @@ fn check_response(
     key: &str,
     request: &ElicitationRequest,
     value: &Value,
+    validator: &mut dyn FnMut(&str) -> Result<Rc<FormCheck>>,
 ) -> Result<ElicitationResponse> {
     let Value::Object(fields) = value else {
         return Err(validation_at(
@@ -138,7 +156,7 @@ fn check_response(
             ElicitationAction::Accept,
             Some(content @ Value::Object(_)),
         ) => {
-            check_form_content(key, &form.requested_schema, content)?;
+            check_form_content(key, &*validator(&form.requested_schema)?, content)?;
             Ok(ElicitationResponse {
                 action,
                 // Kept as given (numbers with every digit), compact, keys sorted.
@@ -179,8 +197,7 @@ fn check_response(
     }
 }
 
-fn check_form_content(key: &str, schema_text: &str, content: &Value) -> Result<()> {
-    let check = schema::validator_for(schema_text)?;
+fn check_form_content(key: &str, check: &FormCheck, content: &Value) -> Result<()> {
     // The first error only: collecting every error of a huge invalid array (one per item)
     // outgrew the component's memory (regression: a 136k-item multi-select answer).
     let Err(error) = check.validator.validate(content) else {

@@ -5,12 +5,14 @@ use crate::api::error::{EngineError, ErrorCode, ManagedInputError};
 use crate::api::response::ElicitationResponse;
 use crate::api::round::PendingElicitationRound;
 use crate::api::submission::{self, HumanInput, ModelValidationError};
+use crate::component::bindings::m3::managed_input::types;
 use crate::component::convert;
 use crate::component::engine::ComponentRuntime;
-use crate::component::instance::{GuestLimits, InstancePool};
+use crate::component::instance::{GuestLimits, Instance, InstancePool};
 use crate::component::sandbox::{self, ImportBinding};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use wasmtime::component::ResourceAny;
 
 /// The policy-only component (WIT world `policy-only`: exports `policy`, `round-protocol` and
 /// `execution-rules`, imports only `wasi:random`), built by `build.rs` from the same guest crate
@@ -20,10 +22,41 @@ pub static POLICY_COMPONENT: &[u8] = include_bytes!(env!("M3_POLICY_WASM_PATH"))
 /// Largest response map [`Policy::validate_responses_json`] passes to the component.
 pub const MAX_RESPONSES_BYTES: usize = 1024 * 1024;
 
-/// A round in the component's form, ready to validate answers against.
-#[derive(Debug, Clone)]
+/// A round ready to validate answers against: the component's `prepared-round`, which keeps
+/// the round's requests and compiled validators inside an instance of its own, so that each
+/// validation carries only the answer. It holds that instance (its memory) until dropped; a
+/// clone makes its own on first use.
 pub struct PreparedRound {
-    round: crate::component::bindings::m3::managed_input::types::PendingRound,
+    round: types::PendingRound,
+    /// The instance and the resource in it, once made.
+    kept: Mutex<Kept>,
+}
+
+/// Where a [`PreparedRound`]'s resource is.
+enum Kept {
+    /// Not made yet, or dropped after a trap.
+    Empty,
+    /// In use by one validation; others validate as one-off calls meanwhile.
+    Busy,
+    /// Made and idle: the instance that owns it, and the resource.
+    Ready(Box<Instance>, ResourceAny),
+}
+
+impl Clone for PreparedRound {
+    fn clone(&self) -> Self {
+        Self {
+            round: self.round.clone(),
+            kept: Mutex::new(Kept::Empty),
+        }
+    }
+}
+
+impl std::fmt::Debug for PreparedRound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedRound")
+            .field("round_id", &self.round.round_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The validation rules of the component, without storage.
@@ -53,10 +86,12 @@ impl Policy {
         }
     }
 
-    /// Converts a round once for repeated validation (its schemas are serialised only here).
+    /// Converts a round once for repeated validation: the component keeps its requests and
+    /// compiled validators (made on first use), and each validation passes only the answer.
     pub fn prepare(&self, round: &PendingElicitationRound) -> PreparedRound {
         PreparedRound {
             round: convert::pending_round(round),
+            kept: Mutex::new(Kept::Empty),
         }
     }
 
@@ -86,7 +121,10 @@ impl Policy {
         round: &PendingElicitationRound,
         responses: &str,
     ) -> Result<BTreeMap<String, ElicitationResponse>, ManagedInputError> {
-        self.validate_prepared_json(&self.prepare(round), responses)
+        if responses.len() > MAX_RESPONSES_BYTES {
+            return Err(too_large(responses.len()));
+        }
+        self.validate_once(&convert::pending_round(round), responses)
     }
 
     /// [`Policy::validate_responses_json`] for a round converted once with [`Policy::prepare`].
@@ -96,20 +134,87 @@ impl Policy {
         responses: &str,
     ) -> Result<BTreeMap<String, ElicitationResponse>, ManagedInputError> {
         if responses.len() > MAX_RESPONSES_BYTES {
-            return Err(ManagedInputError::edge_validation(
-                ErrorCode::PayloadTooLarge,
-                format!(
-                    "responses are {} bytes; the limit is {MAX_RESPONSES_BYTES}",
-                    responses.len()
-                ),
-            ));
+            return Err(too_large(responses.len()));
         }
+        let taken = {
+            let mut kept = round.kept.lock().unwrap_or_else(|e| e.into_inner());
+            match std::mem::replace(&mut *kept, Kept::Busy) {
+                Kept::Busy => None,
+                Kept::Empty => Some(None),
+                Kept::Ready(instance, prepared) => Some(Some((*instance, prepared))),
+            }
+        };
+        let Some(taken) = taken else {
+            // Another thread is validating against this round's instance: validate as a
+            // one-off call rather than wait for it.
+            return self.validate_once(&round.round, responses);
+        };
+        let outcome = self.validate_kept(round, taken, responses);
+        let mut kept = round.kept.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok((instance, prepared, validated)) => {
+                *kept = Kept::Ready(Box::new(instance), prepared);
+                drop(kept);
+                convert::responses_back(&validated.map_err(|e| convert::error_back(&e))?)
+            }
+            Err(error) => {
+                // A trap may have left the instance in any state: drop it with the resource in
+                // it; the next call makes both again.
+                *kept = Kept::Empty;
+                Err(error.into())
+            }
+        }
+    }
+
+    /// One validation against the round's kept resource, made (in an instance of its own) when
+    /// `taken` holds none yet.
+    #[allow(clippy::type_complexity)]
+    fn validate_kept(
+        &self,
+        round: &PreparedRound,
+        taken: Option<(Instance, ResourceAny)>,
+        responses: &str,
+    ) -> Result<
+        (
+            Instance,
+            ResourceAny,
+            Result<Vec<(String, types::ElicitationResponse)>, types::ManagedInputError>,
+        ),
+        EngineError,
+    > {
+        let (mut instance, prepared) = match taken {
+            Some(kept) => kept,
+            None => {
+                let mut instance = self.pool.own_instance()?;
+                let prepared = self.pool.call_on(&mut instance, |b, s| {
+                    b.m3_managed_input_policy()
+                        .prepared_round()
+                        .call_constructor(s, &round.round)
+                })?;
+                (instance, prepared)
+            }
+        };
+        let responses = responses.to_owned();
+        let validated = self.pool.call_on(&mut instance, |b, s| {
+            b.m3_managed_input_policy()
+                .prepared_round()
+                .call_validate_responses(s, prepared, &responses)
+        })?;
+        Ok((instance, prepared, validated))
+    }
+
+    /// `validate-responses` as a single call carrying the round, on any idle instance.
+    fn validate_once(
+        &self,
+        round: &types::PendingRound,
+        responses: &str,
+    ) -> Result<BTreeMap<String, ElicitationResponse>, ManagedInputError> {
         let responses = responses.to_owned();
         let validated = self
             .pool
             .call(|b, s| {
                 b.m3_managed_input_policy()
-                    .call_validate_responses(s, &round.round, &responses)
+                    .call_validate_responses(s, round, &responses)
             })?
             .map_err(|e| convert::error_back(&e))?;
         convert::responses_back(&validated)
@@ -198,4 +303,12 @@ impl Policy {
     pub fn imports(&self) -> Vec<ImportBinding> {
         sandbox::imports(&self.runtime.engine, &self.runtime.component)
     }
+}
+
+/// The error for a response map over [`MAX_RESPONSES_BYTES`].
+fn too_large(len: usize) -> ManagedInputError {
+    ManagedInputError::edge_validation(
+        ErrorCode::PayloadTooLarge,
+        format!("responses are {len} bytes; the limit is {MAX_RESPONSES_BYTES}"),
+    )
 }

@@ -174,6 +174,31 @@ impl InstancePool {
             Some(instance) => instance,
             None => self.instantiate()?,
         };
+        let value = self.call_on(&mut instance, f)?;
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < MAX_IDLE {
+            idle.push(instance);
+        }
+        Ok(value)
+    }
+
+    /// An instance of this pool's for one owner alone (one that keeps a resource of the
+    /// component's in it); call it with [`InstancePool::call_on`].
+    pub(crate) fn own_instance(&self) -> Result<Instance, EngineError> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match idle {
+            Some(instance) => Ok(instance),
+            None => self.instantiate(),
+        }
+    }
+
+    /// Runs `f` on `instance` under this pool's limits. After an error the instance must not
+    /// be used again (a trap may have left it in any state).
+    pub(crate) fn call_on<T>(
+        &self,
+        instance: &mut Instance,
+        f: impl FnOnce(&bindings::Engine, &mut Store<HostState>) -> wasmtime::Result<T>,
+    ) -> Result<T, EngineError> {
         instance.store.data_mut().fuel_peak = 0;
         let result = f(&instance.bindings, &mut instance.store);
         let left = instance.store.get_fuel().unwrap_or(0);
@@ -182,15 +207,6 @@ impl InstancePool {
             instance.store.data().fuel_peak.max(last),
             std::sync::atomic::Ordering::Relaxed,
         );
-        match result {
-            Ok(value) => {
-                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                if idle.len() < MAX_IDLE {
-                    idle.push(instance);
-                }
-                Ok(value)
-            }
-            Err(error) => Err(classify(&error, instance.store.data())),
-        }
+        result.map_err(|error| classify(&error, instance.store.data()))
     }
 }
