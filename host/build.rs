@@ -8,36 +8,47 @@ use std::path::Path;
 fn main() {
     let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
     let root = Path::new(&manifest_dir).parent().expect("workspace root");
-    let wasm = m3_build_support::build_component(
-        root,
-        "m3-guest",
-        "m3_guest",
-        &["guest/src", "guest/Cargo.toml", "wit"],
-    );
+    // The engine and the policy-only component are built at the same time (their nested
+    // builds have target directories of their own): each ends in a long single-threaded link
+    // step, and built one after the other they were the first build's critical path.
+    let (wasm, policy) = std::thread::scope(|scope| {
+        let policy = scope.spawn(|| {
+            // The same crate without its `engine` feature: the small policy-only component for
+            // other hosts.
+            m3_build_support::build_component_with(
+                root,
+                &m3_build_support::ComponentBuild {
+                    package: "m3-guest",
+                    lib_name: "m3_guest",
+                    artifact: "m3_policy",
+                    // No WASI but the `wasi:random` the world imports (lease tokens, through
+                    // getrandom's custom backend).
+                    target: m3_build_support::UNKNOWN,
+                    profile: "policy",
+                    default_features: false,
+                    features: &[],
+                    cfgs: &["getrandom_backend=\"custom\""],
+                    sources: &["guest/src", "guest/Cargo.toml", "wit"],
+                },
+            )
+        });
+        let wasm = m3_build_support::build_component(
+            root,
+            "m3-guest",
+            "m3_guest",
+            &["guest/src", "guest/Cargo.toml", "wit"],
+        );
+        let policy = policy
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (wasm, policy)
+    });
     println!("cargo:rustc-env=M3_GUEST_WASM_PATH={}", wasm.display());
     // The digest names the compiled artifact in the component cache; computing it here saves
     // hashing megabytes at every process start.
     let bytes = std::fs::read(&wasm).expect("reading the built component");
     let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
     println!("cargo:rustc-env=M3_GUEST_WASM_SHA256={digest}");
-
-    // The same crate without its `engine` feature: the small policy-only component for other hosts.
-    let policy = m3_build_support::build_component_with(
-        root,
-        &m3_build_support::ComponentBuild {
-            package: "m3-guest",
-            lib_name: "m3_guest",
-            artifact: "m3_policy",
-            // No WASI but the `wasi:random` the world imports (lease tokens, through getrandom's
-            // custom backend).
-            target: m3_build_support::UNKNOWN,
-            profile: "policy",
-            default_features: false,
-            features: &[],
-            cfgs: &["getrandom_backend=\"custom\""],
-            sources: &["guest/src", "guest/Cargo.toml", "wit"],
-        },
-    );
     println!("cargo:rustc-env=M3_POLICY_WASM_PATH={}", policy.display());
 
     // The test feature `mutations`: one component per broken rule (see `src/mutation.rs`).

@@ -85,7 +85,7 @@ pub fn build_component(
 /// `<artifact>.wasm`.
 ///
 /// The component is built with `cargo rustc --locked -p <package> --profile <profile> --target
-/// <target> --crate-type cdylib` in `<outer target dir>/wasm-guest`, installing the target with
+/// <target> --crate-type cdylib` in `<outer target dir>/wasm-guest/<profile>`, installing the target with
 /// rustup if the toolchain lacks it; a [`UNKNOWN`] core module is then encoded as a component
 /// with `wit-component` (from the WIT metadata wit-bindgen embeds). Setting `<ARTIFACT>_WASM`
 /// (for example `M3_GUEST_WASM`) to the path of a prebuilt component skips the build and uses
@@ -121,7 +121,9 @@ pub fn build_component_with(workspace_root: &Path, build: &ComponentBuild<'_>) -
         None => {
             // Builds sharing a profile write the same file: another build script (of a
             // concurrent outer build) must not replace it between our build and our read.
-            let lock = build_lock(workspace_root, &out_dir);
+            // Builds of different profiles have target directories of their own, so they can
+            // run at the same time.
+            let lock = build_lock(workspace_root, &out_dir, build.profile);
             let built = run_nested_build(workspace_root, &out_dir, build);
             let bytes = std::fs::read(&built)
                 .unwrap_or_else(|e| panic!("reading {}: {e}", built.display()));
@@ -146,18 +148,21 @@ fn encode_component(module: &[u8], path: &Path) -> Vec<u8> {
         .unwrap_or_else(|e| panic!("encoding {} as a component: {e:#}", path.display()))
 }
 
-fn guest_target_dir(root: &Path, out_dir: &Path) -> PathBuf {
-    // <target>/<profile>/build/<pkg>/out -> <target>/wasm-guest
+/// The nested build's target directory for `profile`: one per profile, so that a profile's
+/// build never waits for another's lock on the same directory.
+fn guest_target_dir(root: &Path, out_dir: &Path, profile: &str) -> PathBuf {
+    // <target>/<profile>/build/<pkg>/out -> <target>/wasm-guest/<nested profile>
     let outer_target = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .or_else(|| out_dir.ancestors().nth(4).map(Path::to_path_buf))
         .unwrap_or_else(|| root.join("target"));
-    outer_target.join("wasm-guest")
+    outer_target.join("wasm-guest").join(profile)
 }
 
-/// An exclusive lock on the nested target directory, held while a component is built and read.
-fn build_lock(root: &Path, out_dir: &Path) -> std::fs::File {
-    let dir = guest_target_dir(root, out_dir);
+/// An exclusive lock on the nested target directory of `profile`, held while a component is
+/// built and read.
+fn build_lock(root: &Path, out_dir: &Path, profile: &str) -> std::fs::File {
+    let dir = guest_target_dir(root, out_dir, profile);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
     let path = dir.join("m3-build-support.lock");
     let file = std::fs::OpenOptions::new()
@@ -171,7 +176,12 @@ fn build_lock(root: &Path, out_dir: &Path) -> std::fs::File {
     file
 }
 
+/// Held while a target is checked and installed: two builds of one build script run at once,
+/// and two `rustup` runs must not change one toolchain together.
+static RUSTUP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn ensure_target_installed(target: &str, cargo_env: &[(&str, String)]) {
+    let _installing = RUSTUP.lock().unwrap_or_else(|e| e.into_inner());
     let Ok(output) = Command::new("rustc").args(["--print", "sysroot"]).output() else {
         return;
     };
@@ -190,7 +200,7 @@ fn ensure_target_installed(target: &str, cargo_env: &[(&str, String)]) {
 }
 
 fn run_nested_build(root: &Path, out_dir: &Path, build: &ComponentBuild<'_>) -> PathBuf {
-    let target_dir = guest_target_dir(root, out_dir);
+    let target_dir = guest_target_dir(root, out_dir, build.profile);
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let keep: Vec<(&str, String)> = KEPT_ENV
         .into_iter()
