@@ -20,11 +20,12 @@ fn read(relative: &str) -> Result<String> {
 }
 
 /// Where the workspace keeps source: `.rs` and `.wit` files under these folders.
-const SOURCE_DIRS: [&str; 9] = [
+const SOURCE_DIRS: [&str; 10] = [
     "wit",
     "guest/src",
     "host/src",
     "host/build-support/src",
+    "host/components",
     "host/benches",
     "host/cli",
     "tests/all",
@@ -35,7 +36,7 @@ const SOURCE_DIRS: [&str; 9] = [
 /// Every `.rs` and `.wit` file of the workspace's own source, relative to the root, sorted.
 fn source_files() -> Result<Vec<String>> {
     let root = root();
-    let mut files = vec!["host/build.rs".to_string()];
+    let mut files = Vec::new();
     for dir in SOURCE_DIRS {
         let mut stack = vec![root.join(dir)];
         while let Some(dir) = stack.pop() {

@@ -1,6 +1,6 @@
 //! Build-script helper: builds a guest crate of this workspace into a WebAssembly component.
 //!
-//! Used by `host/build.rs` (for `m3-guest`, twice: the engine and the policy-only component) and
+//! Used by `host/components/build.rs` (for `m3-guest`, twice: the engine and the policy-only component) and
 //! `examples/minimal/host/build.rs` (for `minimal-guest`). The guest is built by a nested `cargo
 //! rustc` with its own target directory (sharing the outer one deadlocks on its lock) and without
 //! the outer build's environment (clippy, coverage or sanitizer flags must not leak into the wasm

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use wasmtime::component::ResourceAny;
 
 /// The policy-only component (WIT world `policy-only`: exports `policy`, `round-protocol` and
-/// `execution-rules`, imports only `wasi:random`), built by `build.rs` from the same guest crate
+/// `execution-rules`, imports only `wasi:random`), built by `m3-components` from the same guest crate
 /// for size: the same rules as [`Policy`], for embedding in other component hosts (EMBEDDING.md).
-pub static POLICY_COMPONENT: &[u8] = include_bytes!(env!("M3_POLICY_WASM_PATH"));
+pub static POLICY_COMPONENT: &[u8] = m3_components::POLICY;
 
 /// Largest response map [`Policy::validate_responses_json`] passes to the component.
 pub const MAX_RESPONSES_BYTES: usize = 1024 * 1024;

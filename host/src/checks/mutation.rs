@@ -1,7 +1,7 @@
 //! The mutation check's switch (`tests/all/mutations.rs`). With the test-only cargo feature
 //! `mutations`, a process whose environment names a mutation (`M3_MUTATION=lease-fencing`) runs
 //! with that one rule broken: a guest rule by loading a component built with the rule broken
-//! (`build.rs`, the guest's `mutation.rs`), a host rule by skipping it here. Without the feature
+//! (`m3-components`' `build.rs`, the guest's `mutation.rs`), a host rule by skipping it here. Without the feature
 //! nothing is built and [`broken`] is always `false`.
 
 /// A rule the host itself holds, which the mutation check can break.
@@ -41,19 +41,16 @@ mod armed {
     const MUTATIONS: [(&str, Option<&[u8]>); 5] = [
         (
             "idempotency-conflict",
-            Some(include_bytes!(env!("M3_MUTANT_IDEMPOTENCY_CONFLICT_PATH"))),
+            Some(m3_components::mutants::IDEMPOTENCY_CONFLICT),
         ),
-        (
-            "lease-fencing",
-            Some(include_bytes!(env!("M3_MUTANT_LEASE_FENCING_PATH"))),
-        ),
+        ("lease-fencing", Some(m3_components::mutants::LEASE_FENCING)),
         (
             "terminal-refusal",
-            Some(include_bytes!(env!("M3_MUTANT_TERMINAL_REFUSAL_PATH"))),
+            Some(m3_components::mutants::TERMINAL_REFUSAL),
         ),
         (
             "withdrawn-closure",
-            Some(include_bytes!(env!("M3_MUTANT_WITHDRAWN_CLOSURE_PATH"))),
+            Some(m3_components::mutants::WITHDRAWN_CLOSURE),
         ),
         ("path-refusals", None),
     ];

@@ -12,11 +12,11 @@ use std::sync::{Arc, OnceLock};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
-/// The guest component, built by `build.rs` from `guest/`.
-pub static GUEST_WASM: &[u8] = include_bytes!(env!("M3_GUEST_WASM_PATH"));
+/// The guest component, built from `guest/` by `m3-components`.
+pub static GUEST_WASM: &[u8] = m3_components::GUEST;
 
-/// SHA-256 (hex) of [`GUEST_WASM`], computed by `build.rs`.
-pub const GUEST_WASM_SHA256: &str = env!("M3_GUEST_WASM_SHA256");
+/// SHA-256 (hex) of [`GUEST_WASM`], computed by `m3-components`' build script.
+pub const GUEST_WASM_SHA256: &str = m3_components::GUEST_SHA256;
 
 /// The compiled engine component, ready to instantiate.
 pub struct ComponentRuntime {

@@ -7,7 +7,10 @@ use std::path::Path;
 
 fn main() {
     let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
-    let root = Path::new(&manifest_dir).parent().expect("workspace root");
+    let root = Path::new(&manifest_dir)
+        .ancestors()
+        .nth(2)
+        .expect("workspace root");
     // The engine and the policy-only component are built at the same time (their nested
     // builds have target directories of their own): each ends in a long single-threaded link
     // step, and built one after the other they were the first build's critical path.
@@ -51,7 +54,8 @@ fn main() {
     println!("cargo:rustc-env=M3_GUEST_WASM_SHA256={digest}");
     println!("cargo:rustc-env=M3_POLICY_WASM_PATH={}", policy.display());
 
-    // The test feature `mutations`: one component per broken rule (see `src/mutation.rs`).
+    // The test feature `mutations`: one component per broken rule (see the host's
+    // `checks/mutation.rs`).
     if std::env::var_os("CARGO_FEATURE_MUTATIONS").is_some() {
         build_mutants(root, &bytes);
     }
