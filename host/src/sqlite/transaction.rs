@@ -357,15 +357,20 @@ mod tests {
     use crate::sqlite::database::Synchronous;
     use std::time::Duration;
 
-    #[test]
-    fn a_read_ended_without_a_commit_leaves_its_connection_to_the_next_operation() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::open(
+    /// A fresh database in `dir`.
+    fn open(dir: &tempfile::TempDir) -> Database {
+        Database::open(
             &dir.path().join("m3.db"),
             Duration::from_secs(5),
             Synchronous::Full,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn a_read_ended_without_a_commit_leaves_its_connection_to_the_next_operation() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
         let tx = Transaction::begin(&db, TransactionMode::Read).unwrap();
         tx.get("no-such-round").unwrap();
         // A mark that lives with the connection (and nowhere else), outside any transaction.
@@ -390,12 +395,7 @@ mod tests {
     fn lease_expiries_are_set_on_both_rows_or_neither() {
         use crate::component::bindings::m3::managed_input::types::ExecutionStatus;
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::open(
-            &dir.path().join("m3.db"),
-            Duration::from_secs(5),
-            Synchronous::Full,
-        )
-        .unwrap();
+        let db = open(&dir);
         let at = from_ns;
         let ns = |t: &Option<Timestamp>| t.as_ref().map(to_ns);
         let mut tx = Transaction::begin(&db, TransactionMode::Write).unwrap();
