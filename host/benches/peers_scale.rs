@@ -970,7 +970,7 @@ fn print_parked(outcomes: &[ParkedOutcome]) {
 // ---------------------------------------------------------------------------------------------
 // 5b. Rounds in the database: templates
 
-/// A row of `managed_input_rounds`, every column.
+/// A round's row of `managed_input_rounds` and its version row, every column.
 #[derive(Debug, Clone)]
 struct RoundRow {
     round_id: String,
@@ -985,14 +985,17 @@ struct RoundRow {
     document: String,
 }
 
-const COLUMNS: &str = "round_id, execution_id, status, version, owner_id, lease_expires_at_ns, \
-                       deadline_ns, created_at_ns, updated_at_ns, document";
+/// The round's columns, from its wide row (`r`) and its version row (`v`), as the store reads them.
+const SELECT: &str = "SELECT r.round_id, r.execution_id, r.status, v.version, r.owner_id, \
+                      v.lease_expires_at_ns, r.deadline_ns, r.created_at_ns, v.updated_at_ns, \
+                      r.document FROM managed_input_rounds r \
+                      LEFT JOIN managed_input_round_versions v ON v.round_id = r.round_id";
 
 fn read_row(database: &Path, round_id: &str) -> BenchResult<RoundRow> {
     let conn = Connection::open_with_flags(database, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     let row = conn
         .query_row(
-            &format!("SELECT {COLUMNS} FROM managed_input_rounds WHERE round_id = ?1"),
+            &format!("{SELECT} WHERE r.round_id = ?1"),
             [round_id],
             |r| {
                 Ok(RoundRow {
@@ -1278,10 +1281,14 @@ fn build_store(path: &Path, rounds: usize, templates: &Templates) -> BenchResult
     while written < rounds {
         let tx = conn.transaction()?;
         {
-            let mut insert = tx.prepare(&format!(
-                "INSERT INTO managed_input_rounds ({COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
-            ))?;
+            let mut insert = tx.prepare(
+                "INSERT INTO managed_input_rounds (round_id, execution_id, status, owner_id, \
+                 deadline_ns, created_at_ns, document) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?;
+            let mut insert_version = tx.prepare(
+                "INSERT INTO managed_input_round_versions (round_id, execution_id, version, \
+                 lease_expires_at_ns, updated_at_ns) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
             let batch_end = (written + BUILD_BATCH).min(rounds);
             while written < batch_end {
                 let exec = execution_id(e);
@@ -1308,13 +1315,17 @@ fn build_store(path: &Path, rounds: usize, templates: &Templates) -> BenchResult
                         round_id,
                         exec,
                         t.status,
-                        t.version,
                         t.owner_id,
-                        t.lease_expires_at_ns.map(|v| v + shift),
                         t.deadline_ns.map(|v| v + shift),
                         t.created_at_ns + shift,
-                        t.updated_at_ns + shift,
                         document,
+                    ])?;
+                    insert_version.execute(params![
+                        round_id,
+                        exec,
+                        t.version,
+                        t.lease_expires_at_ns.map(|v| v + shift),
+                        t.updated_at_ns + shift,
                     ])?;
                     *by_status.entry(t.status.clone()).or_insert(0) += 1;
                     written += 1;
@@ -1370,17 +1381,17 @@ struct QueryResult {
 
 /// The store's SQL for a filter (as `host/src/sqlite/transaction.rs` builds it).
 fn store_sql(execution: bool, status: bool, limit: bool) -> String {
-    let mut sql = format!("SELECT {COLUMNS} FROM managed_input_rounds WHERE 1 = 1");
+    let mut sql = format!("{SELECT} WHERE 1 = 1");
     let mut n = 0;
     if execution {
         n += 1;
-        sql.push_str(&format!(" AND execution_id = ?{n}"));
+        sql.push_str(&format!(" AND r.execution_id = ?{n}"));
     }
     if status {
         n += 1;
-        sql.push_str(&format!(" AND status = ?{n}"));
+        sql.push_str(&format!(" AND r.status = ?{n}"));
     }
-    sql.push_str(" ORDER BY created_at_ns, round_id");
+    sql.push_str(" ORDER BY r.created_at_ns, r.round_id");
     if limit {
         n += 1;
         sql.push_str(&format!(" LIMIT ?{n}"));
@@ -1599,8 +1610,8 @@ fn measure_store(plan: &Plan, path: &Path, built: BuiltStore) -> BenchResult<Rou
         // What the execution index would give the same query (the planner picks the status
         // index; see the plans).
         let forced = by_execution.replace(
-            "FROM managed_input_rounds WHERE",
-            "FROM managed_input_rounds INDEXED BY managed_input_rounds_by_execution WHERE",
+            "FROM managed_input_rounds r ",
+            "FROM managed_input_rounds r INDEXED BY managed_input_rounds_by_execution ",
         );
         plans.insert(
             "execution_id = ? AND status = ?, INDEXED BY by_execution".to_string(),

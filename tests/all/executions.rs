@@ -886,7 +886,7 @@ fn a_renewal_moves_the_execution_s_expiry_and_keeps_its_document() {
     let row = || -> (i64, i64, String) {
         conn.query_row(
             "SELECT version, lease_expires_at_ns, document FROM executions \
-             WHERE execution_id = ?1",
+             JOIN execution_versions USING (execution_id) WHERE execution_id = ?1",
             [handle.execution_id()],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
@@ -927,8 +927,10 @@ fn a_parked_worker_s_renewals_write_both_expiries_and_keep_both_documents() {
     let conn = rusqlite::Connection::open(&db.path).unwrap();
     let rows = || -> (i64, i64, String, i64, String) {
         conn.query_row(
-            "SELECT r.version, r.lease_expires_at_ns, r.document, e.version, e.document \
+            "SELECT rv.version, rv.lease_expires_at_ns, r.document, ev.version, e.document \
              FROM managed_input_rounds r JOIN executions e USING (execution_id) \
+             JOIN managed_input_round_versions rv ON rv.round_id = r.round_id \
+             JOIN execution_versions ev ON ev.execution_id = e.execution_id \
              WHERE r.round_id = ?1",
             [&pending.round_id],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
@@ -975,6 +977,68 @@ fn a_parked_worker_s_renewals_write_both_expiries_and_keep_both_documents() {
         .unwrap();
     let result = finished(&handle);
     assert!(result.succeeded(), "{:?}", result.outcome);
+}
+
+/// A parked worker's renewals write the narrow version rows alone (migration 6): once its first
+/// renewals are behind it, the wide rows of its execution and round, which hold the documents,
+/// are not updated at all (a trigger counts every `UPDATE`, whatever it writes), while both
+/// version rows move on. Answering the round does update them, so the count can see a write.
+#[test]
+fn a_parked_worker_s_renewals_leave_the_wide_rows_unwritten() {
+    let db = TempDb::new();
+    let kit = kit_renewing_often(&db);
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Managed);
+    let pending = wait_pending(&handle);
+    let conn = rusqlite::Connection::open(&db.path).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    let versions = || -> (i64, i64) {
+        conn.query_row(
+            "SELECT rv.version, ev.version FROM managed_input_round_versions rv \
+             JOIN execution_versions ev USING (execution_id) WHERE rv.round_id = ?1",
+            [&pending.round_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    };
+    let after_renewals = |from: (i64, i64), count: i64| {
+        let started = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = versions();
+            let renewed = now.0 >= from.0 + count && now.1 >= from.1 + count;
+            if renewed || started.elapsed() > Duration::from_secs(20) {
+                return now;
+            }
+        }
+    };
+    let settled = after_renewals(versions(), 2);
+    conn.execute_batch(
+        "CREATE TABLE wide_row_updates (what TEXT NOT NULL);
+         CREATE TRIGGER count_round_updates AFTER UPDATE ON managed_input_rounds
+             BEGIN INSERT INTO wide_row_updates VALUES ('round'); END;
+         CREATE TRIGGER count_execution_updates AFTER UPDATE ON executions
+             BEGIN INSERT INTO wide_row_updates VALUES ('execution'); END;",
+    )
+    .unwrap();
+    let updates = || -> i64 {
+        conn.query_row("SELECT count(*) FROM wide_row_updates", [], |r| r.get(0))
+            .unwrap()
+    };
+    let later = after_renewals(settled, 3);
+    assert!(
+        later.0 >= settled.0 + 3 && later.1 >= settled.1 + 3,
+        "both version rows renewed three more times: {settled:?} -> {later:?}"
+    );
+    assert_eq!(updates(), 0, "renewals wrote a wide row");
+    handle
+        .respond_elicitation(&pending.round_id, address(), "k")
+        .unwrap();
+    let result = finished(&handle);
+    assert!(result.succeeded(), "{:?}", result.outcome);
+    assert!(
+        updates() > 0,
+        "answering and finishing update the wide rows"
+    );
 }
 
 /// The leases of parked workers are renewed by the kit together, in one write transaction

@@ -1675,10 +1675,13 @@ impl Clock for CountingClock {
 
 type RawRow = Vec<rusqlite::types::Value>;
 
-/// Every column of every round row, as SQLite stores it.
+/// Every column of every round row and its version row, as SQLite stores them.
 fn raw_rows(conn: &rusqlite::Connection) -> Vec<RawRow> {
     let mut statement = conn
-        .prepare_cached("SELECT * FROM managed_input_rounds ORDER BY round_id")
+        .prepare_cached(
+            "SELECT * FROM managed_input_rounds LEFT JOIN managed_input_round_versions \
+             USING (round_id) ORDER BY round_id",
+        )
         .expect("prepare");
     let columns = statement.column_count();
     statement

@@ -1510,8 +1510,10 @@ fn regression_an_execution_s_pending_rounds_are_found_through_its_own_index() {
     let conn = rusqlite::Connection::open(&db.path).unwrap();
     let plan: Vec<String> = conn
         .prepare(
-            "EXPLAIN QUERY PLAN SELECT round_id FROM managed_input_rounds WHERE 1 = 1 \
-             AND execution_id = ?1 AND status = ?2 ORDER BY created_at_ns, round_id LIMIT ?3",
+            "EXPLAIN QUERY PLAN SELECT r.document, v.version FROM managed_input_rounds r \
+             LEFT JOIN managed_input_round_versions v ON v.round_id = r.round_id WHERE 1 = 1 \
+             AND r.execution_id = ?1 AND r.status = ?2 ORDER BY r.created_at_ns, r.round_id \
+             LIMIT ?3",
         )
         .unwrap()
         .query_map(rusqlite::params!["exec-1", "pending", 2], |r| {
@@ -1558,7 +1560,8 @@ fn an_unreadable_record_is_a_storage_error_and_is_left_as_it_is() {
     let conn = rusqlite::Connection::open(&db.path).unwrap();
     let (document, version): (String, i64) = conn
         .query_row(
-            "SELECT document, version FROM managed_input_rounds WHERE round_id = 'r1'",
+            "SELECT document, version FROM managed_input_rounds \
+             JOIN managed_input_round_versions USING (round_id) WHERE round_id = 'r1'",
             [],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )

@@ -365,17 +365,7 @@ fn an_unreadable_record_is_reported_and_the_rest_are_listed() {
     let event = run.next_json();
     let (round_id, execution_id) = ids(&event["round"]);
     // A second, unreadable round of the same execution (its document is not the component's).
-    {
-        let conn = rusqlite::Connection::open(&sb.db).unwrap();
-        conn.execute(
-            "INSERT INTO managed_input_rounds SELECT 'broken-round', execution_id, status, \
-             version, owner_id, lease_expires_at_ns, deadline_ns, created_at_ns + 1, \
-             updated_at_ns, '{not the component''s document' FROM managed_input_rounds \
-             WHERE round_id = ?1",
-            [&round_id],
-        )
-        .unwrap();
-    }
+    sb.insert_unreadable_round(&round_id, None);
     let out = sb.m3(&["rounds", "--json"]);
     out.ok();
     let rounds: Value = serde_json::from_str(&out.stdout).unwrap();

@@ -515,16 +515,7 @@ fn an_unreadable_record_is_a_server_error_and_hides_nothing_else() {
     let run = sb.spawn_run("legacy", &[], &[]);
     let (round_id, execution_id) = ids(&server.wait_pending());
     // An unreadable round of another execution (its document is not the component's).
-    rusqlite::Connection::open(&sb.db)
-        .expect("opening the database")
-        .execute(
-            "INSERT INTO managed_input_rounds SELECT 'broken-round', 'exec-broken', status, \
-             version, owner_id, lease_expires_at_ns, deadline_ns, created_at_ns + 1, \
-             updated_at_ns, '{not the component''s document' FROM managed_input_rounds \
-             WHERE round_id = ?1",
-            [&round_id],
-        )
-        .expect("inserting a broken round");
+    sb.insert_unreadable_round(&round_id, Some("exec-broken"));
     for reply in [
         server.get("/api/rounds/broken-round"),
         server.answer("broken-round", &answer("k")),

@@ -1,15 +1,20 @@
 //! Execution rows inside a [`Transaction`]: the `executions` table behind the component's
 //! `store` import. Like rounds, the host stores the indexed columns and the component's
-//! document; it never reads the document.
+//! document (the wide row) and, in `execution_versions`, the columns every write changes; it
+//! never reads the document.
 
 use super::store_error::store_error;
-use super::transaction::{Transaction, from_ns, to_ns};
+use super::transaction::{Transaction, from_ns, to_ns, wide_row_written};
 use crate::component::bindings::m3::managed_input::store::{ExecutionRow, StoreError};
 use crate::component::bindings::m3::managed_input::types::{Cursor, ExecutionStatus};
 use rusqlite::{OptionalExtension, params};
 
-const COLUMNS: &str = "execution_id, status, version, owner_id, lease_expires_at_ns, \
-                       created_at_ns, updated_at_ns, document";
+/// An execution as the component sees it: the wide row (`e`) and its version row (`v`,
+/// migration 6), left-joined so that a missing version row is an error, never a lost execution.
+const SELECT: &str = "SELECT e.execution_id, e.status, v.version, e.owner_id, \
+                      v.lease_expires_at_ns, e.created_at_ns, v.updated_at_ns, e.document \
+                      FROM executions e \
+                      LEFT JOIN execution_versions v ON v.execution_id = e.execution_id";
 
 fn status_text(status: ExecutionStatus) -> &'static str {
     match status {
@@ -51,9 +56,7 @@ impl Transaction {
     /// The execution `execution_id`.
     pub fn get_execution(&self, execution_id: &str) -> Result<Option<ExecutionRow>, StoreError> {
         self.connection()?
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM executions WHERE execution_id = ?1"
-            ))
+            .prepare_cached(&format!("{SELECT} WHERE e.execution_id = ?1"))
             .and_then(|mut s| s.query_row([execution_id], row_from_sql).optional())
             .map_err(store_error)
     }
@@ -66,22 +69,22 @@ impl Transaction {
         after: Option<&Cursor>,
     ) -> Result<Vec<ExecutionRow>, StoreError> {
         let conn = self.connection()?;
-        let mut sql = format!("SELECT {COLUMNS} FROM executions WHERE 1 = 1");
+        let mut sql = format!("{SELECT} WHERE 1 = 1");
         let mut args: Vec<rusqlite::types::Value> = Vec::new();
         if let Some(status) = status {
             args.push(status_text(status).to_string().into());
-            sql.push_str(&format!(" AND status = ?{}", args.len()));
+            sql.push_str(&format!(" AND e.status = ?{}", args.len()));
         }
         if let Some(after) = after {
             args.push(to_ns(&after.created_at).into());
             let at = args.len();
             args.push(after.id.clone().into());
             sql.push_str(&format!(
-                " AND (created_at_ns > ?{at} OR (created_at_ns = ?{at} AND execution_id > ?{}))",
+                " AND (e.created_at_ns > ?{at} OR (e.created_at_ns = ?{at} AND e.execution_id > ?{}))",
                 args.len()
             ));
         }
-        sql.push_str(" ORDER BY created_at_ns, execution_id");
+        sql.push_str(" ORDER BY e.created_at_ns, e.execution_id");
         args.push(limit.map_or(-1, i64::from).into());
         sql.push_str(&format!(" LIMIT ?{}", args.len()));
         let mut statement = conn.prepare_cached(&sql).map_err(store_error)?;
@@ -92,57 +95,85 @@ impl Transaction {
         Ok(rows)
     }
 
-    /// Inserts `row`; `false` if the execution id exists.
+    /// Inserts `row` (its wide row and its version row); `false` if the execution id exists.
     pub fn insert_execution(&self, row: &ExecutionRow) -> Result<bool, StoreError> {
-        let changed = self
-            .connection()?
-            .prepare_cached(&format!(
-                "INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
-                 ON CONFLICT (execution_id) DO NOTHING"
-            ))
-            .and_then(|mut s| {
-                s.execute(params![
-                    row.execution_id,
-                    status_text(row.status),
-                    row.version as i64,
-                    row.owner_id,
-                    row.lease_expires_at.as_ref().map(to_ns),
-                    to_ns(&row.created_at),
-                    to_ns(&row.updated_at),
-                    row.document,
-                ])
-            })
-            .map_err(store_error)?;
-        Ok(changed == 1)
-    }
-
-    /// Replaces the mutable columns if the stored version is still `expected_version`.
-    pub fn compare_and_set_execution(
-        &self,
-        row: &ExecutionRow,
-        expected_version: u64,
-    ) -> Result<bool, StoreError> {
-        let changed = self
-            .connection()?
+        let connection = self.connection()?;
+        let changed = connection
             .prepare_cached(
-                "UPDATE executions SET status = ?2, version = ?3, owner_id = ?4, \
-                 lease_expires_at_ns = ?5, updated_at_ns = ?6, document = ?7 \
-                 WHERE execution_id = ?1 AND version = ?8",
+                "INSERT INTO executions (execution_id, status, owner_id, created_at_ns, document) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (execution_id) DO NOTHING",
             )
             .and_then(|mut s| {
                 s.execute(params![
                     row.execution_id,
                     status_text(row.status),
-                    row.version as i64,
                     row.owner_id,
+                    to_ns(&row.created_at),
+                    row.document,
+                ])
+            })
+            .map_err(store_error)?;
+        if changed != 1 {
+            return Ok(false);
+        }
+        connection
+            .prepare_cached(
+                "INSERT INTO execution_versions (execution_id, version, lease_expires_at_ns, \
+                 updated_at_ns) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    row.execution_id,
+                    row.version as i64,
                     row.lease_expires_at.as_ref().map(to_ns),
                     to_ns(&row.updated_at),
-                    row.document,
+                ])
+            })
+            .map_err(store_error)?;
+        Ok(true)
+    }
+
+    /// Replaces the mutable columns if the stored version is still `expected_version`: the
+    /// version row first (checked by affected-row count), then the wide row.
+    pub fn compare_and_set_execution(
+        &self,
+        row: &ExecutionRow,
+        expected_version: u64,
+    ) -> Result<bool, StoreError> {
+        let connection = self.connection()?;
+        let changed = connection
+            .prepare_cached(
+                "UPDATE execution_versions SET version = ?2, lease_expires_at_ns = ?3, \
+                 updated_at_ns = ?4 WHERE execution_id = ?1 AND version = ?5",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    row.execution_id,
+                    row.version as i64,
+                    row.lease_expires_at.as_ref().map(to_ns),
+                    to_ns(&row.updated_at),
                     expected_version as i64,
                 ])
             })
             .map_err(store_error)?;
-        Ok(changed == 1)
+        if changed != 1 {
+            return Ok(false);
+        }
+        let changed = connection
+            .prepare_cached(
+                "UPDATE executions SET status = ?2, owner_id = ?3, document = ?4 \
+                 WHERE execution_id = ?1",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    row.execution_id,
+                    status_text(row.status),
+                    row.owner_id,
+                    row.document,
+                ])
+            })
+            .map_err(store_error)?;
+        wide_row_written(changed, "execution")
     }
 
     /// Appends `document` as the execution's next item (one row; nothing else is rewritten);

@@ -59,6 +59,35 @@ const MIGRATIONS: &[&str] = &[
         document     TEXT NOT NULL,
         PRIMARY KEY (execution_id, seq)
     ) STRICT, WITHOUT ROWID;",
+    // 6: the columns every write changes (version, lease expiry, update time) move to narrow
+    // tables of their own, so that a lease renewal, the one write that parked executions keep
+    // making, rewrites a few short rows packed many to a page instead of each wide row's page
+    // (`transaction.rs`, `execution_rows.rs`). A round's execution is repeated in its version
+    // row so that a compare-and-set checks it without reading the wide row.
+    "CREATE TABLE managed_input_round_versions (
+        round_id            TEXT PRIMARY KEY NOT NULL,
+        execution_id        TEXT NOT NULL,
+        version             INTEGER NOT NULL,
+        lease_expires_at_ns INTEGER,
+        updated_at_ns       INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO managed_input_round_versions
+        SELECT round_id, execution_id, version, lease_expires_at_ns, updated_at_ns
+        FROM managed_input_rounds;
+    ALTER TABLE managed_input_rounds DROP COLUMN version;
+    ALTER TABLE managed_input_rounds DROP COLUMN lease_expires_at_ns;
+    ALTER TABLE managed_input_rounds DROP COLUMN updated_at_ns;
+    CREATE TABLE execution_versions (
+        execution_id        TEXT PRIMARY KEY NOT NULL,
+        version             INTEGER NOT NULL,
+        lease_expires_at_ns INTEGER,
+        updated_at_ns       INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO execution_versions
+        SELECT execution_id, version, lease_expires_at_ns, updated_at_ns FROM executions;
+    ALTER TABLE executions DROP COLUMN version;
+    ALTER TABLE executions DROP COLUMN lease_expires_at_ns;
+    ALTER TABLE executions DROP COLUMN updated_at_ns;",
 ];
 
 /// The schema version this build writes.
@@ -154,4 +183,104 @@ fn apply(conn: &Connection) -> Result<(), OpenError> {
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(OpenError::Sqlite)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database written at schema version 5 (before the version tables) keeps every round's
+    /// and execution's version, lease expiry and update time through migration 6, and its wide
+    /// tables lose those columns.
+    #[test]
+    fn migration_6_moves_versions_and_leases_into_their_own_rows() {
+        let conn = Connection::open_in_memory().unwrap();
+        for migration in &MIGRATIONS[..5] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        conn.pragma_update(None, "user_version", 5).unwrap();
+        conn.execute_batch(
+            "INSERT INTO managed_input_rounds VALUES
+                 ('r1', 'e1', 'pending', 7, 'w', 1500, 9000, 100, 1200, '{\"a\":1}'),
+                 ('r2', 'e1', 'failed', 3, NULL, NULL, NULL, 200, 300, '{\"b\":2}');
+             INSERT INTO executions VALUES
+                 ('e1', 'running', 11, 'w', 1600, 50, 1250, '{\"c\":3}');",
+        )
+        .unwrap();
+        migrate(&conn).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        /// Round id, execution, version, expiry, update time, status, document.
+        type Round = (String, String, i64, Option<i64>, i64, String, String);
+        let rounds: Vec<Round> = conn
+            .prepare(
+                "SELECT r.round_id, v.execution_id, v.version, v.lease_expires_at_ns, \
+                 v.updated_at_ns, r.status, r.document FROM managed_input_rounds r \
+                 JOIN managed_input_round_versions v USING (round_id) ORDER BY round_id",
+            )
+            .unwrap()
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            rounds,
+            [
+                (
+                    "r1".into(),
+                    "e1".into(),
+                    7,
+                    Some(1500),
+                    1200,
+                    "pending".into(),
+                    "{\"a\":1}".into()
+                ),
+                (
+                    "r2".into(),
+                    "e1".into(),
+                    3,
+                    None,
+                    300,
+                    "failed".into(),
+                    "{\"b\":2}".into()
+                ),
+            ]
+        );
+        let execution: (i64, Option<i64>, i64, String) = conn
+            .query_row(
+                "SELECT v.version, v.lease_expires_at_ns, v.updated_at_ns, e.document \
+                 FROM executions e JOIN execution_versions v USING (execution_id)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(execution, (11, Some(1600), 1250, "{\"c\":3}".into()));
+        for table in ["managed_input_rounds", "executions"] {
+            let moved: i64 = conn
+                .query_row(
+                    &format!(
+                        "SELECT count(*) FROM pragma_table_info('{table}') WHERE name IN \
+                         ('version', 'lease_expires_at_ns', 'updated_at_ns')"
+                    ),
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(moved, 0, "{table} still has a moved column");
+        }
+    }
 }

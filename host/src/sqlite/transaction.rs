@@ -13,6 +13,17 @@ use crate::component::bindings::m3::managed_input::types::{Status, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::Arc;
 
+/// The end of a compare-and-set whose version row matched: its wide row must have been written
+/// too, or the two tables disagree (a damaged file), which is an error, not a lost write.
+pub(super) fn wide_row_written(changed: usize, what: &str) -> Result<bool, StoreError> {
+    match changed {
+        1 => Ok(true),
+        _ => Err(StoreError::Failure(format!(
+            "the {what}'s version row has no row of its own (a damaged database)"
+        ))),
+    }
+}
+
 /// An open transaction. Dropped without [`Transaction::commit`], it rolls back. A read runs on a
 /// connection of its own; a write runs in its store object's group (`group_commit.rs`).
 pub struct Transaction {
@@ -72,8 +83,12 @@ pub(super) fn from_ns(ns: i64) -> Timestamp {
     }
 }
 
-const COLUMNS: &str = "round_id, execution_id, status, version, owner_id, lease_expires_at_ns, \
-                       deadline_ns, created_at_ns, updated_at_ns, document";
+/// A round as the component sees it: the wide row (`r`) and its version row (`v`, migration 6).
+/// A left join, so that a wide row without its version row is an error, never a round missing.
+const SELECT: &str = "SELECT r.round_id, r.execution_id, r.status, v.version, r.owner_id, \
+                      v.lease_expires_at_ns, r.deadline_ns, r.created_at_ns, v.updated_at_ns, \
+                      r.document FROM managed_input_rounds r \
+                      LEFT JOIN managed_input_round_versions v ON v.round_id = r.round_id";
 
 fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRow> {
     Ok(RoundRow {
@@ -139,9 +154,7 @@ impl Transaction {
     pub fn get(&self, round_id: &str) -> Result<Option<RoundRow>, StoreError> {
         self.ensure_open()?;
         self.connection()?
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM managed_input_rounds WHERE round_id = ?1"
-            ))
+            .prepare_cached(&format!("{SELECT} WHERE r.round_id = ?1"))
             .and_then(|mut s| s.query_row([round_id], row_from_sql).optional())
             .map_err(store_error)
     }
@@ -149,26 +162,26 @@ impl Transaction {
     /// Rows matching `filter`, oldest first.
     pub fn list(&self, filter: &RoundFilter) -> Result<Vec<RoundRow>, StoreError> {
         self.ensure_open()?;
-        let mut sql = format!("SELECT {COLUMNS} FROM managed_input_rounds WHERE 1 = 1");
+        let mut sql = format!("{SELECT} WHERE 1 = 1");
         let mut args: Vec<rusqlite::types::Value> = Vec::new();
         if let Some(execution_id) = &filter.execution_id {
             args.push(execution_id.clone().into());
-            sql.push_str(&format!(" AND execution_id = ?{}", args.len()));
+            sql.push_str(&format!(" AND r.execution_id = ?{}", args.len()));
         }
         if let Some(status) = filter.status {
             args.push(status_text(status).to_string().into());
-            sql.push_str(&format!(" AND status = ?{}", args.len()));
+            sql.push_str(&format!(" AND r.status = ?{}", args.len()));
         }
         if let Some(after) = &filter.after {
             args.push(to_ns(&after.created_at).into());
             let at = args.len();
             args.push(after.id.clone().into());
             sql.push_str(&format!(
-                " AND (created_at_ns > ?{at} OR (created_at_ns = ?{at} AND round_id > ?{}))",
+                " AND (r.created_at_ns > ?{at} OR (r.created_at_ns = ?{at} AND r.round_id > ?{}))",
                 args.len()
             ));
         }
-        sql.push_str(" ORDER BY created_at_ns, round_id");
+        sql.push_str(" ORDER BY r.created_at_ns, r.round_id");
         if let Some(limit) = filter.limit {
             args.push(i64::from(limit).into());
             sql.push_str(&format!(" LIMIT ?{}", args.len()));
@@ -184,70 +197,101 @@ impl Transaction {
         Ok(rows)
     }
 
-    /// Inserts `row`; `false` if the round id exists.
+    /// Inserts `row` (its wide row and its version row); `false` if the round id exists.
     pub fn insert(&self, row: &RoundRow) -> Result<bool, StoreError> {
         self.ensure_open()?;
-        let changed = self
-            .connection()?
-            .prepare_cached(&format!(
-                "INSERT INTO managed_input_rounds ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
-                 ON CONFLICT (round_id) DO NOTHING"
-            ))
+        let connection = self.connection()?;
+        let changed = connection
+            .prepare_cached(
+                "INSERT INTO managed_input_rounds (round_id, execution_id, status, owner_id, \
+                 deadline_ns, created_at_ns, document) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (round_id) DO NOTHING",
+            )
             .and_then(|mut s| {
                 s.execute(params![
                     row.round_id,
                     row.execution_id,
                     status_text(row.status),
-                    row.version as i64,
                     row.owner_id,
-                    row.lease_expires_at.as_ref().map(to_ns),
                     row.deadline.as_ref().map(to_ns),
                     to_ns(&row.created_at),
-                    to_ns(&row.updated_at),
                     row.document,
                 ])
             })
             .map_err(store_error)?;
-        Ok(changed == 1)
+        if changed != 1 {
+            return Ok(false);
+        }
+        connection
+            .prepare_cached(
+                "INSERT INTO managed_input_round_versions (round_id, execution_id, version, \
+                 lease_expires_at_ns, updated_at_ns) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    row.round_id,
+                    row.execution_id,
+                    row.version as i64,
+                    row.lease_expires_at.as_ref().map(to_ns),
+                    to_ns(&row.updated_at),
+                ])
+            })
+            .map_err(store_error)?;
+        Ok(true)
     }
 
-    /// Replaces the mutable columns of the row if its version is still `expected_version` (one
-    /// conditional `UPDATE`, checked by affected-row count). The round id, execution, creation
-    /// time and deadline never change; leaving them out of the `SET` list keeps SQLite from
-    /// rewriting the indexes on them.
+    /// Replaces the mutable columns of the row if its version is still `expected_version`: one
+    /// conditional `UPDATE` of the version row (checked by affected-row count), then the wide
+    /// row's status, owner and document. The round id, execution, creation time and deadline
+    /// never change; leaving them out of the `SET` lists keeps SQLite from rewriting the indexes
+    /// on them.
     pub fn compare_and_set(
         &self,
         row: &RoundRow,
         expected_version: u64,
     ) -> Result<bool, StoreError> {
         self.ensure_open()?;
-        let changed = self
-            .connection()?
+        let connection = self.connection()?;
+        let changed = connection
             .prepare_cached(
-                "UPDATE managed_input_rounds SET status = ?2, version = ?3, owner_id = ?4, \
-                 lease_expires_at_ns = ?5, updated_at_ns = ?6, document = ?7 \
-                 WHERE round_id = ?1 AND version = ?8 AND execution_id = ?9",
+                "UPDATE managed_input_round_versions SET version = ?2, lease_expires_at_ns = ?3, \
+                 updated_at_ns = ?4 WHERE round_id = ?1 AND version = ?5 AND execution_id = ?6",
             )
             .and_then(|mut s| {
                 s.execute(params![
                     row.round_id,
-                    status_text(row.status),
                     row.version as i64,
-                    row.owner_id,
                     row.lease_expires_at.as_ref().map(to_ns),
                     to_ns(&row.updated_at),
-                    row.document,
                     expected_version as i64,
                     row.execution_id,
                 ])
             })
             .map_err(store_error)?;
-        Ok(changed == 1)
+        if changed != 1 {
+            return Ok(false);
+        }
+        let changed = connection
+            .prepare_cached(
+                "UPDATE managed_input_rounds SET status = ?2, owner_id = ?3, document = ?4 \
+                 WHERE round_id = ?1",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    row.round_id,
+                    status_text(row.status),
+                    row.owner_id,
+                    row.document,
+                ])
+            })
+            .map_err(store_error)?;
+        wide_row_written(changed, "round")
     }
 
     /// Sets the lease expiry and update time of an execution's row and, when given, of one of
     /// its rounds' rows, moving each version on, only if each version is still the one expected:
-    /// both or neither (a savepoint undoes the first when the second does not match).
+    /// both or neither (a savepoint undoes the first when the second does not match). Only the
+    /// two version rows are written; the wide rows and their documents are not touched.
     pub fn set_lease_expiries(
         &self,
         execution: &LeaseExpiry,
@@ -262,7 +306,7 @@ impl Transaction {
         let written = (|| {
             let mut changed = connection
                 .prepare_cached(
-                    "UPDATE executions SET lease_expires_at_ns = ?2, updated_at_ns = ?3, \
+                    "UPDATE execution_versions SET lease_expires_at_ns = ?2, updated_at_ns = ?3, \
                      version = version + 1 WHERE execution_id = ?1 AND version = ?4",
                 )?
                 .execute(params![
@@ -274,7 +318,7 @@ impl Transaction {
             if let Some(round) = round.filter(|_| changed == 1) {
                 changed = connection
                     .prepare_cached(
-                        "UPDATE managed_input_rounds SET lease_expires_at_ns = ?3, \
+                        "UPDATE managed_input_round_versions SET lease_expires_at_ns = ?3, \
                          updated_at_ns = ?4, version = version + 1 \
                          WHERE round_id = ?1 AND version = ?5 AND execution_id = ?2",
                     )?

@@ -419,6 +419,27 @@ impl Sandbox {
         Self { dir, db }
     }
 
+    /// Adds `broken-round`, a copy of `round_id` (in `execution_id`, or the same execution)
+    /// whose document is not the component's: an unreadable record, with its version row.
+    pub fn insert_unreadable_round(&self, round_id: &str, execution_id: Option<&str>) {
+        let conn = rusqlite::Connection::open(&self.db).expect("opening the database");
+        conn.execute(
+            "INSERT INTO managed_input_rounds (round_id, execution_id, status, owner_id, \
+             deadline_ns, created_at_ns, document) SELECT 'broken-round', \
+             coalesce(?2, execution_id), status, owner_id, deadline_ns, created_at_ns + 1, \
+             '{not the component''s document' FROM managed_input_rounds WHERE round_id = ?1",
+            rusqlite::params![round_id, execution_id],
+        )
+        .expect("inserting a broken round");
+        conn.execute(
+            "INSERT INTO managed_input_round_versions SELECT 'broken-round', \
+             coalesce(?2, execution_id), version, lease_expires_at_ns, updated_at_ns \
+             FROM managed_input_round_versions WHERE round_id = ?1",
+            rusqlite::params![round_id, execution_id],
+        )
+        .expect("inserting the broken round's version row");
+    }
+
     /// Creates the sandbox's database, empty, as `m3 run` would (the commands that only read
     /// refuse a database that does not exist).
     pub fn create_database(&self) {
