@@ -64,6 +64,9 @@ fn paths(sb: &Sandbox) -> Vec<String> {
     ]
 }
 
+/// What the CLI's entry point says when m3 itself panicked (`main.rs`'s panic hook).
+const PANIC_WORDS: &str = "m3 failed unexpectedly";
+
 /// Generated argument lists for every subcommand.
 fn cases(sb: &Sandbox, rng: &mut Rng, per_command: usize) -> Vec<Vec<String>> {
     let paths = paths(sb);
@@ -136,6 +139,13 @@ fn cases(sb: &Sandbox, rng: &mut Rng, per_command: usize) -> Vec<Vec<String>> {
         out.push(s(&["--db", &p, "rounds"]));
         out.push(s(&["--db", &p, "doctor"]));
         out.push(s(&["demo", "--answer", &t]));
+        out.push(s(&["events", &t]));
+        out.push(s(&["--db", &p, "executions"]));
+        out.push(s(&["--db", &p, "recover"]));
+        out.push(s(&["serve", "--listen", &t]));
+        out.push(s(&["serve", "--listen", "0.0.0.0:0", "--token-file", &p]));
+        out.push(s(&["completions", &t]));
+        out.push(s(&["example-server", "--era", &t]));
     }
     out
 }
@@ -157,6 +167,13 @@ fn hostile_arguments_never_panic_and_every_error_is_typed() {
     let sb = Sandbox::new();
     let mut rng = Rng::new(seed);
     let mut failures = Vec::new();
+    // The words looked for are the ones the entry point prints (a renamed message would make
+    // every panic pass unseen).
+    let main_rs = include_str!("../src/main.rs");
+    assert!(
+        main_rs.contains(PANIC_WORDS),
+        "main.rs no longer says {PANIC_WORDS:?}"
+    );
     let cases = cases(&sb, &mut rng, 3);
     let count = cases.len();
     for args in cases {
@@ -166,8 +183,10 @@ fn hostile_arguments_never_panic_and_every_error_is_typed() {
         // A failed execution (`run`, `demo`) or an unhealthy verdict (`doctor`) is reported on
         // stdout with a non-zero exit and nothing on stderr: that is an answer, not an error.
         let verdict = !out.stdout.trim().is_empty() && out.stderr.trim().is_empty();
-        if out.status.code() == Some(101) {
-            failures.push(format!("{args:?}: exit 101 (a panic)\n{}", out.stderr));
+        // A panic ends as a typed `EngineError` line (the entry point's hook), so it is told
+        // by its words, not by its exit code or type alone.
+        if out.status.code() == Some(101) || out.stderr.contains(PANIC_WORDS) {
+            failures.push(format!("{args:?}: a panic\n{}", out.stderr));
         } else if !out.status.success() && !verdict && !out.typed_first_line() {
             let first = out.first_stderr_line();
             failures.push(format!("{args:?}: untyped first stderr line {first:?}"));
@@ -624,10 +643,21 @@ fn a_flooding_server_fails_its_execution_and_memory_stays_bounded() {
 
 /// The arguments of `run --no-prompt --json` against `/bin/sh -c SCRIPT`, where the script
 /// records its working directory and a background grandchild's pid, then runs the bundled
-/// server (legacy era) in its place.
+/// server (legacy era) in its place. The grandchild holds none of the server's pipes (its
+/// stdio is `/dev/null`, as a daemonised helper's is), so nothing but its process group ties it
+/// to the execution.
 fn run_with_grandchild(sb: &Sandbox, extra: &[&str]) -> Vec<String> {
+    run_with_grandchild_then(
+        sb,
+        &format!("exec {M3} shipping-server --era legacy"),
+        extra,
+    )
+}
+
+/// As [`run_with_grandchild`], with `then` run after the grandchild started.
+fn run_with_grandchild_then(sb: &Sandbox, then: &str, extra: &[&str]) -> Vec<String> {
     let script = format!(
-        "pwd > {dir}/cwd; sleep 300 & echo $! > {dir}/grandchild; exec {M3} shipping-server --era legacy",
+        "pwd > {dir}/cwd; sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {dir}/grandchild; {then}",
         dir = sb.dir.path().display()
     );
     let mut args: Vec<String> = [
@@ -671,28 +701,43 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// What a server starts (its own children) ends with its execution, on success and on cancel;
-/// the scratch directory goes too.
+/// What a server starts (its own children, also one that holds none of its pipes) ends with
+/// its execution: when the execution ends and the server is stopped, and when the server
+/// exits by itself first; the scratch directory goes too.
 #[test]
 fn a_server_s_own_children_end_with_its_execution() {
-    let sb = Sandbox::new();
-    let mut cmd = sb.command(&[]);
-    cmd.args(run_with_grandchild(&sb, &["--human-input", "fail"]));
-    let out = finish(cmd, None, RUN_TIMEOUT);
-    assert!(!out.status.success(), "mode fail ends the execution failed");
-    let grandchild: u32 = std::fs::read_to_string(sb.dir.path().join("grandchild"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let scratch = std::fs::read_to_string(sb.dir.path().join("cwd")).unwrap();
-    wait_until("the server's child outlived its execution", || {
-        !alive(grandchild)
-    });
-    assert!(
-        !std::path::Path::new(scratch.trim()).exists(),
-        "the scratch directory outlived its execution"
-    );
+    let exits_by_itself = "exit 3".to_string();
+    let serves = format!("exec {M3} shipping-server --era legacy");
+    for (then, ends) in [(&serves, "failed"), (&exits_by_itself, "server_error")] {
+        let sb = Sandbox::new();
+        let mut cmd = sb.command(&[]);
+        cmd.args(run_with_grandchild_then(
+            &sb,
+            then,
+            &["--human-input", "fail"],
+        ));
+        let out = finish(cmd, None, RUN_TIMEOUT);
+        assert!(!out.status.success(), "{then}: the execution ends failed");
+        let result: Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+        assert_eq!(result["result"]["outcome"], "failed", "{}", out.stdout);
+        if ends == "server_error" {
+            assert_eq!(result["result"]["failure_kind"], "server_error", "{result}");
+        }
+        let grandchild: u32 = std::fs::read_to_string(sb.dir.path().join("grandchild"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let scratch = std::fs::read_to_string(sb.dir.path().join("cwd")).unwrap();
+        wait_until(
+            &format!("{then}: the server's child outlived its execution"),
+            || !alive(grandchild),
+        );
+        assert!(
+            !std::path::Path::new(scratch.trim()).exists(),
+            "{then}: the scratch directory outlived its execution"
+        );
+    }
 }
 
 /// `m3 run` killed with SIGKILL: its server dies with it (the parent-death signal), and once

@@ -53,13 +53,19 @@ pub enum ProcessError {
 }
 
 /// A running child. Dropping it kills its whole process group; it is reaped in the background.
+///
+/// An exited child is left unreaped (a zombie) until the value is dropped: its id, which is
+/// also its process group's, stays reserved, so the group can still be signalled safely once
+/// the child itself has exited, and what it started (a daemonised helper with its own stdio
+/// included) ends with it.
 #[derive(Debug)]
 pub struct ChildProcess {
     stdin: Option<pipe::Sender>,
     pid: u32,
     /// Readable once the child has exited (taken by the background reaper on drop).
     pidfd: Option<AsyncFd<OwnedFd>>,
-    /// How it exited, once reaped (`None` inside: killed by a signal).
+    /// How it exited, once it has (`None` inside: killed by a signal). Seen without reaping:
+    /// the zombie keeps the group's id reserved until `drop` signals the group and reaps it.
     exit: Option<Option<i32>>,
     stderr_tail: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
     /// The task reading stderr (until it ends).
@@ -202,7 +208,7 @@ impl ChildProcess {
         self.stdin = None;
     }
 
-    /// Waits for the child to exit and reaps it.
+    /// Waits for the child to exit (it is reaped when dropped).
     pub async fn wait(&mut self) -> Result<ProcessEvent, ProcessError> {
         let code = self.reaped().await?;
         // What it wrote to stderr before it exited is read before the exit is reported (a
@@ -214,7 +220,8 @@ impl ChildProcess {
         Ok(ProcessEvent::Exited(code))
     }
 
-    /// Waits for the child to exit and reaps it: its exit code (`None`: a signal ended it).
+    /// Waits for the child to exit, leaving it unreaped: its exit code (`None`: a signal
+    /// ended it).
     async fn reaped(&mut self) -> Result<Option<i32>, ProcessError> {
         if let Some(exit) = self.exit {
             return Ok(exit);
@@ -223,12 +230,12 @@ impl ChildProcess {
         let Some(pidfd) = self.pidfd.as_ref() else {
             return Ok(None);
         };
-        let exit = reap_when_exited(pidfd, self.pid).await?;
+        let exit = exited(pidfd, self.pid).await?;
         self.exit = Some(exit);
         Ok(exit)
     }
 
-    /// Kills the child's whole process group and reaps the child.
+    /// Kills the child's whole process group and waits for the child to exit.
     pub async fn kill(&mut self) -> Result<ProcessEvent, ProcessError> {
         self.signal_group();
         self.wait().await
@@ -243,11 +250,9 @@ impl ChildProcess {
             .clone()
     }
 
+    /// SIGKILL to the child's process group. Safe whether or not the child has exited: it is
+    /// reaped only after this, in `drop`, so its id cannot name another group yet.
     fn signal_group(&self) {
-        if self.exit.is_some() {
-            // Reaped: the group may be gone and its id free for another.
-            return;
-        }
         if let Ok(pgid) = i32::try_from(self.pid)
             && pgid > 0
         {
@@ -264,9 +269,11 @@ impl Drop for ChildProcess {
     fn drop(&mut self) {
         // Take the whole group down, also when the child itself has exited: what it started
         // may live on in its group. (Linux never hands out an id that a live group still
-        // uses, and an unreaped child keeps its id.)
+        // uses, and the child, unreaped until below, keeps its id.)
         self.signal_group();
         if self.exit.is_some() {
+            // A zombie already: reaping it cannot block.
+            let _ = try_reap(self.pid);
             return;
         }
         // Reaped in the background: on this runtime once its pidfd says it exited, or on a
@@ -285,6 +292,37 @@ impl Drop for ChildProcess {
             }
         }
     }
+}
+
+/// Waits until `pidfd` (child `pid`'s) says the child exited, without reaping it: its exit
+/// code (`None`: a signal ended it).
+async fn exited(pidfd: &AsyncFd<OwnedFd>, pid: u32) -> Result<Option<i32>, ProcessError> {
+    loop {
+        let mut ready = pidfd.readable().await?;
+        if let Some(exit) = exit_status(pid)? {
+            return Ok(exit);
+        }
+        ready.clear_ready();
+    }
+}
+
+/// Child `pid`'s exit, if it has exited, seen without reaping it (`WNOWAIT`): `Some(exit
+/// code)` (`Some(None)`: a signal ended it).
+fn exit_status(pid: u32) -> Result<Option<Option<i32>>, ProcessError> {
+    // SAFETY: an all-zero siginfo_t is a valid value; waitid(2) with WNOHANG | WNOWAIT on a
+    // child of this process only writes into it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+    // SAFETY: as above; `info` outlives the call.
+    if unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) } == -1 {
+        return Err(ProcessError::Io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: waitid filled `info` for a child state change (or left si_pid 0 for none).
+    let (child, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if child == 0 {
+        return Ok(None);
+    }
+    Ok(Some((info.si_code == libc::CLD_EXITED).then_some(status)))
 }
 
 /// Waits until `pidfd` (child `pid`'s) says the child exited, then reaps it: its exit code
