@@ -281,14 +281,35 @@ pub fn run() -> io::Result<()> {
     serve(Args::parse())
 }
 
+/// Why [`run_from`] did not serve to the end.
+#[derive(Debug)]
+pub enum RunError {
+    /// The arguments are not the server's (or asked for `--help`/`--version`): clap's verdict,
+    /// for the embedding command to report in its own way.
+    Arguments(clap::Error),
+    /// Reading stdin or writing stdout (or the transcript) failed.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Arguments(e) => write!(f, "{}", e.render()),
+            Self::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
 /// Runs the server with `args` (the first item is the program name), for hosts that embed it
-/// as a subcommand. Invalid arguments print clap's usage and exit the process.
-pub fn run_from<I, T>(args: I) -> io::Result<()>
+/// as a subcommand; arguments it does not take are returned, not printed.
+pub fn run_from<I, T>(args: I) -> Result<(), RunError>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    serve(Args::parse_from(args))
+    serve(Args::try_parse_from(args).map_err(RunError::Arguments)?).map_err(RunError::Io)
 }
 
 fn serve(args: Args) -> io::Result<()> {

@@ -317,8 +317,21 @@ fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Recover => inspect::recover(cli),
         Command::ExampleServer { args } => {
             let argv = std::iter::once("example-server".to_string()).chain(args.iter().cloned());
-            m3_shipping_server::run_from(argv)?;
-            Ok(ExitCode::SUCCESS)
+            match m3_shipping_server::run_from(argv) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(m3_shipping_server::RunError::Arguments(e)) if !e.use_stderr() => e.exit(),
+                // Typed like `m3`'s own argument errors.
+                Err(m3_shipping_server::RunError::Arguments(e)) => {
+                    let text = e.render().to_string();
+                    let text = text.strip_prefix("error: ").unwrap_or(&text);
+                    let text = text.lines().next().unwrap_or_default().trim_end();
+                    anyhow::bail!(
+                        "ManagedInputValidationError: invalid command line: {text} \
+                         (invalid_command_line)"
+                    )
+                }
+                Err(m3_shipping_server::RunError::Io(e)) => Err(e.into()),
+            }
         }
         Command::Completions { shell } => {
             // Into memory first: a closed pipe then ends the command quietly, like every print.
