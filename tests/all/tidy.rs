@@ -81,39 +81,62 @@ fn network_clients(tree: &[String]) -> Vec<&String> {
         .collect()
 }
 
-/// What opens a network connection in Rust source: the standard library's and tokio's sockets.
+/// What opens a network connection in Rust source: the standard library's and tokio's sockets
+/// (TCP, UDP and Unix), a socket made by hand (`socket2`, libc's `socket` and `connect`).
 const SOCKET_APIS: &[&str] = &[
     "std::net",
     "tokio::net",
+    "os::unix::net",
     "TcpStream",
     "TcpListener",
+    "TcpSocket",
     "UdpSocket",
+    "UnixStream",
+    "UnixListener",
+    "UnixDatagram",
     "socket2",
+    "libc::socket",
+    "libc::connect",
 ];
 
+/// A call that connects a socket, looked for in files that use a socket API (elsewhere a
+/// `connect(` is a database's, and a socket needs one of [`SOCKET_APIS`] first).
+const CONNECTING: &str = "connect(";
+
 /// Whether a `file: api` socket use is `m3 serve` listening: the listener and address types
-/// under `host/cli/src/serve/`, never a connecting socket.
+/// under `host/cli/src/serve/` (`TcpSocket` builds a listener with its buffer sizes set), never
+/// a connecting socket or call.
 fn listens_only(usage: &str) -> bool {
     let serve = Path::new("host").join("cli").join("src").join("serve");
     let Some((file, api)) = usage.split_once(": ") else {
         return false;
     };
     let in_serve = file.contains(&format!("{}{}", serve.display(), std::path::MAIN_SEPARATOR));
-    in_serve && matches!(api, "std::net" | "tokio::net" | "TcpListener")
+    in_serve && matches!(api, "std::net" | "tokio::net" | "TcpListener" | "TcpSocket")
+}
+
+/// The socket APIs `code` (comments left out) uses, and [`CONNECTING`] if it uses any.
+fn socket_apis_in(code: &str) -> Vec<&'static str> {
+    // Tokio's pipes (a child's stdio) live under `tokio::net` but are no sockets.
+    let code = code.replace("tokio::net::unix::pipe", "tokio pipe");
+    let mut apis: Vec<&'static str> = SOCKET_APIS
+        .iter()
+        .copied()
+        .filter(|api| code.contains(api))
+        .collect();
+    if !apis.is_empty() && code.contains(CONNECTING) {
+        apis.push(CONNECTING);
+    }
+    apis
 }
 
 /// The socket APIs `dir`'s Rust code (comments left out) uses, as `file: api` lines.
 fn socket_uses(dir: &Path) -> Result<Vec<String>> {
     let mut uses = Vec::new();
     for file in rust_files(dir)? {
-        // Tokio's pipes (a child's stdio) live under `tokio::net` but are no sockets.
-        let code = strip(&std::fs::read_to_string(&file)?)
-            .code
-            .replace("tokio::net::unix::pipe", "tokio pipe");
-        for api in SOCKET_APIS {
-            if code.contains(api) {
-                uses.push(format!("{}: {api}", file.display()));
-            }
+        let code = strip(&std::fs::read_to_string(&file)?).code;
+        for api in socket_apis_in(&code) {
+            uses.push(format!("{}: {api}", file.display()));
         }
     }
     Ok(uses)
@@ -121,12 +144,14 @@ fn socket_uses(dir: &Path) -> Result<Vec<String>> {
 
 /// An accepted URL answer only records consent: nothing in the kit, the command or the component
 /// can fetch a URL. None of them depends on a network client crate, their code uses no socket
-/// API of the standard library or tokio, and the component's WASI socket and HTTP imports (if
-/// it has any) are bound to traps. The one exception is `m3 serve`, which listens: `m3-cli` may
-/// depend on `hyper` (the server side under axum) and code under `host/cli/src/serve/` may bind a
-/// listener, but nothing there may connect out (`TcpStream`, `UdpSocket`, client crates). Each
-/// check is shown able to fail: the same scan finds the sockets of the test suite's loopback
-/// model, and the same filter finds a client in a listing.
+/// API of the standard library, tokio or libc (TCP, UDP or Unix sockets), and the component's
+/// WASI socket and HTTP imports (if it has any) are bound to traps. The one exception is `m3
+/// serve`, which listens: `m3-cli` may depend on `hyper` (the server side under axum) and code
+/// under `host/cli/src/serve/` may bind a listener (`TcpListener`, or `TcpSocket` to set its
+/// buffers first), but nothing there may connect out (`TcpStream`, `UdpSocket`, `UnixStream`,
+/// a `connect(` call, libc's `connect`, client crates). Each check is shown able to fail: the
+/// same scan finds the sockets of the test suite's loopback model and a planted connecting
+/// line for each name, and the same filter finds a client in a listing.
 #[test]
 fn nothing_shipped_can_fetch_a_url() -> Result<()> {
     for package in ["m3", "m3-cli", "m3-guest", "m3-shipping-server"] {
@@ -148,23 +173,61 @@ fn nothing_shipped_can_fetch_a_url() -> Result<()> {
     );
 
     let root = workspace_root();
+    let mut serve_uses = Vec::new();
     for shipped in [
         "host/src",
         "host/cli/src",
         "guest/src",
         "examples/shipping-server/src",
     ] {
-        let uses: Vec<_> = socket_uses(&root.join(shipped))?
-            .into_iter()
-            .filter(|u| !listens_only(u))
-            .collect();
+        let all = socket_uses(&root.join(shipped))?;
+        serve_uses.extend(all.iter().filter(|u| listens_only(u)).cloned());
+        let uses: Vec<_> = all.into_iter().filter(|u| !listens_only(u)).collect();
         ensure!(uses.is_empty(), "shipped code opens sockets: {uses:?}");
     }
     ensure!(
+        serve_uses.iter().any(|u| u.ends_with(": TcpListener")),
+        "the scan should find `m3 serve`'s listener; is it broken? {serve_uses:?}"
+    );
+    ensure!(
         !listens_only("host/cli/src/serve/mod.rs: TcpStream")
+            && !listens_only("host/cli/src/serve/mod.rs: UnixStream")
+            && !listens_only("host/cli/src/serve/mod.rs: connect(")
+            && !listens_only("host/cli/src/serve/mod.rs: libc::connect")
             && !listens_only("host/cli/src/run.rs: TcpListener")
-            && listens_only("host/cli/src/serve/mod.rs: TcpListener"),
+            && !listens_only("host/cli/src/run.rs: TcpSocket")
+            && listens_only("host/cli/src/serve/mod.rs: TcpListener")
+            && listens_only("host/cli/src/serve/mod.rs: TcpSocket"),
         "the listener exception is wider than `m3 serve` binding a listener"
+    );
+    // Planted lines: each connecting name is found, and so is a connect on a listener's socket
+    // type (which the exception alone would let through).
+    for (planted, api) in [
+        (
+            "let s = tokio::net::TcpSocket::new_v4()?; s.connect(addr).await?;",
+            "connect(",
+        ),
+        ("let s = TcpSocket::new_v4()?;", "TcpSocket"),
+        (
+            "let s = std::os::unix::net::UnixStream::connect(path)?;",
+            "UnixStream",
+        ),
+        ("use std::os::unix::net::UnixDatagram;", "os::unix::net"),
+        ("let s = UnixDatagram::unbound()?;", "UnixDatagram"),
+        ("let l = UnixListener::bind(path)?;", "UnixListener"),
+        ("let fd = unsafe { libc::socket(2, 1, 0) };", "libc::socket"),
+        ("unsafe { libc::connect(fd, addr, len) };", "libc::connect"),
+        ("use tokio::net::UdpSocket;", "UdpSocket"),
+    ] {
+        let found = socket_apis_in(planted);
+        ensure!(
+            found.contains(&api),
+            "the scan misses {api} in {planted:?}: {found:?}"
+        );
+    }
+    ensure!(
+        socket_apis_in("let conn = db.connect()?;").is_empty(),
+        "a database's connect is no socket"
     );
     let loopback = socket_uses(&root.join("tests/support"))?;
     ensure!(
