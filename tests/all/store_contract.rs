@@ -870,6 +870,81 @@ fn with_context(meta: Value, task: Option<Value>) -> NewRound {
     )
 }
 
+/// How deep `value` nests: each array or object counts one, the outermost included.
+fn nesting_depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(nesting_depth).max().unwrap_or(0),
+        Value::Object(members) => 1 + members.values().map(nesting_depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// `levels` arrays, one inside the other, around a string.
+fn nested_arrays(levels: usize) -> Value {
+    let mut value = json!("x");
+    for _ in 0..levels {
+        value = json!([value]);
+    }
+    value
+}
+
+/// JSON nested 128 or more deep (counting the outermost object or array) is `malformed_json`,
+/// refused by the component's parser before any rule looks at it: a schema at `create_round`,
+/// an answer at `submit_responses`, a request's `_meta`. 127 deep is parsed: the schema and
+/// the answer are then refused by the next rule (a nested default is outside the form subset,
+/// an array is not the string the schema asks for), and the `_meta` is stored.
+#[test]
+fn json_nested_128_deep_is_malformed_and_127_deep_is_parsed() {
+    let db = TempDb::new();
+    let store = db.store();
+    for (depth, code) in [
+        (127, ErrorCode::UnsupportedSchema),
+        (128, ErrorCode::MalformedJson),
+    ] {
+        // Three objects around the arrays.
+        let schema = json!({"type": "object", "properties": {
+            "street": {"type": "string", "default": nested_arrays(depth - 3)}}});
+        assert_eq!(nesting_depth(&schema), depth);
+        let requests = BTreeMap::from([("q".to_string(), ElicitationRequest::form("?", schema))]);
+        let err = store
+            .create_round(&NewRound::new("r", "e", "s", "t", requests))
+            .unwrap_err();
+        assert!(matches!(err, ManagedInputError::Validation(_)), "{err}");
+        assert_eq!(code_of(&err), code, "a schema {depth} deep: {err}");
+    }
+    assert!(
+        store
+            .list_rounds(&RoundFilter::default())
+            .unwrap()
+            .is_empty(),
+        "a refused round was stored"
+    );
+    let meta = |depth: usize| json!({"deep": nested_arrays(depth - 1)});
+    assert_eq!(nesting_depth(&meta(128)), 128);
+    let err = store
+        .create_round(&with_context(meta(128), None))
+        .unwrap_err();
+    assert!(matches!(err, ManagedInputError::Validation(_)), "{err}");
+    assert_eq!(code_of(&err), ErrorCode::MalformedJson, "{err}");
+    let stored = store.create_round(&with_context(meta(127), None)).unwrap();
+    let ElicitationRequest::Form(request) = &stored.pending.requests["q"] else {
+        panic!("a form request");
+    };
+    assert_eq!(request.context.meta, Some(meta(127)), "stored as given");
+
+    fresh_address_round(&store, "answer");
+    for (depth, code) in [
+        (127, ErrorCode::SchemaViolation),
+        (128, ErrorCode::MalformedJson),
+    ] {
+        // Three objects around the arrays, in the place of the street.
+        let answer = json!({"shipping_address": {"action": "accept",
+            "content": {"street": nested_arrays(depth - 3), "city": "Pune"}}});
+        assert_eq!(nesting_depth(&answer), depth);
+        assert_refused_unchanged(&store, "answer", &answer.to_string(), code);
+    }
+}
+
 #[test]
 fn creating_an_existing_round_id_is_a_conflict() {
     let db = TempDb::new();
