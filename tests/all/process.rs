@@ -152,10 +152,13 @@ async fn kill_ends_the_group_and_reports_the_signal() {
         }
         assert!(!is_running(*pid), "grandchild {pid} outlived the kill");
     }
-    assert!(matches!(
-        child.write_line("x").await,
-        Err(ProcessError::Io(_)) | Ok(())
-    ));
+    // Nothing reads the child's stdin any more: the child is reaped and its group gone (a zombie
+    // has closed its descriptors; the host closed its copy of the read end when it started the
+    // child, and the pipes are close-on-exec for every other child), so a write is EPIPE.
+    match child.write_line("x").await {
+        Err(ProcessError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}"),
+        other => panic!("a write to a killed child: {other:?}"),
+    }
 }
 
 #[tokio::test]

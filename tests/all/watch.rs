@@ -30,7 +30,12 @@ async fn a_commit_by_another_store_object_is_noticed_and_reads_are_not() {
     assert!(!watch.wait(QUIET).await, "reads are not changes");
     // A rejected submission writes nothing.
     let other = db.store();
-    assert!(other.submit_responses_json("r1", "{}", "k").is_err());
+    let refused = other.submit_responses_json("r1", "{}", "k").unwrap_err();
+    assert!(
+        matches!(refused, ManagedInputError::Validation(_))
+            && refused.code() == Some(ErrorCode::ResponseKeysMismatch),
+        "{refused}"
+    );
     assert!(
         !watch.wait(QUIET).await,
         "an invalid answer committed nothing"
