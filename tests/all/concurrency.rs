@@ -365,8 +365,9 @@ const PROMPT: Duration = Duration::from_secs(5);
 ///
 /// A raw connection takes SQLite's write lock (`BEGIN IMMEDIATE`). Writer W then calls
 /// `submit_responses` through a store object; W is now *inside* a store operation (inside the
-/// component call, inside the host's `store` import, in SQLite's busy handler), and stays there
-/// until the raw connection lets go. While W is stuck mid-operation, we run reads through
+/// component call, inside the host's `store` import, in the host's own retries for SQLite's
+/// write lock: `BEGIN IMMEDIATE` with SQLite's busy timeout at zero, short sleeps between
+/// tries), and stays there until the raw connection lets go. While W is stuck mid-operation, we run reads through
 /// another store object on the same file, through W's *own* store object, and a full write
 /// through a store on a different file. If the host serialised operations with a lock of its own
 /// (a global mutex, a mutex per store object or per file), those calls would queue behind W, and
@@ -413,12 +414,12 @@ fn no_process_wide_lock_serialises_the_store() -> Result<()> {
     };
     let (writer_done, writer, writer_tid) = spawn_writer(writer_store.clone(), "held");
     let (second_done, second, second_tid) = spawn_writer(Arc::new(second_writer_store), "second");
-    // Both writers are inside SQLite's busy wait (seen sleeping in it, not merely started), so
-    // whatever the host might hold across a write is held now.
+    // Both writers are in the host's retries for SQLite's write lock (seen sleeping between two
+    // tries, not merely started), so whatever the host might hold across a write is held now.
     for (name, tid) in [("first", writer_tid), ("second", second_tid)] {
         ensure!(
             m3_tests::wait_until_in_timed_sleep(tid, Duration::from_secs(30)),
-            "the {name} writer never reached SQLite's busy wait"
+            "the {name} writer never reached the wait for SQLite's write lock"
         );
     }
     ensure!(
