@@ -121,13 +121,7 @@ pub fn location(error: &anyhow::Error) -> (Option<String>, Option<String>) {
 
 /// The code of a database that could not be opened.
 fn open_code(error: &OpenError) -> Option<String> {
-    let code = match error {
-        OpenError::InvalidPath(_) => "invalid_database_path",
-        OpenError::Sqlite(_) => "storage_failure",
-        OpenError::Incompatible(_) => "incompatible_database",
-        OpenError::Engine(_) => return None,
-    };
-    Some(code.to_string())
+    error.code().map(str::to_string)
 }
 
 /// A `(snake_case_code)` at the end of a message (`... (malformed_json)`), as the command's own

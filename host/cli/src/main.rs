@@ -369,7 +369,19 @@ pub fn executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::Executions>> {
 /// answerable. What was recovered is said on stderr.
 pub fn recovered_executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::Executions>> {
     let executions = executions(cli)?;
-    let report = executions.recover()?;
+    let report = match executions.recover() {
+        Ok(report) => report,
+        // A writer holding the database past the busy timeout while something was due: the
+        // listing still answers (a read never queues behind a writer), and says what it could
+        // not do. An answer to a round whose worker is gone is refused all the same.
+        Err(e) if e.code() == Some(m3::ErrorCode::StorageBusy) => {
+            eprintln!(
+                "notice: the database was busy, so rounds whose worker is gone may still be                  listed as open (`m3 recover` fails them once it is free)"
+            );
+            return Ok(executions);
+        }
+        Err(e) => return Err(e.into()),
+    };
     if report.rounds_failed + report.executions_failed > 0 {
         eprintln!(
             "recovered: failed {} round(s) and {} execution(s) whose worker is gone \
@@ -397,6 +409,18 @@ pub fn readable_rounds(
         eprintln!("{error} (round {round_id} is left out of this listing; `m3 doctor` lists all)");
     }
     Ok(records)
+}
+
+/// Every execution, oldest first; one whose record cannot be read is reported on stderr (its
+/// id and why) and left out, so one bad record never hides the others.
+pub fn readable_executions(executions: &m3::Executions) -> anyhow::Result<Vec<m3::ExecutionState>> {
+    let (states, unreadable) = executions.states_reporting()?;
+    for (execution_id, error) in unreadable {
+        eprintln!(
+            "{error} (execution {execution_id} is left out of this listing; `m3 doctor` lists all)"
+        );
+    }
+    Ok(states)
 }
 
 /// The most a command reads of an input file: the largest answer map, round or script the

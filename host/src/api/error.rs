@@ -244,3 +244,20 @@ pub enum OpenError {
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
+
+impl OpenError {
+    /// The machine-readable reason: `invalid_database_path`, `storage_busy` (the database
+    /// stayed locked past the busy timeout, e.g. a migration waiting behind a writer),
+    /// `storage_failure`, `incompatible_database`; `None` for a component that did not load.
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            Self::InvalidPath(_) => Some("invalid_database_path"),
+            Self::Sqlite(e) if crate::sqlite::store_error::is_busy(e) => {
+                Some(ErrorCode::StorageBusy.as_str())
+            }
+            Self::Sqlite(_) => Some("storage_failure"),
+            Self::Incompatible(_) => Some("incompatible_database"),
+            Self::Engine(_) => None,
+        }
+    }
+}

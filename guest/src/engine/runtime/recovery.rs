@@ -13,7 +13,7 @@ use crate::errors::Result;
 use crate::exports::m3::managed_input::execution_rules::ExecutionOperation;
 use crate::exports::m3::managed_input::runtime::RecoveryReport;
 use crate::m3::managed_input::store::{RoundFilter, TransactionMode};
-use crate::m3::managed_input::types::{Cursor, ExecutionStatus};
+use crate::m3::managed_input::types::{Cursor, ErrorCode, ExecutionStatus, ManagedInputError};
 use crate::store_protocol::{self, begin, store_error};
 use crate::time;
 
@@ -124,10 +124,17 @@ pub fn recover() -> Result<RecoveryReport> {
                 if !expired(round.lease.as_ref().map(|l| &l.expires_at), &time::now()) {
                     continue;
                 }
-                // Re-checked inside its own transaction: a renewal since the list wins.
-                if store_protocol::fail_recovery(&round.pending.round_id, None, GONE.into()).is_ok()
-                {
-                    report.rounds_failed += 1;
+                // Re-checked inside its own transaction: a renewal (or any other end) since the
+                // list wins, and is no failure of recovery. A store that could not make the
+                // write is one: it is returned, never dropped.
+                match store_protocol::fail_recovery(&round.pending.round_id, None, GONE.into()) {
+                    Ok(_) => report.rounds_failed += 1,
+                    Err(ManagedInputError::Storage(detail))
+                        if detail.code != ErrorCode::CorruptRecord =>
+                    {
+                        return Err(ManagedInputError::Storage(detail));
+                    }
+                    Err(_) => {}
                 }
             }
             match rows.last() {
@@ -141,13 +148,15 @@ pub fn recover() -> Result<RecoveryReport> {
             }
         }
     }
-    let tx = begin(TransactionMode::Write)?;
-    let now = time::now();
+    // Read first: a recovery that finds nothing expired (the common case, run before every
+    // listing) takes no write lock, so it never waits behind a writer.
     let mut abandoned = Vec::new();
+    let read = begin(TransactionMode::Read)?;
+    let now = time::now();
     for status in [ExecutionStatus::Running, ExecutionStatus::Queued] {
         let mut after: Option<Cursor> = None;
         loop {
-            let page = tx
+            let page = read
                 .list_executions(Some(status), Some(PAGE), after.as_ref())
                 .map_err(store_error)?;
             let full = page.len() == PAGE as usize;
@@ -165,6 +174,13 @@ pub fn recover() -> Result<RecoveryReport> {
             }
         }
     }
+    drop(read);
+    if abandoned.is_empty() {
+        return Ok(report);
+    }
+    // Each one decided again inside the write: a renewal since the read wins.
+    let tx = begin(TransactionMode::Write)?;
+    let now = time::now();
     for row in abandoned {
         let message = if row.status == ExecutionStatus::Queued {
             "the process that submitted the execution is gone and no worker started it"
@@ -184,9 +200,7 @@ pub fn recover() -> Result<RecoveryReport> {
                 report.executions_failed += 1;
             }
             Ok(None) => {}
-            Err(crate::m3::managed_input::types::ManagedInputError::Storage(detail))
-                if detail.code == crate::m3::managed_input::types::ErrorCode::CorruptRecord =>
-            {
+            Err(ManagedInputError::Storage(detail)) if detail.code == ErrorCode::CorruptRecord => {
                 report.records_unreadable += 1;
             }
             Err(e) => return Err(e),
