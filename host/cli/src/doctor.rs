@@ -60,7 +60,8 @@ fn codex_credentials() -> Value {
     })
 }
 
-/// Every round of the database that cannot be read: `{"round_id", "error"}` each.
+/// Every record of the database that cannot be read: `{"round_id", "error"}` for a round,
+/// `{"execution_id", "error"}` for an execution.
 fn unreadable_records(cli: &Cli) -> Result<Vec<Value>> {
     let executions = crate::executions(cli)?;
     let filter = m3::RoundFilter {
@@ -69,9 +70,15 @@ fn unreadable_records(cli: &Cli) -> Result<Vec<Value>> {
         limit: None,
     };
     let (_, unreadable) = executions.store().list_rounds_reporting(&filter)?;
+    let (_, unreadable_executions) = executions.states_reporting()?;
     Ok(unreadable
         .into_iter()
         .map(|(round_id, e)| json!({"round_id": round_id, "error": e.to_string()}))
+        .chain(
+            unreadable_executions.into_iter().map(
+                |(execution_id, e)| json!({"execution_id": execution_id, "error": e.to_string()}),
+            ),
+        )
         .collect())
 }
 
@@ -149,10 +156,14 @@ fn print_human(report: &Value) {
             text(&db["supported_schema_version"]),
         );
         for record in db["unreadable_records"].as_array().into_iter().flatten() {
+            let (kind, id) = match record.get("execution_id") {
+                Some(id) => ("execution", id),
+                None => ("round", &record["round_id"]),
+            };
             println!(
-                "{}  round {}: {}",
+                "{}  {kind} {}: {}",
                 mark(false),
-                text(&record["round_id"]),
+                text(id),
                 text(&record["error"])
             );
         }

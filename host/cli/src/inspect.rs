@@ -169,7 +169,8 @@ fn executions_table(states: &[ExecutionState], look: &Look) -> Table {
 
 /// `m3 executions`.
 pub fn executions(cli: &Cli) -> Result<ExitCode> {
-    let states: Vec<ExecutionState> = crate::recovered_executions(cli)?.states(None)?;
+    let states: Vec<ExecutionState> =
+        crate::readable_executions(&*crate::recovered_executions(cli)?)?;
     if cli.json {
         print_json(
             &Value::Array(states.iter().map(json::execution).collect()),

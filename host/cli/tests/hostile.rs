@@ -402,6 +402,47 @@ fn an_unreadable_record_is_reported_and_the_rest_are_listed() {
     let _ = run.finish();
 }
 
+/// The same for an execution whose record cannot be read: `executions` lists the others and
+/// names it on stderr, recovery and the other listings go on, `doctor` names it and says the
+/// database is not healthy.
+#[test]
+fn an_unreadable_execution_is_reported_and_the_rest_are_listed() {
+    let sb = Sandbox::new();
+    let mut run = sb.spawn_run("legacy", &[], &["--deadline", "600"]);
+    let event = run.next_json();
+    let (round_id, execution_id) = ids(&event["round"]);
+    sb.insert_unreadable_execution(&execution_id);
+    let out = sb.m3(&["executions", "--json"]);
+    out.ok();
+    let listed: Value = serde_json::from_str(&out.stdout).unwrap();
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["execution_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [execution_id.as_str()], "{listed}");
+    assert!(out.stderr.contains("exec-broken"), "{}", out.stderr);
+    let pending = sb.m3(&["pending", "--json"]).json();
+    assert_eq!(pending[0]["round_id"], round_id.as_str(), "{pending}");
+    sb.m3(&["recover", "--json"]).ok();
+    let doctor = sb.m3(&["doctor", "--json"]);
+    assert!(!doctor.status.success());
+    let report: Value = serde_json::from_str(&doctor.stdout).unwrap();
+    assert_eq!(
+        report["database"]["unreadable_records"][0]["execution_id"], "exec-broken",
+        "{report}"
+    );
+    let doctor = sb.m3(&["doctor"]);
+    assert!(
+        doctor.stdout.contains("execution exec-broken"),
+        "{}",
+        doctor.stdout
+    );
+    sb.m3(&["cancel", &execution_id]).ok();
+    let _ = run.finish();
+}
+
 /// An answer to a round that ended (here: cancelled) is never acknowledged as if it could
 /// still be delivered, also when it repeats an answer stored before the round ended.
 #[test]
@@ -789,4 +830,58 @@ fn a_killed_run_leaves_nothing_behind_after_recovery() {
     wait_until("SIGTERM left the server's child running", || {
         !alive(grandchild)
     });
+}
+
+/// Opening reads before it writes: an up-to-date database opens and is listed while another
+/// connection holds its write lock (read commands never queue behind a writer); one that needs
+/// a migration waits for the lock and, past the busy timeout, is a typed `storage_busy` error
+/// that changes nothing.
+#[test]
+fn opening_reads_before_it_writes_and_a_locked_migration_is_storage_busy() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let writer = rusqlite::Connection::open(&sb.db).unwrap();
+    writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+    for args in [
+        &["rounds", "--json"][..],
+        &["pending", "--json"],
+        &["executions", "--json"],
+    ] {
+        let listed = sb.m3(args).json();
+        assert_eq!(listed, json!([]), "{args:?}");
+    }
+    writer.execute_batch("ROLLBACK").unwrap();
+
+    // The stored-format fixture is at schema version 3: opening it migrates.
+    let old = sb.dir.path().join("format-1.sqlite");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/format-1.sqlite"
+        ),
+        &old,
+    )
+    .unwrap();
+    let version = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    let writer = rusqlite::Connection::open(&old).unwrap();
+    assert_eq!(version(&writer), 3);
+    writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut cmd = sb.bare();
+    cmd.arg("--db").arg(&old).args(["--json", "rounds"]);
+    let out = finish(cmd, None, COMMAND_TIMEOUT);
+    assert!(!out.status.success(), "{}", out.stdout);
+    let error: Value = serde_json::from_str(out.first_stderr_line()).unwrap();
+    assert_eq!(error["error"]["type"], "StorageError", "{error}");
+    assert_eq!(error["error"]["code"], "storage_busy", "{error}");
+    writer.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(version(&writer), 3, "nothing was migrated");
+    drop(writer);
+    // Once the writer is gone the same command migrates and lists.
+    let mut cmd = sb.bare();
+    cmd.arg("--db").arg(&old).args(["--json", "rounds"]);
+    let out = finish(cmd, None, COMMAND_TIMEOUT);
+    assert!(out.status.success(), "{}", out.stderr);
 }

@@ -166,6 +166,46 @@ impl Executions {
         Ok(self.list(None, limit)?.iter().map(state_back).collect())
     }
 
+    /// Every execution, oldest first, as [`Self::states`], except that an execution whose
+    /// record cannot be read is reported (its id and why) instead of failing the listing, so
+    /// one bad record never hides the others.
+    #[allow(clippy::type_complexity)]
+    pub fn states_reporting(
+        &self,
+    ) -> StoreResult<(Vec<ExecutionState>, Vec<(String, ManagedInputError)>)> {
+        match self.states(None) {
+            Ok(states) => return Ok((states, Vec::new())),
+            // An unreadable record is a storage error; any other error is the listing's.
+            Err(ManagedInputError::Storage(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let mut states = Vec::new();
+        let mut unreadable = Vec::new();
+        for execution_id in self.execution_ids()? {
+            match self.snapshot(&execution_id) {
+                Ok(state) => states.push(state),
+                // Gone since the ids were read.
+                Err(ManagedInputError::State(e))
+                    if e.code() == crate::api::error::ErrorCode::ExecutionNotFound => {}
+                Err(e) => unreadable.push((execution_id, e)),
+            }
+        }
+        Ok((states, unreadable))
+    }
+
+    /// The ids of every execution, oldest first, read without decoding the rows.
+    fn execution_ids(&self) -> StoreResult<Vec<String>> {
+        let failure = crate::api::managed_input::storage_failure;
+        let conn = self.store.database().connect().map_err(failure)?;
+        let mut statement = conn
+            .prepare("SELECT execution_id FROM executions ORDER BY created_at_ns, execution_id")
+            .map_err(failure)?;
+        statement
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(failure)
+    }
+
     /// Executions with `status` (all when `None`), oldest first, at most `limit` (paged through
     /// the component, so a long listing never outgrows one call's budget).
     pub(crate) fn list(

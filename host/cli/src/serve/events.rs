@@ -50,7 +50,7 @@ fn look(executions: &m3::Executions) -> anyhow::Result<(Vec<m3::ManagedInputReco
     // Executions first, rounds second (two reads, not one snapshot): a worker ends an
     // execution's rounds before the execution, so a finished execution read here has its
     // rounds' ends in the later read, and `execution_finished` never comes before them.
-    let states = executions.states(None)?;
+    let (states, _unreadable) = executions.states_reporting()?;
     let (records, _unreadable) = executions
         .store()
         .list_rounds_reporting(&RoundFilter::default())?;
