@@ -463,6 +463,43 @@ fn respond_never_acknowledges_an_answer_that_will_not_be_delivered() {
     ]);
     out.fails_with("ManagedInputStateError");
     assert!(!out.stdout.contains("delivers"), "{}", out.stdout);
+
+    // A repeat of an answer stored (and acknowledged) before its round ended: the worker stood
+    // still (SIGSTOP) with the answer committed, then died; recovery failed the round. The
+    // retry a caller makes after a lost acknowledgement must not be told it will be delivered.
+    let sb = Sandbox::new();
+    let mut run = sb.spawn_run("legacy", &[], &["--lease", "1"]);
+    let event = run.next_json();
+    let (round_id, _) = ids(&event["round"]);
+    let pid = run.guard.child.id() as i32;
+    // SAFETY: kill(2) on the child this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGSTOP);
+    }
+    let answer = |key: &str| {
+        sb.m3(&[
+            "respond",
+            &round_id,
+            "--idempotency-key",
+            key,
+            "--accept",
+            &accept_address(),
+            "--json",
+        ])
+    };
+    let first = answer("kept").json();
+    assert_eq!(first["status"], "response_validated", "{first}");
+    run.guard.kill(); // SIGKILL, still stopped
+    std::thread::sleep(Duration::from_millis(1_500)); // past the 1 s lease
+    let report = sb.m3(&["recover", "--json"]).json();
+    assert_eq!(report["rounds_failed"], 1, "{report}");
+    let repeat = answer("kept");
+    let line = repeat.fails_with("ManagedInputStateError");
+    assert!(line.contains("round_terminal"), "{line}");
+    assert!(!repeat.stdout.contains("deliver"), "{}", repeat.stdout);
+    let record = sb.show(&round_id);
+    assert_eq!(record["status"], "failed", "{record}");
+    assert_eq!(record["failure_code"], "recovery_unavailable", "{record}");
 }
 
 /// Secret values for the server come from m3's own environment (`--server-env NAME`) or a file

@@ -184,10 +184,10 @@ impl Executions {
         for execution_id in self.execution_ids()? {
             match self.snapshot(&execution_id) {
                 Ok(state) => states.push(state),
-                // Gone since the ids were read.
-                Err(ManagedInputError::State(e))
-                    if e.code() == crate::api::error::ErrorCode::ExecutionNotFound => {}
-                Err(e) => unreadable.push((execution_id, e)),
+                Err(e @ ManagedInputError::Storage(_)) => unreadable.push((execution_id, e)),
+                // The component's word on that id (gone since the ids were read).
+                Err(ManagedInputError::State(_)) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok((states, unreadable))
