@@ -284,17 +284,28 @@ fn database_files_are_private_under_any_umask() {
         .status()
         .unwrap();
     assert!(status.success());
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).map(|m| m.permissions().mode() & 0o777);
+    assert_eq!(mode(&sb.db).unwrap(), 0o600, "the database is not private");
+
+    // While a run is open (so its `-wal` and `-shm` exist), under umask 000, in a file that
+    // was created empty and world-readable before m3 first opened it.
+    let open = Sandbox::new();
+    std::fs::write(&open.db, b"").unwrap();
+    std::fs::set_permissions(&open.db, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut run = open.spawn_under_umask(0, &run_args("legacy", &[], &[]));
+    assert_eq!(run.next_json()["event"], "pending");
     for suffix in ["", "-wal", "-shm"] {
-        let mut name = sb.db.as_os_str().to_owned();
+        let mut name = open.db.as_os_str().to_owned();
         name.push(suffix);
-        if let Ok(meta) = std::fs::metadata(&name) {
-            assert_eq!(
-                meta.permissions().mode() & 0o777,
-                0o600,
-                "{name:?} is not private"
-            );
-        }
+        let name = std::path::PathBuf::from(name);
+        assert_eq!(
+            mode(&name).unwrap_or_else(|e| panic!("{name:?}: {e}")),
+            0o600,
+            "{name:?} is not private"
+        );
     }
+    drop(run);
     let doctor = sb.m3(&["doctor", "--json"]).json();
     assert_eq!(doctor["database"]["files_readable_by_others"], json!([]));
     std::fs::set_permissions(&sb.db, std::fs::Permissions::from_mode(0o644)).unwrap();

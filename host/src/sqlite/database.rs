@@ -151,10 +151,13 @@ fn connect_raw(
     busy_timeout: Duration,
     synchronous: Synchronous,
 ) -> rusqlite::Result<Connection> {
-    // No SQLITE_OPEN_URI: a path is a path, never a `file:` URI with options.
+    // No SQLITE_OPEN_URI: a path is a path, never a `file:` URI with options. NOFOLLOW: a
+    // database file replaced by a symbolic link after `check_path` looked is refused by SQLite
+    // itself, so the check and the open cannot be raced apart.
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(busy_timeout)?;
     conn.pragma_update(None, "synchronous", synchronous.pragma())?;
@@ -231,21 +234,38 @@ fn check_header(path: &Path) -> Result<(), OpenError> {
 }
 
 /// Creates the database file readable and writable by its owner only (whatever the umask), if
-/// it does not exist; SQLite gives its `-wal` and `-shm` files the same mode.
+/// it does not exist, and makes an existing empty file (one that is about to become a new
+/// database, e.g. made by `touch` under a loose umask) owner-only too; SQLite gives its `-wal`
+/// and `-shm` files the mode of the database file. An existing database keeps its mode
+/// (`m3 doctor` reports one that others may read).
 fn create_private(path: &Path) -> Result<(), OpenError> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let private = |file: std::fs::File| {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| {
+                OpenError::InvalidPath(format!("{} cannot be made private: {e}", path.display()))
+            })
+    };
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)
     {
-        Ok(file) => file
-            .set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| {
-                OpenError::InvalidPath(format!("{} cannot be made private: {e}", path.display()))
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Ok(file) => private(file),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Opened without following a link (the path was checked to be a regular file; a
+            // link put there since is refused, not followed).
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+                .map_err(|e| {
+                    OpenError::InvalidPath(format!("{} cannot be opened: {e}", path.display()))
+                })?;
+            let empty = file.metadata().is_ok_and(|m| m.is_file() && m.len() == 0);
+            if empty { private(file) } else { Ok(()) }
+        }
         Err(e) => Err(OpenError::InvalidPath(format!(
             "{} cannot be created: {e}",
             path.display()

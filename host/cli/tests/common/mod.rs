@@ -505,7 +505,24 @@ impl Sandbox {
 
     /// Spawns `m3 --db <db> ARGS...` in the background with stdout piped.
     pub fn spawn(&self, args: &[String]) -> Running {
+        self.spawn_command(self.bare(), args)
+    }
+
+    /// As [`Sandbox::spawn`], with the process's file-mode creation mask set to `umask`.
+    pub fn spawn_under_umask(&self, umask: libc::mode_t, args: &[String]) -> Running {
+        use std::os::unix::process::CommandExt;
         let mut cmd = self.bare();
+        // SAFETY: umask(2) is async-signal-safe and touches nothing of this process.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::umask(umask);
+                Ok(())
+            });
+        }
+        self.spawn_command(cmd, args)
+    }
+
+    fn spawn_command(&self, mut cmd: Command, args: &[String]) -> Running {
         cmd.arg("--db")
             .arg(&self.db)
             .args(args)
