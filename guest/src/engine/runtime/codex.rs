@@ -1085,6 +1085,39 @@ mod tests {
         }
     }
 
+    /// Start-up: `initialize` (and every request after it) is bounded by the request timer, so
+    /// an app-server that never answers fails the execution instead of hanging.
+    #[test]
+    fn a_codex_that_never_answers_initialize_fails_when_the_request_timer_fires() {
+        let mut s = session(Mode::Managed);
+        let a = s.handle(Input::Start);
+        assert_eq!(sent(&a)[0]["method"], "initialize");
+        assert!(a.contains(&Action::ArmTimer(1000)), "{a:?}");
+        let a = s.handle(Input::ProbeTimedOut);
+        assert_eq!(
+            finished_with(&a),
+            Finished::Failed {
+                code: Some(FailureCode::ServerError),
+                message: "codex app-server did not answer in time".into(),
+            }
+        );
+        assert!(sent(&a).is_empty(), "nothing more is sent: {a:?}");
+        assert!(s.is_done());
+        assert!(s.handle(Input::ProbeTimedOut).is_empty(), "it ends once");
+        // Answered in time, the next request is timed afresh; one unanswered fails the same way.
+        let mut s = session(Mode::Managed);
+        s.handle(Input::Start);
+        let a = s.handle(line(json!({"id": 1, "result": {}})));
+        assert_eq!(sent(&a)[1]["method"], "thread/start");
+        assert!(a.contains(&Action::ArmTimer(1000)), "{a:?}");
+        let a = s.handle(Input::ProbeTimedOut);
+        let Finished::Failed { code, message } = finished_with(&a) else {
+            panic!("{a:?}")
+        };
+        assert_eq!(code, Some(FailureCode::ServerError));
+        assert!(message.contains("did not answer in time"), "{message}");
+    }
+
     #[test]
     fn a_server_that_did_not_start_fails_at_once_with_codex_s_message() {
         let mut s = checking_server();

@@ -1,7 +1,8 @@
 //! One MCP server connection driven by the scripted harness, as a state machine.
 //!
 //! The session probes the era (or uses the forced one), completes the handshake, then calls the
-//! script's tools in order. An elicitation (legacy `elicitation/create`, or a 2026-07-28
+//! script's tools in order. A server must answer its first request (`initialize`, or the first
+//! operation when the era is forced modern) within [`STARTUP_TIMEOUT_MS`]. An elicitation (legacy `elicitation/create`, or a 2026-07-28
 //! `input_required` result) opens a round; the round's committed answer is delivered once (the
 //! driver commits `delivery-started` before writing the line and `delivered` after); the server's
 //! reply to it resolves the round: the operation's result, or the next round of the same
@@ -20,7 +21,11 @@ use crate::mcp::{legacy, mrtr, request};
 use crate::mutation;
 use serde_json::{Value, json};
 
-/// How long a server may take to answer `initialize` before the session gives up on it.
+/// How long a server may take to answer its first request before the session gives up on it:
+/// `initialize` in the legacy era, the first operation (`tools/call`, ...) when the era is forced
+/// modern (no handshake, no probe). Once the server has answered anything the timer no longer
+/// counts: a modern round's request is answered at once (`input_required`), so the time a
+/// round waits for a human is never start-up time.
 pub const STARTUP_TIMEOUT_MS: u64 = 30_000;
 
 /// One operation of the script, on this server: a tool call, a prompt or a resource read.
@@ -143,6 +148,9 @@ pub struct ScriptedSession {
     state: State,
     next_id: u64,
     next_step: usize,
+    /// The server has answered one of our requests or sent one of its own: it has started, and
+    /// the start-up timeout no longer applies.
+    heard: bool,
 }
 
 impl ScriptedSession {
@@ -159,6 +167,7 @@ impl ScriptedSession {
             state: State::Idle,
             next_id: 1,
             next_step: 0,
+            heard: false,
         }
     }
 
@@ -201,6 +210,22 @@ impl ScriptedSession {
                     },
                     &mut out,
                 ),
+                State::Calling { step, .. } if !self.heard => {
+                    // Forced modern: the first operation is the server's first request.
+                    let method = self.config.steps[step].method();
+                    self.cancel_call(&mut out);
+                    self.finish(
+                        Finished::Failed {
+                            code: Some(FailureCode::ServerError),
+                            message: format!(
+                                "the server did not answer its first request (`{method}`) \
+                                 within {} s of starting",
+                                STARTUP_TIMEOUT_MS / 1000
+                            ),
+                        },
+                        &mut out,
+                    )
+                }
                 _ => {}
             },
             Input::Answer(responses) => self.answer(responses, &mut out),
@@ -287,7 +312,14 @@ impl ScriptedSession {
     fn decided(&mut self, era: Era, out: &mut Vec<Action>) {
         self.era = era;
         match era {
-            Era::Modern => self.next_step(out),
+            Era::Modern => {
+                self.next_step(out);
+                // Forced modern, nothing heard yet: the first operation is bounded as
+                // `initialize` is (after a probe's answer the server has started).
+                if !self.heard && matches!(self.state, State::Calling { .. }) {
+                    out.push(Action::ArmTimer(STARTUP_TIMEOUT_MS));
+                }
+            }
             Era::Legacy => {
                 let id = self.id();
                 out.push(Action::Send(message::request(
@@ -342,6 +374,9 @@ impl ScriptedSession {
         let Ok(incoming) = message::parse(line) else {
             return; // not a message: servers may print junk; the kit ignores it
         };
+        if !matches!(incoming, Incoming::Notification { .. }) {
+            self.heard = true;
+        }
         match incoming {
             Incoming::Notification { method, params } => self.notification(&method, &params, out),
             Incoming::Request { id, method, params } => {
@@ -1046,6 +1081,118 @@ mod tests {
                 message,
             })) if message.contains("initialize")
         ));
+    }
+
+    /// Forced modern: no handshake, so the first operation is the start-up, bounded as
+    /// `initialize` is.
+    #[test]
+    fn a_silent_server_in_the_forced_modern_era_fails_at_the_start_up_timeout() {
+        let mut s = session(EraChoice::Modern, Mode::Managed);
+        let actions = s.handle(Input::Start);
+        let call = &sent(&actions)[0];
+        assert_eq!(call["method"], "tools/call");
+        assert!(
+            actions.contains(&Action::ArmTimer(STARTUP_TIMEOUT_MS)),
+            "{actions:?}"
+        );
+        // A notification is not an answer: the server has still not started.
+        assert!(
+            s.handle(line(
+                json!({"jsonrpc": "2.0", "method": "notifications/message",
+                "params": {"level": "info", "data": "starting"}})
+            ))
+            .is_empty()
+        );
+        let actions = s.handle(Input::ProbeTimedOut);
+        assert!(
+            matches!(
+                actions.last(),
+                Some(Action::Finish(Finished::Failed {
+                    code: Some(FailureCode::ServerError),
+                    message,
+                })) if message.contains("first request (`tools/call`)")
+                    && message.contains("30 s of starting")
+            ),
+            "{actions:?}"
+        );
+        // The call is abandoned on the server's side too.
+        assert_eq!(sent(&actions)[0]["method"], "notifications/cancelled");
+        assert_eq!(sent(&actions)[0]["params"]["requestId"], call["id"]);
+        assert!(s.is_done());
+    }
+
+    #[test]
+    fn a_forced_modern_server_that_answers_in_time_is_not_failed_by_the_start_up_timer() {
+        let mut s = session(EraChoice::Modern, Mode::Managed);
+        let call_id = sent(&s.handle(Input::Start))[0]["id"].clone();
+        let actions = s.handle(line(json!({"jsonrpc": "2.0", "id": call_id,
+            "result": {"resultType": "complete", "content": []}})));
+        assert!(matches!(&actions[0], Action::ToolResult { step: 0, .. }));
+        assert_eq!(actions.last(), Some(&Action::Finish(Finished::Succeeded)));
+        // A second step after the first answer: no start-up timer, and a late one changes nothing.
+        let mut s = ScriptedSession::new(SessionConfig {
+            steps: vec![
+                Step::tool("book_shipment", json!({})),
+                Step::tool("book_shipment", json!({})),
+            ],
+            ..session(EraChoice::Modern, Mode::Managed).config
+        });
+        let call_id = sent(&s.handle(Input::Start))[0]["id"].clone();
+        let actions = s.handle(line(json!({"jsonrpc": "2.0", "id": call_id,
+            "result": {"content": []}})));
+        assert_eq!(sent(&actions)[0]["method"], "tools/call");
+        assert!(!actions.iter().any(|a| matches!(a, Action::ArmTimer(_))));
+        assert!(s.handle(Input::ProbeTimedOut).is_empty());
+        assert!(!s.is_done());
+        // A server that speaks first (a request of its own) has started too.
+        let mut s = session(EraChoice::Modern, Mode::Managed);
+        s.handle(Input::Start);
+        let actions = s.handle(line(json!({"jsonrpc": "2.0", "id": 99, "method": "ping"})));
+        assert_eq!(sent(&actions)[0]["result"], json!({}));
+        assert!(s.handle(Input::ProbeTimedOut).is_empty());
+        assert!(!s.is_done());
+        // A probe's answer is an answer: after it, the modern era arms no start-up timer.
+        let mut s = session(EraChoice::Auto, Mode::Managed);
+        s.handle(Input::Start);
+        let actions = s.handle(line(
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"supportedVersions": ["2026-07-28"]}}),
+        ));
+        assert_eq!(sent(&actions)[0]["method"], "tools/call");
+        assert!(!actions.iter().any(|a| matches!(a, Action::ArmTimer(_))));
+    }
+
+    /// The start-up timer stops at the server's first reply, so a round waiting for a human
+    /// (however long, wherever the worker's timer stands) is never failed by it.
+    #[test]
+    fn a_forced_modern_round_waiting_for_its_answer_is_not_failed_by_the_start_up_timer() {
+        let mut s = session(EraChoice::Modern, Mode::Managed);
+        let call_id = sent(&s.handle(Input::Start))[0]["id"].clone();
+        let input_required = json!({"jsonrpc": "2.0", "id": call_id, "result": {
+            "resultType": "input_required", "requestState": "sealed-1",
+            "inputRequests": {"shipping_address": {"method": "elicitation/create", "params": {
+                "mode": "form", "message": "Where?",
+                "requestedSchema": {"type": "object", "properties": {}}}}}}});
+        let actions = s.handle(line(input_required));
+        assert!(
+            matches!(&actions[0], Action::OpenRound { .. }),
+            "{actions:?}"
+        );
+        assert!(
+            s.handle(Input::ProbeTimedOut).is_empty(),
+            "the round waits on"
+        );
+        let actions = s.handle(Input::Answer(accept()));
+        let Action::Deliver(retry) = &actions[0] else {
+            panic!("{actions:?}")
+        };
+        assert!(
+            s.handle(Input::ProbeTimedOut).is_empty(),
+            "nor after delivery"
+        );
+        let done = json!({"jsonrpc": "2.0", "id": retry["id"], "result": {"content": []}});
+        let actions = s.handle(line(done));
+        assert_eq!(actions[0], Action::ResolveRound);
+        assert_eq!(actions.last(), Some(&Action::Finish(Finished::Succeeded)));
     }
 
     #[test]
