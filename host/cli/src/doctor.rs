@@ -38,8 +38,14 @@ fn version_of(program: &std::path::Path) -> Option<String> {
             }
         }
     }
+    // A version line: the first 4 KiB are plenty (a program that prints without end is not
+    // read to its end).
     let mut text = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut text).ok()?;
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(child.stdout.take()?, 4096),
+        &mut text,
+    )
+    .ok()?;
     text.lines().next().map(|l| l.trim().to_string())
 }
 

@@ -33,7 +33,8 @@ pub struct RunArgs {
     /// CLI with `--model`).
     #[arg(long, default_value = "scripted")]
     harness: String,
-    /// A model (harnesses with models only; repeatable: one execution per model).
+    /// A model (harnesses with models only; repeatable, at most 64 times: one execution per
+    /// model).
     #[arg(long, value_name = "MODEL")]
     model: Vec<String>,
     /// The agent as JSON, or `@FILE` for a file holding it: the specification's dict form,
@@ -64,7 +65,12 @@ pub struct RunArgs {
     #[arg(long, requires = "model_base_url")]
     model_openai_auth: bool,
     /// `codex`: how often Codex retries a failed model request (default: Codex's, 5).
-    #[arg(long, value_name = "N", requires = "model_base_url")]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "model_base_url",
+        value_parser = clap::value_parser!(u32).range(0..=100)
+    )]
     model_retries: Option<u32>,
     /// `codex`: the Codex home whose sign-in (`auth.json`) each run's private home receives
     /// (default: `$CODEX_HOME`, else `~/.codex`).
@@ -284,8 +290,19 @@ impl Output {
     }
 }
 
+/// The most `--model`s one `run` takes: each is an execution with its own harness and server
+/// processes, all running at once.
+const MAX_MODELS: usize = 64;
+
 /// `m3 run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
+    if args.model.len() > MAX_MODELS {
+        anyhow::bail!(
+            "ModelValidationError: --model may be given from 0 to {MAX_MODELS} times (one \
+             execution each), not {}",
+            args.model.len()
+        );
+    }
     crate::engine_start::prepare(cli);
     let policy = Policy::new()?;
     let human_input = policy.parse_human_input(&args.human_input)??;

@@ -101,6 +101,16 @@ fn cases(sb: &Sandbox, rng: &mut Rng, per_command: usize) -> Vec<Vec<String>> {
         out.push(base_run(&s(&["--deadline", &n])));
         out.push(base_run(&s(&["--lease", &n])));
         out.push(base_run(&s(&["--turn-deadline", &n, "--harness", "codex"])));
+        out.push(base_run(&s(&[
+            "--harness",
+            "codex",
+            "--model",
+            "m",
+            "--model-base-url",
+            "http://127.0.0.1:9/v1",
+            "--model-retries",
+            rng.pick(&[n.as_str(), "101", "4294967296"]),
+        ])));
         out.push(base_run(&s(&["--script", &p])));
         out.push(base_run(&s(&["--agent", &t])));
         out.push(base_run(&s(&["--agent", &format!("@{p}")])));
@@ -205,6 +215,34 @@ fn hostile_arguments_never_panic_and_every_error_is_typed() {
 #[test]
 fn huge_durations_are_typed_errors_and_store_nothing() {
     let sb = Sandbox::new();
+    // Counts too: retries Codex would clamp, and more executions at once than a run takes.
+    let mut retries = sb.command(&[]);
+    retries.args(run_args(
+        "legacy",
+        &[],
+        &[
+            "--harness",
+            "codex",
+            "--model",
+            "m",
+            "--model-base-url",
+            "http://127.0.0.1:9/v1",
+            "--model-retries",
+            "101",
+        ],
+    ));
+    let out = finish(retries, None, COMMAND_TIMEOUT);
+    let line = out.fails_with("ManagedInputValidationError");
+    assert!(line.contains("0..=100"), "{line}");
+    let mut models = sb.command(&[]);
+    let many: Vec<String> = (0..65)
+        .flat_map(|i| ["--model".to_string(), format!("m{i}")])
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    models.args(run_args("legacy", &[], &many));
+    let out = finish(models, None, COMMAND_TIMEOUT);
+    let line = out.fails_with("ModelValidationError");
+    assert!(line.contains("from 0 to 64"), "{line}");
     for (args, name) in [
         (vec!["--deadline", "1e19"], "ModelValidationError"),
         (

@@ -151,12 +151,17 @@ impl std::fmt::Display for CodexSignIn {
 /// The sign-in in `home/auth.json`.
 pub fn sign_in(home: &Path) -> CodexSignIn {
     let path = home.join("auth.json");
-    let text = match std::fs::read_to_string(&path) {
+    // Read with a limit: a sign-in is a few KiB, and `auth.json` may be anything (a link to
+    // `/dev/zero` included).
+    let text = match crate::process::home::read_source(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return CodexSignIn::Missing,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return CodexSignIn::Unreadable(e.to_string());
+        }
         Err(e) => return CodexSignIn::Unreadable(e.kind().to_string()),
     };
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(&text) else {
         return CodexSignIn::Unreadable("not JSON".into());
     };
     let present = |key: &str| value.get(key).is_some_and(|v| !v.is_null());
@@ -192,6 +197,17 @@ mod tests {
         std::fs::write(dir.path().join("auth.json"), "sk-secret").unwrap();
         let told = sign_in(dir.path()).to_string();
         assert!(!told.contains("sk-secret"), "{told}");
+    }
+
+    /// An endless `auth.json` (a link to `/dev/zero`) is read up to the limit, not whole.
+    #[test]
+    fn an_endless_sign_in_is_unreadable_not_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("auth.json")).unwrap();
+        match sign_in(dir.path()) {
+            CodexSignIn::Unreadable(why) => assert!(why.contains("larger than"), "{why}"),
+            other => panic!("expected an unreadable sign-in, got {other:?}"),
+        }
     }
 
     #[test]

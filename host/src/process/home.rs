@@ -12,6 +12,25 @@ use std::io::Write;
 /// Largest file copied into a home (a sign-in is a few KiB).
 const MAX_HOME_FILE_BYTES: u64 = 1024 * 1024;
 
+/// Reads a file that a home is given (or that is looked at for one, such as the user's Codex
+/// sign-in): at most [`MAX_HOME_FILE_BYTES`]. A larger one, or an endless one such as
+/// `/dev/zero` (also reached through a link, or swapped in after a size check), is an error
+/// once one byte past the limit was read; it is never read whole.
+pub(crate) fn read_source(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_HOME_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_HOME_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the source is larger than {MAX_HOME_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Copies each file (a missing source is skipped) into `home` as its `name`, mode 0600.
 /// Errors name the file's name in the home, never its contents.
 pub fn copy_files(home: &Dir, files: &[HomeFile]) -> Result<(), String> {
@@ -49,9 +68,7 @@ pub fn copy_files(home: &Dir, files: &[HomeFile]) -> Result<(), String> {
                     file.name
                 ));
             }
-            Ok(_) => {
-                std::fs::read(source).map_err(|e| format!("home file `{}`: {e}", file.name))?
-            }
+            Ok(_) => read_source(source).map_err(|e| format!("home file `{}`: {e}", file.name))?,
         };
         write_private(home, &file.name, &bytes)?;
     }
@@ -119,6 +136,22 @@ mod tests {
         let mode = std::fs::metadata(&copied).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(!dir.path().join("missing.json").exists());
+    }
+
+    #[test]
+    fn a_source_past_the_limit_is_refused_after_one_byte_too_many() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("big");
+        std::fs::write(&source, vec![b'x'; MAX_HOME_FILE_BYTES as usize]).unwrap();
+        assert_eq!(
+            read_source(&source).unwrap().len() as u64,
+            MAX_HOME_FILE_BYTES
+        );
+        std::fs::write(&source, vec![b'x'; MAX_HOME_FILE_BYTES as usize + 1]).unwrap();
+        let e = read_source(&source).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+        let e = read_source(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
     }
 
     #[test]

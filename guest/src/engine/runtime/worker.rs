@@ -40,6 +40,10 @@ pub const PROBE_TIMEOUT_MS: u64 = 2_000;
 pub const RENEW_RETRY_MS: u64 = 250;
 /// The longest a Codex turn may be given (time spent waiting for answers does not count).
 pub const MAX_TURN_DEADLINE_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// The most retries of a model request a submission may ask Codex for (Codex's own cap for
+/// `request_max_retries` and `stream_max_retries`).
+pub const MAX_MODEL_RETRIES: u32 = 100;
 /// How long a finished session's server gets to exit after its stdin closes.
 pub const EXIT_GRACE_MS: u64 = 1_000;
 /// The longest single wait (the worker re-checks its state at least this often).
@@ -173,6 +177,14 @@ pub fn check_spec(spec: &ExecutionSpec) -> Result<(), String> {
             }
             if codex.request_timeout_ms > crate::lease::MAX_TTL_MS {
                 return Err("the codex request timeout must be at most 1 day".into());
+            }
+            if let Some(retries) = codex.model_provider.as_ref().and_then(|p| p.max_retries)
+                && retries > MAX_MODEL_RETRIES
+            {
+                // Codex would clamp it silently; a value it will not use is refused instead.
+                return Err(format!(
+                    "the model provider's max_retries must be from 0 to {MAX_MODEL_RETRIES}"
+                ));
             }
             crate::submission::check_tool_allow_list(&spec.server.name, &spec.tools)
                 .map_err(|e| e.message)?;
@@ -1254,5 +1266,67 @@ fn millis_until(now: &Timestamp, then: &Timestamp) -> u64 {
         0
     } else {
         u64::try_from((diff + 999_999) / 1_000_000).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exports::m3::managed_input::runtime as rt;
+
+    fn codex_spec(turn_deadline_ms: u64, max_retries: Option<u32>) -> ExecutionSpec {
+        rt::ExecutionSpec {
+            harness: "codex".into(),
+            codex: Some(rt::CodexSettings {
+                binary: "/bin/codex".into(),
+                model_provider: Some(rt::ModelProvider {
+                    name: "p".into(),
+                    base_url: "http://127.0.0.1:1/v1".into(),
+                    wire_api: "responses".into(),
+                    requires_openai_auth: false,
+                    env_key: None,
+                    http_headers: Vec::new(),
+                    env_http_headers: Vec::new(),
+                    max_retries,
+                }),
+                credentials_from: None,
+                permission_policy: rt::PermissionPolicy::Decline,
+                turn_deadline_ms,
+                request_timeout_ms: 60_000,
+            }),
+            model: Some("m".into()),
+            prompt: "p".into(),
+            script: "{}".into(),
+            server: rt::ServerBinding {
+                name: "s".into(),
+                command: "/bin/s".into(),
+                args: Vec::new(),
+                cwd: None,
+                era: WitEra::Auto,
+                env_names: Vec::new(),
+            },
+            tools: vec!["s:t".into()],
+            human_input: rt::HumanInputMode::Fail,
+            plan: None,
+            round_limit: 10,
+            lease_ttl_ms: 15_000,
+            lease_renew_ms: 5_000,
+            round_deadline_ms: None,
+        }
+    }
+
+    /// Codex's limits are the submission's: a turn of at most 7 days, at most 100 retries of a
+    /// model request (Codex would clamp more without a word); each refusal names the range.
+    #[test]
+    fn codex_limits_are_checked_at_submission_and_named() {
+        assert_eq!(
+            check_spec(&codex_spec(MAX_TURN_DEADLINE_MS, Some(100))),
+            Ok(())
+        );
+        assert_eq!(check_spec(&codex_spec(600_000, None)), Ok(()));
+        let refused = check_spec(&codex_spec(600_000, Some(101))).unwrap_err();
+        assert!(refused.contains("from 0 to 100"), "{refused}");
+        let refused = check_spec(&codex_spec(MAX_TURN_DEADLINE_MS + 1, None)).unwrap_err();
+        assert!(refused.contains("at most 7 days"), "{refused}");
     }
 }
