@@ -873,10 +873,13 @@ fn a_server_s_own_children_end_with_its_execution() {
 #[test]
 fn a_killed_run_leaves_nothing_behind_after_recovery() {
     let sb = Sandbox::new();
-    let mut run = sb.spawn(&run_with_grandchild(
-        &sb,
-        &["--human-input", "managed", "--lease", "1"],
-    ));
+    // The dead run had a temporary directory of its own; the recovering command has another.
+    let run_tmp = sb.dir.path().join("run-tmp");
+    std::fs::create_dir(&run_tmp).unwrap();
+    let mut run = sb.spawn_with_env(
+        &[("TMPDIR", &run_tmp)],
+        &run_with_grandchild(&sb, &["--human-input", "managed", "--lease", "1"]),
+    );
     assert_eq!(run.next_json()["event"], "pending");
     let grandchild: u32 = std::fs::read_to_string(sb.dir.path().join("grandchild"))
         .unwrap()
@@ -886,6 +889,11 @@ fn a_killed_run_leaves_nothing_behind_after_recovery() {
     let scratch = std::fs::read_to_string(sb.dir.path().join("cwd")).unwrap();
     let scratch = std::path::PathBuf::from(scratch.trim());
     assert!(alive(grandchild) && scratch.exists());
+    assert_eq!(
+        scratch.parent(),
+        Some(run_tmp.as_path()),
+        "the run's own TMPDIR"
+    );
     run.guard.kill(); // SIGKILL
     std::thread::sleep(Duration::from_millis(1_500)); // past the 1 s lease
     let report = sb.m3(&["recover", "--json"]).json();

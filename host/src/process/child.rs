@@ -371,8 +371,9 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
 /// Ends what a dead worker left behind: its child's process group, if that group is still the
 /// one it started (its leader's start time matches, or the leader is gone and only members of
 /// the group remain, whose id Linux does not hand out while they live), and its scratch
-/// directory, if it is one of this user's m3 scratch directories under the temporary
-/// directory. Returns whether a group was signalled.
+/// directory, if it is plainly one of this user's m3 scratch directories (under whatever
+/// temporary directory the dead worker had: `scratch::remove_left_behind`). Returns whether a
+/// group was signalled.
 pub fn end_left_behind(process_group: u32, started_at: u64, scratch: &Path) -> bool {
     let mut signalled = false;
     if let Ok(pgid) = i32::try_from(process_group)

@@ -52,21 +52,63 @@ impl Drop for ScratchDir {
 /// The name every execution's scratch directory starts with.
 pub const EXECUTION_PREFIX: &str = "m3-execution";
 
-/// Removes a scratch directory a dead worker left behind, only if it is plainly one: directly
-/// under the temporary directory, named `m3-execution-...`, a real directory owned by this user
-/// (never a link). Anything else is left alone.
+/// Removes a scratch directory a dead worker left behind, only if it is plainly one of ours: an
+/// absolute path (under whatever temporary directory that worker had) whose last component is
+/// `m3-execution-` and 16 hex digits as [`ScratchDir::create`] names them, a real directory
+/// (never a link) owned by this user with mode 0700. Anything else is left alone: the path
+/// comes from the database, which a hostile neighbour may have written.
 pub fn remove_left_behind(path: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let under_temp = path.parent() == Some(std::env::temp_dir().as_path());
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let named = path
         .file_name()
         .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with(&format!("{EXECUTION_PREFIX}-")));
+        .and_then(|n| n.strip_prefix(&format!("{EXECUTION_PREFIX}-")))
+        .is_some_and(|random| {
+            random.len() == 16
+                && random
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    let ours =
-        std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid);
-    if under_temp && named && ours {
+    let ours = std::fs::symlink_metadata(path).is_ok_and(|m| {
+        m.file_type().is_dir() && m.uid() == uid && m.permissions().mode() & 0o777 == 0o700
+    });
+    if path.is_absolute() && path.parent().is_some() && named && ours {
         let _ = std::fs::remove_dir_all(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn only_plain_scratch_directories_are_removed_wherever_they_are() {
+        let parent = tempfile::tempdir().unwrap();
+        let scratch = ScratchDir::create_in(parent.path(), EXECUTION_PREFIX).unwrap();
+        let path = scratch.path().to_path_buf();
+        std::mem::forget(scratch); // left behind, as by a dead worker
+        let lookalikes = [
+            parent.path().join("m3-execution-0123"),
+            parent.path().join("m3-execution-0123456789abcdeg"),
+            parent.path().join("other-0123456789abcdef"),
+        ];
+        for dir in &lookalikes {
+            std::fs::DirBuilder::new().mode(0o700).create(dir).unwrap();
+        }
+        let loose = parent.path().join("m3-execution-0123456789abcdef");
+        std::fs::create_dir(&loose).unwrap();
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let link = parent.path().join("m3-execution-fedcba9876543210");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        for dir in lookalikes.iter().chain([&loose, &link]) {
+            remove_left_behind(dir);
+            assert!(dir.exists(), "{dir:?} was removed");
+        }
+        assert!(path.exists());
+        remove_left_behind(&path);
+        assert!(!path.exists(), "the scratch directory was left");
     }
 }

@@ -508,6 +508,15 @@ impl Sandbox {
         self.spawn_command(self.bare(), args)
     }
 
+    /// As [`Sandbox::spawn`], with `vars` added to the process's environment.
+    pub fn spawn_with_env(&self, vars: &[(&str, &std::path::Path)], args: &[String]) -> Running {
+        let mut cmd = self.bare();
+        for (name, value) in vars {
+            cmd.env(name, value);
+        }
+        self.spawn_command(cmd, args)
+    }
+
     /// As [`Sandbox::spawn`], with the process's file-mode creation mask set to `umask`.
     pub fn spawn_under_umask(&self, umask: libc::mode_t, args: &[String]) -> Running {
         use std::os::unix::process::CommandExt;
