@@ -740,3 +740,40 @@ fn a_worker_frozen_past_its_lease_cannot_carry_on() {
         ErrorCode::RecoveryUnavailable,
     );
 }
+
+/// The bundled server's sealed `requestState` lives at least as long as a round waits by
+/// default (24 hours): an answer given in time is never refused for an expired state. Both
+/// sides are read from a real round: its stored deadline and the expiry the server sealed.
+#[test]
+fn the_bundled_server_s_request_state_outlives_the_default_round_deadline() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let handle = submit(
+        &kit,
+        Script::call("shipping:book_shipment", json!({"item": "book"})),
+        StdioServer::new("shipping", SHIPPING_SERVER)
+            .args(["--era", "modern"])
+            .era(McpEra::Modern),
+    );
+    let round = first_round(&db, handle.execution_id());
+    let deadline = round.pending.deadline.expect("a default deadline");
+    assert!(
+        deadline - round.pending.created_at >= chrono::Duration::hours(24),
+        "the default deadline is 24 hours"
+    );
+    let state = round
+        .pending
+        .request_state
+        .expect("a modern round keeps its state");
+    // `v1.<round>.<expiry ms since the epoch>.<tag>` (examples/shipping-server/src/seal.rs).
+    let expiry_ms: i64 = state
+        .split('.')
+        .nth(2)
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("not a sealed state: {state}"));
+    assert!(
+        expiry_ms >= deadline.timestamp_millis(),
+        "the state expires at {expiry_ms} ms, before the round's deadline {deadline}"
+    );
+    handle.cancel().unwrap();
+}

@@ -983,6 +983,59 @@ fn recover_fails_only_rounds_whose_worker_is_gone() {
     assert_eq!(result["outcome"], "succeeded");
 }
 
+/// A round whose worker died, with nobody running `m3 recover`: once the worker's lease has
+/// expired, `respond` is refused (`ManagedInputRecoveryError`, never acknowledged), and the
+/// listings recover by themselves before they list: `pending` no longer shows the round and
+/// says so on stderr, `status` shows it failed `recovery_unavailable`.
+#[test]
+fn listings_recover_a_dead_worker_s_round_by_themselves() {
+    let sb = Sandbox::new();
+    let mut dead = sb.spawn_run("legacy", &[], &["--lease", "1"]);
+    let event = dead.next_json();
+    let (round_id, execution_id) = ids(&event["round"]);
+    dead.guard.kill(); // SIGKILL
+    let expires = timestamp(&sb.show(&round_id)["lease_expires_at"], "lease_expires_at");
+    let wait = (expires - Utc::now()).num_milliseconds() + 300;
+    if wait > 0 {
+        std::thread::sleep(Duration::from_millis(wait.unsigned_abs()));
+    }
+    let late = sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "late",
+        "--accept",
+        &accept_address(),
+    ]);
+    let line = late.fails_with("ManagedInputRecoveryError");
+    assert!(line.contains("recovery_unavailable"), "{line}");
+    assert!(!late.stdout.contains("deliver"), "{}", late.stdout);
+    assert_eq!(
+        sb.show(&round_id)["status"],
+        "pending",
+        "respond changed nothing"
+    );
+
+    let pending = sb.m3(&["pending", "--json"]);
+    assert_eq!(
+        pending.json(),
+        json!([]),
+        "the dead worker's round is not listed"
+    );
+    assert!(
+        pending
+            .stderr
+            .contains("recovered: failed 1 round(s) and 1 execution(s)"),
+        "{}",
+        pending.stderr
+    );
+    let status = sb.status(&execution_id);
+    assert_eq!(status["lifecycle"], "finished");
+    assert_eq!(status["failure_code"], "recovery_unavailable");
+    assert_eq!(status["rounds"][0]["status"], "failed");
+    assert_eq!(status["rounds"][0]["failure_code"], "recovery_unavailable");
+}
+
 /// `doctor --json`: database integrity, schema version, component state; exit 0.
 #[test]
 fn doctor_reports_database_schema_and_component() {
