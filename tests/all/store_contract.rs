@@ -81,7 +81,7 @@ fn response_map_must_be_a_json_object() {
     let db = TempDb::new();
     let store = db.store();
     fresh_address_round(&store, "r1");
-    for raw in ["[]", "\"accept\"", "null", "42"] {
+    for raw in ["[]", "\"accept\"", "null", "42", "1e400"] {
         assert_refused_unchanged(&store, "r1", raw, ErrorCode::InvalidResponse);
     }
     for raw in [
@@ -90,7 +90,7 @@ fn response_map_must_be_a_json_object() {
         "{\"a\":1,\"a\":1}",
         "NaN",
         "{\"shipping_address\": Infinity}",
-        "1e400",
+        "1e99999999999999999999",
     ] {
         assert_refused_unchanged(&store, "r1", raw, ErrorCode::MalformedJson);
     }
@@ -1654,83 +1654,202 @@ fn an_unreadable_record_is_a_storage_error_and_is_left_as_it_is() {
 fn numbers_are_kept_exactly_as_given() {
     let db = TempDb::new();
     let store = db.store();
-    let schema = json!({
-        "type": "object",
+    let open = r#"{"type": "object",
         "properties": {"count": {"type": "integer"}, "weight": {"type": "number"}},
-        "required": ["count", "weight"]
-    });
-    let requests = BTreeMap::from([(
-        "parcel".to_string(),
-        ElicitationRequest::form("How many, how heavy?", schema),
-    )]);
-    let round =
-        NewRound::new("r1", "exec-1", "srv", "tool", requests).owned_by(OwnerClaim::new("w"));
-    store.create_round(&round).unwrap();
+        "required": ["count", "weight"]}"#;
+    let bounded = r#"{"type": "object",
+        "properties": {
+            "count": {"type": "integer", "minimum": 0, "maximum": 123456789012345678901234567890},
+            "weight": {"type": "number", "minimum": 0, "maximum": 0.1}},
+        "required": ["count", "weight"]}"#;
+    let mut rounds = 0;
+    let mut round = |schema: &str| {
+        rounds += 1;
+        let id = format!("r{rounds}");
+        let schema: serde_json::Value = serde_json::from_str(schema).unwrap();
+        let requests = BTreeMap::from([(
+            "parcel".to_string(),
+            ElicitationRequest::form("How many, how heavy?", schema),
+        )]);
+        let new =
+            NewRound::new(&id, "exec-1", "srv", "tool", requests).owned_by(OwnerClaim::new("w"));
+        store.create_round(&new).unwrap();
+        id
+    };
     let text = |count: &str, weight: &str| {
         format!(
             r#"{{"parcel":{{"action":"accept","content":{{"count":{count},"weight":{weight}}}}}}}"#
         )
     };
-    for (count, weight, code) in [
-        ("1", "1e400", ErrorCode::MalformedJson),
-        ("1", "1e-400", ErrorCode::MalformedJson),
-        ("5.0000000000000000001", "1", ErrorCode::SchemaViolation),
-        ("1e-1", "1", ErrorCode::SchemaViolation),
+    // What a schema cannot accept is refused by its exact value, never as a double would see
+    // it, naming the field; only an exponent past the parser's limit is not read at all.
+    let (open_id, bounded_id) = (round(open), round(bounded));
+    for (id, count, weight, code, field) in [
+        (
+            &open_id,
+            "1",
+            "1e99999999999999999999",
+            ErrorCode::MalformedJson,
+            None,
+        ),
+        (
+            &open_id,
+            "1e-400",
+            "1",
+            ErrorCode::SchemaViolation,
+            Some("count"),
+        ),
+        (
+            &open_id,
+            "5.0000000000000000001",
+            "1",
+            ErrorCode::SchemaViolation,
+            Some("count"),
+        ),
+        (
+            &open_id,
+            "1e-1",
+            "1",
+            ErrorCode::SchemaViolation,
+            Some("count"),
+        ),
+        (
+            &bounded_id,
+            "1e400",
+            "0",
+            ErrorCode::SchemaViolation,
+            Some("count"),
+        ),
+        (
+            &bounded_id,
+            "-1e-400",
+            "0",
+            ErrorCode::SchemaViolation,
+            Some("count"),
+        ),
+        (
+            &bounded_id,
+            "-1",
+            "0",
+            ErrorCode::SchemaViolation,
+            Some("count"),
+        ),
+        (
+            &bounded_id,
+            "123456789012345678901234567891",
+            "0",
+            ErrorCode::SchemaViolation,
+            Some("count"),
+        ),
+        (
+            &bounded_id,
+            "0",
+            "-1e-400",
+            ErrorCode::SchemaViolation,
+            Some("weight"),
+        ),
+        (
+            &bounded_id,
+            "0",
+            "1e400",
+            ErrorCode::SchemaViolation,
+            Some("weight"),
+        ),
+        (
+            &bounded_id,
+            "0",
+            "0.1000000000000000055511151231257827",
+            ErrorCode::SchemaViolation,
+            Some("weight"),
+        ),
     ] {
-        let err = store
-            .submit_responses_json("r1", &text(count, weight), "k")
-            .unwrap_err();
-        assert_eq!(code_of(&err), code, "{count} {weight}: {err}");
+        let raw = text(count, weight);
+        let before = store.get_round(id).unwrap();
+        let err = store.submit_responses_json(id, &raw, "k").unwrap_err();
+        assert_eq!(code_of(&err), code, "{raw}: {err}");
+        if let Some(field) = field {
+            let ManagedInputError::Validation(v) = &err else {
+                panic!("{err}")
+            };
+            assert_eq!(v.detail.field.as_deref(), Some(field), "{raw}: {err}");
+        }
+        assert_eq!(before, store.get_round(id).unwrap(), "{raw}: unchanged");
     }
-    assert_eq!(
-        store.get_round("r1").unwrap().unwrap().status,
-        ManagedInputStatus::Pending
+    // What it can accept is stored (and so delivered) as written: every digit, any magnitude,
+    // `-0` and `1.0` as they are (an exponent without a sign is written `e+`).
+    let mut accept = |schema: &str, count: &str, weight: &str| {
+        let id = round(schema);
+        let record = store
+            .submit_responses_json(&id, &text(count, weight), "k")
+            .unwrap_or_else(|e| panic!("{count} {weight}: {e}"));
+        let content = record.responses.unwrap()["parcel"].content.clone().unwrap();
+        (id, content.to_string())
+    };
+    let (exact, content) = accept(
+        open,
+        "123456789012345678901234567890",
+        "0.1000000000000000000001",
     );
-    let record = store
-        .submit_responses_json(
-            "r1",
-            &text("123456789012345678901234567890", "0.1000000000000000000001"),
-            "k",
-        )
-        .unwrap();
-    let content = record.responses.unwrap()["parcel"].content.clone().unwrap();
     assert_eq!(
-        content.to_string(),
+        content,
         r#"{"count":123456789012345678901234567890,"weight":0.1000000000000000000001}"#
     );
-    // The same value written otherwise is the same answer; one digit more is another.
-    store
-        .submit_responses_json(
-            "r1",
-            &text(
-                "1234567890123456789012345678.9e2",
-                "1000000000000000000001e-22",
-            ),
-            "k",
-        )
-        .unwrap();
-    let err = store
-        .submit_responses_json(
-            "r1",
-            &text("123456789012345678901234567891", "0.1000000000000000000001"),
-            "k",
-        )
-        .unwrap_err();
-    assert_eq!(code_of(&err), ErrorCode::IdempotencyConflict, "{err}");
-    // An integer field takes an integer written with an exponent or a zero fraction.
-    let requests = BTreeMap::from([(
-        "parcel".to_string(),
-        ElicitationRequest::form(
-            "How many?",
-            json!({"type": "object", "properties": {"count": {"type": "integer"}}}),
+    let (huge, content) = accept(open, "1e400", "1e-400");
+    assert_eq!(content, r#"{"count":1e+400,"weight":1e-400}"#);
+    let (zero, content) = accept(open, "-0", "-0");
+    assert_eq!(content, r#"{"count":-0,"weight":-0}"#);
+    let (one, content) = accept(open, "1.0", "1.0");
+    assert_eq!(content, r#"{"count":1.0,"weight":1.0}"#);
+    let (_, content) = accept(bounded, "123456789012345678901234567890", "1e-400");
+    assert_eq!(
+        content,
+        r#"{"count":123456789012345678901234567890,"weight":1e-400}"#
+    );
+    let (_, content) = accept(bounded, "-0", "0.1");
+    assert_eq!(content, r#"{"count":-0,"weight":0.1}"#);
+    // Idempotency compares exact values: the same value written otherwise is the same answer
+    // (the stored text stays the first one), any other value is another answer.
+    for (id, count, weight, same) in [
+        (
+            &exact,
+            "1234567890123456789012345678.9e2",
+            "1000000000000000000001e-22",
+            true,
         ),
-    )]);
-    let round =
-        NewRound::new("r2", "exec-1", "srv", "tool", requests).owned_by(OwnerClaim::new("w"));
-    store.create_round(&round).unwrap();
+        (
+            &exact,
+            "123456789012345678901234567891",
+            "0.1000000000000000000001",
+            false,
+        ),
+        (&huge, "10e399", "0.1e-399", true),
+        (&huge, "1e400", "0", false),
+        (&zero, "0", "0.0", true),
+        (&one, "1", "1", true),
+        (&one, "1", "1.0000000000000000000001", false),
+    ] {
+        let raw = text(count, weight);
+        let before = store.get_round(id).unwrap();
+        match store.submit_responses_json(id, &raw, "k") {
+            Ok(record) => {
+                assert!(same, "{raw} taken as the same answer");
+                assert_eq!(Some(record), before, "{raw}: the stored answer, unchanged");
+            }
+            Err(err) => {
+                assert!(!same, "{raw}: {err}");
+                assert_eq!(
+                    code_of(&err),
+                    ErrorCode::IdempotencyConflict,
+                    "{raw}: {err}"
+                );
+            }
+        }
+    }
+    // An integer field takes an integer written with an exponent or a zero fraction.
+    let id = round(r#"{"type": "object", "properties": {"count": {"type": "integer"}}}"#);
     store
         .submit_responses_json(
-            "r2",
+            &id,
             r#"{"parcel":{"action":"accept","content":{"count":1.20e1}}}"#,
             "k",
         )

@@ -7,6 +7,7 @@
 
 use crate::m3::managed_input::types::ElicitationResponse;
 use serde_json::Value;
+use std::cmp::Ordering;
 use std::io::Write;
 
 /// Whether two JSON values are the same answer.
@@ -34,11 +35,13 @@ fn same_number(x: &serde_json::Number, y: &serde_json::Number) -> bool {
 
 /// A number's exact value, as written: (negative, significant digits without leading or
 /// trailing zeros, exponent), the value being digits × 10^exponent. Zero is `(false, "", 0)`.
-pub fn decimal(n: &serde_json::Number) -> (bool, String, i64) {
+/// The exponent is wide enough for any number `strict_json` reads (its written exponent fits
+/// 64 bits; the digits' count is bounded by the text's size).
+pub fn decimal(n: &serde_json::Number) -> (bool, String, i128) {
     // Numbers keep the digits they were written with (serde_json's arbitrary precision).
     let text = n.to_string();
     let (mantissa, exponent) = match text.find(['e', 'E']) {
-        Some(at) => (&text[..at], text[at + 1..].parse::<i64>().unwrap_or(0)),
+        Some(at) => (&text[..at], text[at + 1..].parse::<i128>().unwrap_or(0)),
         None => (text.as_str(), 0),
     };
     let negative = mantissa.starts_with('-');
@@ -50,8 +53,34 @@ pub fn decimal(n: &serde_json::Number) -> (bool, String, i64) {
     if trimmed.is_empty() {
         return (false, String::new(), 0);
     }
-    let exponent = exponent - fraction.len() as i64 + (significant.len() - trimmed.len()) as i64;
+    let exponent = exponent - fraction.len() as i128 + (significant.len() - trimmed.len()) as i128;
     (negative, trimmed.to_string(), exponent)
+}
+
+/// The exact order of two numbers by their decimal values, whatever their size or precision
+/// (no double is involved: `1e-400 > 0`, `1e400 > 1.7976931348623157e308`, and
+/// `0.1000000000000000000001 > 0.1`).
+pub fn compare(a: &serde_json::Number, b: &serde_json::Number) -> Ordering {
+    let (a, b) = (decimal(a), decimal(b));
+    let sign = |(negative, digits, _): &(bool, String, i128)| match (digits.is_empty(), negative) {
+        (true, _) => 0,
+        (false, true) => -1,
+        (false, false) => 1,
+    };
+    let (sa, sb) = (sign(&a), sign(&b));
+    if sa != sb || sa == 0 {
+        return sa.cmp(&sb);
+    }
+    // Same sign, neither zero: the place of the leading digit first, then the digits (neither
+    // has a leading or trailing zero, so a longer run that agrees so far is the larger).
+    let magnitude = (a.1.len() as i128 + a.2)
+        .cmp(&(b.1.len() as i128 + b.2))
+        .then_with(|| a.1.as_bytes().cmp(b.1.as_bytes()));
+    if sa < 0 {
+        magnitude.reverse()
+    } else {
+        magnitude
+    }
 }
 
 /// Whether two response maps are the same answer (same keys, actions and canonical content).
@@ -160,6 +189,54 @@ mod tests {
         assert_eq!(
             canonical_text(&parse(r#"{"n":1.50e1}"#)),
             canonical_text(&parse(r#"{"n":15}"#))
+        );
+    }
+
+    #[test]
+    fn numbers_beyond_a_double_compare_and_canonicalise_exactly() {
+        let parse = |t: &str| crate::strict_json::parse(t).unwrap();
+        let n = |t: &str| parse(t).as_number().unwrap().clone();
+        for (a, b, order) in [
+            ("1e-400", "0", Ordering::Greater),
+            ("-1e-400", "0", Ordering::Less),
+            ("-1e-400", "-0", Ordering::Less),
+            ("1e-400", "1e-401", Ordering::Greater),
+            ("1e400", "1.7976931348623157e308", Ordering::Greater),
+            ("-1e400", "-1.7976931348623157e308", Ordering::Less),
+            ("1e400", "10e399", Ordering::Equal),
+            ("0.1000000000000000000001", "0.1", Ordering::Greater),
+            (
+                "0.1000000000000000055511151231257827",
+                "0.1",
+                Ordering::Greater,
+            ),
+            (
+                "123456789012345678901234567890",
+                "1.2345678901234568e29",
+                Ordering::Less,
+            ),
+            ("0.13", "0.123", Ordering::Greater),
+            ("-0.13", "-0.123", Ordering::Less),
+            ("1.0", "1", Ordering::Equal),
+            ("-0", "0", Ordering::Equal),
+            ("99", "100", Ordering::Less),
+            ("-5", "3", Ordering::Less),
+        ] {
+            assert_eq!(compare(&n(a), &n(b)), order, "{a} against {b}");
+            assert_eq!(compare(&n(b), &n(a)), order.reverse(), "{b} against {a}");
+        }
+        assert!(!same_value(&parse("1e-400"), &parse("0")));
+        assert!(same_value(&parse("1e400"), &parse("10e399")));
+        assert_eq!(canonical_text(&parse("1e400")), "1e400");
+        assert_eq!(canonical_text(&parse("-1e-400")), "-1e-400");
+        assert_eq!(
+            canonical_text(&parse("1e-9223372036854775808")),
+            "1e-9223372036854775808"
+        );
+        assert_eq!(
+            canonical_text(&parse("0.5e-9223372036854775808")),
+            "5e-9223372036854775809",
+            "wider than the written exponent"
         );
     }
 

@@ -197,30 +197,34 @@ fn check_response(
     }
 }
 
+/// The numeric fields, exactly (the validator saw them only as numbers, see
+/// [`FormCheck::number_violation`]), so a number is judged and delivered as written.
+fn check_numbers(key: &str, check: &FormCheck, content: &Value) -> Result<()> {
+    let Some((field, keyword)) = check.number_violation(content) else {
+        return Ok(());
+    };
+    let why = if keyword == "type" {
+        " (not an integer)"
+    } else {
+        ""
+    };
+    Err(validation_at(
+        ErrorCode::SchemaViolation,
+        key,
+        Some(field),
+        format!(
+            "response `{}`: field `{}` does not satisfy `{keyword}` of the requested schema{why}",
+            bounded(key),
+            bounded(field)
+        ),
+    ))
+}
+
 fn check_form_content(key: &str, check: &FormCheck, content: &Value) -> Result<()> {
     // The first error only: collecting every error of a huge invalid array (one per item)
     // outgrew the component's memory (regression: a 136k-item multi-select answer).
     let Err(error) = check.validator.validate(content) else {
-        // Exactly: an integer field's number must have no fraction at all.
-        if let Some(field) = check.integer_fields.iter().find(|f| {
-            content
-                .get(f.as_str())
-                .and_then(Value::as_number)
-                .is_some_and(|n| crate::canonical::decimal(n).2 < 0)
-        }) {
-            return Err(validation_at(
-                ErrorCode::SchemaViolation,
-                key,
-                Some(field),
-                format!(
-                    "response `{}`: field `{}` does not satisfy `type` of the requested schema \
-                     (not an integer)",
-                    bounded(key),
-                    bounded(field)
-                ),
-            ));
-        }
-        return Ok(());
+        return check_numbers(key, check, content);
     };
     let keyword = error.kind().keyword().to_string();
     let field = match error.kind() {
@@ -254,4 +258,99 @@ fn check_form_content(key: &str, check: &FormCheck, content: &Value) -> Result<(
             bounded(key)
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::m3::managed_input::types::{FormRequest, RequestContext};
+
+    fn form(schema: &str) -> Vec<(String, ElicitationRequest)> {
+        vec![(
+            "k".into(),
+            ElicitationRequest::Form(FormRequest {
+                message: "?".into(),
+                requested_schema: schema.into(),
+                context: RequestContext {
+                    meta: None,
+                    task: None,
+                    server: None,
+                    operation_kind: None,
+                    operation_name: None,
+                },
+            }),
+        )]
+    }
+
+    fn outcome(schema: &str, n: &str) -> std::result::Result<String, (ErrorCode, String)> {
+        let text = format!(r#"{{"k":{{"action":"accept","content":{{"n":{n}}}}}}}"#);
+        validate_responses(&form(schema), &text)
+            .map(|r| r[0].1.content.clone().unwrap())
+            .map_err(|e| match e {
+                crate::m3::managed_input::types::ManagedInputError::Validation(d) => {
+                    (d.code, d.message)
+                }
+                other => panic!("not a validation error: {other:?}"),
+            })
+    }
+
+    /// Numbers are judged by their exact values, never as doubles: accepted ones are kept as
+    /// written, refused ones name the field and the keyword.
+    #[test]
+    fn numeric_fields_are_judged_exactly_and_kept_as_written() {
+        let number = r#"{"type":"object","properties":{"n":{"type":"number"}}}"#;
+        for n in [
+            "1e+400",
+            "-1e+400",
+            "1e-400",
+            "-0",
+            "1.0",
+            "123456789012345678901234567890",
+            "0.1000000000000000055511151231257827",
+        ] {
+            assert_eq!(outcome(number, n).unwrap(), format!(r#"{{"n":{n}}}"#));
+        }
+        let refused = |schema: &str, n: &str, keyword: &str| {
+            let (code, message) = outcome(schema, n).unwrap_err();
+            assert_eq!(code, ErrorCode::SchemaViolation, "{n}: {message}");
+            assert!(
+                message.contains("field `n`") && message.contains(keyword),
+                "{n}: {message}"
+            );
+        };
+        // Where a double would say "equal", the exact value decides.
+        let at_most_zero = r#"{"type":"object","properties":{"n":{"type":"number","maximum":0}}}"#;
+        refused(at_most_zero, "1e-400", "`maximum`");
+        assert!(outcome(at_most_zero, "-1e-400").is_ok());
+        assert!(outcome(at_most_zero, "-0").is_ok());
+        let at_least_zero = r#"{"type":"object","properties":{"n":{"type":"number","minimum":0}}}"#;
+        refused(at_least_zero, "-1e-400", "`minimum`");
+        assert!(outcome(at_least_zero, "1e-400").is_ok());
+        let tenth = r#"{"type":"object","properties":{"n":{"type":"number","maximum":0.1}}}"#;
+        refused(tenth, "0.1000000000000000055511151231257827", "`maximum`");
+        assert!(outcome(tenth, "0.1").is_ok());
+        let bounded = r#"{"type":"object","properties":{"n":{"type":"number","minimum":-1e308,"maximum":1e308}}}"#;
+        refused(bounded, "1e400", "`maximum`");
+        refused(bounded, "-1e400", "`minimum`");
+        let big = r#"{"type":"object","properties":{"n":{"type":"integer","maximum":123456789012345678901234567890}}}"#;
+        assert!(outcome(big, "123456789012345678901234567890").is_ok());
+        refused(big, "123456789012345678901234567891", "`maximum`");
+        // Integers: no fraction at all, whatever the size.
+        let integer = r#"{"type":"object","properties":{"n":{"type":"integer"}}}"#;
+        for n in [
+            "1e+400",
+            "1.0",
+            "-0",
+            "123456789012345678901234567890",
+            "1.20e1",
+        ] {
+            assert!(outcome(integer, n).is_ok(), "{n}");
+        }
+        for n in ["1e-400", "5.0000000000000000001", "0.5"] {
+            refused(integer, n, "not an integer");
+        }
+        // A number where the schema wants another type is still a type error.
+        let string = r#"{"type":"object","properties":{"n":{"type":"string"}}}"#;
+        refused(string, "1e400", "`type`");
+    }
 }

@@ -326,11 +326,104 @@ type ValidatorCache = HashMap<String, Rc<FormCheck>, foldhash::fast::FixedState>
 
 /// A checked form schema, ready to validate answers.
 pub struct FormCheck {
-    /// The compiled validator (JSON Schema; its numbers are compared as doubles).
+    /// The compiled validator: JSON Schema for everything but numbers, whose fields it sees as
+    /// plain `{"type": "number"}` (it would compare them as doubles, which change `1e-400`,
+    /// `1e400` and every digit past the 17th).
     pub validator: Validator,
-    /// The properties of type `integer`: their values are also checked exactly (a double would
-    /// take `5.0000000000000000001` for an integer).
-    pub integer_fields: Vec<String>,
+    /// The properties of type `number` or `integer`, checked exactly after the validator
+    /// (sorted by name): integer-ness and bounds by decimal value (`canonical::compare`).
+    pub number_fields: Vec<NumberField>,
+}
+
+impl FormCheck {
+    /// Whether `content` satisfies the whole schema: the validator, then the numbers, exactly.
+    pub fn is_valid(&self, content: &Value) -> bool {
+        self.validator.is_valid(content) && self.number_violation(content).is_none()
+    }
+
+    /// The first numeric field of `content` (in name order) its schema cannot accept, and the
+    /// keyword it breaks (`type`: not an integer, `minimum`, `maximum`), judged by exact decimal
+    /// values: an integer field's number must have no fraction at all, and bounds compare
+    /// without a double, so a number of any size or precision is judged as written.
+    pub fn number_violation(&self, content: &Value) -> Option<(&str, &'static str)> {
+        use crate::canonical::{compare, decimal};
+        use std::cmp::Ordering::{Greater, Less};
+        self.number_fields.iter().find_map(|field| {
+            let n = content.get(&field.name)?.as_number()?;
+            let keyword = if field.integer && decimal(n).2 < 0 {
+                "type"
+            } else if field
+                .minimum
+                .as_ref()
+                .is_some_and(|m| compare(n, m) == Less)
+            {
+                "minimum"
+            } else if field
+                .maximum
+                .as_ref()
+                .is_some_and(|m| compare(n, m) == Greater)
+            {
+                "maximum"
+            } else {
+                return None;
+            };
+            Some((field.name.as_str(), keyword))
+        })
+    }
+}
+
+/// A `number` or `integer` property and its bounds, checked exactly.
+pub struct NumberField {
+    /// The property's name.
+    pub name: String,
+    /// `integer`: no fraction at all (`1.0` and `1e2` are integers, `5.0000000000000000001`
+    /// is not).
+    pub integer: bool,
+    /// `minimum` (inclusive).
+    pub minimum: Option<serde_json::Number>,
+    /// `maximum` (inclusive).
+    pub maximum: Option<serde_json::Number>,
+}
+
+/// The numeric properties of a checked schema.
+fn number_fields(schema: &Value) -> Vec<NumberField> {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    properties
+        .iter()
+        .filter_map(|(name, p)| {
+            let integer = match p.get("type").and_then(Value::as_str) {
+                Some("integer") => true,
+                Some("number") => false,
+                _ => return None,
+            };
+            let bound = |k: &str| p.get(k).and_then(Value::as_number).cloned();
+            Some(NumberField {
+                name: name.clone(),
+                integer,
+                minimum: bound("minimum"),
+                maximum: bound("maximum"),
+            })
+        })
+        .collect()
+}
+
+/// What the compiled validator checks: the enforced schema with every numeric property reduced
+/// to `{"type": "number"}` (its type and bounds are checked exactly, [`NumberField`]).
+fn validator_schema(schema: &Value) -> Value {
+    let mut enforced = enforced_schema(schema);
+    if let Some(Value::Object(properties)) = enforced.get_mut("properties") {
+        for property in properties.values_mut() {
+            if matches!(
+                property.get("type").and_then(Value::as_str),
+                Some("number" | "integer")
+            ) {
+                *property = json!({"type": "number"});
+            }
+        }
+    }
+    enforced
 }
 
 fn new_cache() -> ValidatorCache {
@@ -356,22 +449,11 @@ pub fn validator_for(schema_text: &str) -> Result<Rc<FormCheck>> {
     let validator = jsonschema::options()
         .with_draft(jsonschema::Draft::Draft202012)
         .should_validate_formats(true)
-        .build(&enforced_schema(&schema))
+        .build(&validator_schema(&schema))
         .map_err(|_| unsupported("requestedSchema could not be compiled"))?;
-    let integer_fields = schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|properties| {
-            properties
-                .iter()
-                .filter(|(_, p)| p.get("type").and_then(Value::as_str) == Some("integer"))
-                .map(|(name, _)| name.clone())
-                .collect()
-        })
-        .unwrap_or_default();
     let validator = Rc::new(FormCheck {
         validator,
-        integer_fields,
+        number_fields: number_fields(&schema),
     });
     CACHE.with(|c| {
         let mut cache = c.borrow_mut();

@@ -11,8 +11,9 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JsonError(pub String);
 
-/// Parses `text` as one JSON value, rejecting duplicate keys, trailing data and numbers out of
-/// the `f64` range. Nesting is bounded by `serde_json`'s recursion limit (128).
+/// Parses `text` as one JSON value, rejecting duplicate keys, trailing data and exponents beyond
+/// a 64-bit integer; numbers keep the text they were written with. Nesting is bounded by
+/// `serde_json`'s recursion limit (128).
 pub fn parse(text: &str) -> Result<Value, JsonError> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let value = StrictValue
@@ -47,20 +48,17 @@ struct StrictVisitor;
 /// How serde_json hands an arbitrary-precision number to a visitor.
 const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
-/// A number as written, refused when no finite double holds it (`1e400`) or when it is not zero
-/// but a double would make it zero (`1e-400`): such a number would reach a server changed.
+/// A number as written, whatever its magnitude or precision (`1e400`, `1e-400`, 30 digits): it
+/// is kept as text and compared exactly (`canonical::decimal`, `canonical::compare`), never as a
+/// double. Only an exponent outside a 64-bit integer is refused, a limit of the parser like its
+/// depth: exact comparison does arithmetic on the exponent.
 fn number<E: de::Error>(digits: &str) -> Result<serde_json::Number, E> {
-    let approximation: f64 = digits
-        .parse()
-        .map_err(|_| E::custom("a number could not be read"))?;
-    let zero = digits
-        .split(['e', 'E'])
-        .next()
-        .unwrap_or(digits)
-        .chars()
-        .all(|c| matches!(c, '0' | '.' | '-' | '+'));
-    if !approximation.is_finite() || (approximation == 0.0 && !zero) {
-        return Err(E::custom("number is out of range"));
+    if let Some(at) = digits.find(['e', 'E'])
+        && digits[at + 1..].parse::<i64>().is_err()
+    {
+        return Err(E::custom(
+            "a number's exponent is beyond the parser's limit (a 64-bit integer)",
+        ));
     }
     digits
         .parse::<serde_json::Number>()
@@ -151,21 +149,42 @@ mod tests {
         assert!(parse(r#"[{"k":1},{"k":2}]"#).is_ok());
     }
 
+    /// Every number is kept with every digit, whatever a double would make of it (`1e400` is no
+    /// double, `1e-400` would be zero); only an exponent no 64-bit integer holds is refused.
     #[test]
     fn numbers_keep_every_digit_and_unrepresentable_ones_are_refused() {
         for exact in [
             "123456789012345678901234567890",
             "0.1000000000000000000001",
+            "0.1000000000000000055511151231257827",
             "-1.50e-300",
             "1e+308",
             "0e-400",
+            "1e+400",
+            "-1e+400",
+            "1e-400",
+            "2.5e-330",
+            "-0",
+            "1.0",
+            "1e+9223372036854775807",
+            "1e-9223372036854775808",
         ] {
             let value = parse(exact).unwrap();
             assert_eq!(value.to_string(), exact, "kept as written");
         }
-        for refused in ["1e400", "-1e400", "1e-400", "2.5e-330"] {
+        // An exponent is written `e+` when it has no sign; the value is the same.
+        assert_eq!(parse("1e400").unwrap().to_string(), "1e+400");
+        for refused in [
+            "1e9223372036854775808",
+            "-1e-9223372036854775809",
+            "1e99999999999999999999999",
+        ] {
             let error = parse(refused).unwrap_err();
-            assert!(error.0.contains("out of range"), "{refused}: {}", error.0);
+            assert!(
+                error.0.contains("beyond the parser's limit"),
+                "{refused}: {}",
+                error.0
+            );
         }
     }
 
@@ -175,7 +194,7 @@ mod tests {
             "NaN",
             "Infinity",
             "-Infinity",
-            "1e400",
+            "1e99999999999999999999",
             "{} {}",
             "",
             "{\"a\":",

@@ -114,8 +114,7 @@ mod tests {
     #[test]
     fn an_answer_is_delivered_with_every_digit_it_was_given() {
         use crate::m3::managed_input::types::{ElicitationAction, ElicitationResponse};
-        let content =
-            r#"{"k":123456789012345678901234567890,"n":0.1000000000000000000001,"t":1e-300}"#;
+        let content = r#"{"b":1e+400,"k":123456789012345678901234567890,"n":0.1000000000000000000001,"s":1e-400,"t":1e-300,"z":-0}"#;
         let line = answer(&ElicitationResponse {
             action: ElicitationAction::Accept,
             content: Some(content.into()),
