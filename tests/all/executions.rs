@@ -1177,3 +1177,126 @@ fn a_slow_neighbour_holding_the_write_lock_does_not_cost_a_worker_its_leases() {
         ManagedInputStatus::Resolved
     );
 }
+
+/// A server that reads its input and never answers is given up on at start-up, in every era
+/// (issue 14): `initialize` in the legacy era, the first `tools/call` when the era is forced
+/// modern (no handshake to wait for). Both run at once, so the test takes the 30 s timeout once.
+#[test]
+fn a_server_that_never_answers_fails_at_the_start_up_timeout_in_both_eras() {
+    let silent = |era: McpEra| {
+        StdioServer::new("shipping", "/bin/sh")
+            .args(["-c", "while read -r line; do :; done"])
+            .era(era)
+    };
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db);
+    let started = Instant::now();
+    let handles: Vec<(McpEra, ExecutionHandle)> = [McpEra::Legacy, McpEra::Modern]
+        .into_iter()
+        .map(|era| (era, submit(&kit, silent(era), HumanInput::Managed)))
+        .collect();
+    for (era, handle) in &handles {
+        let result = finished(handle);
+        assert_eq!(result.outcome.kind, OutcomeKind::Failed, "{era:?}");
+        let failure = failure(&result);
+        assert_eq!(
+            failure.code,
+            Some(FailureCode::ServerError),
+            "{era:?}: {failure:?}"
+        );
+        let expected = match era {
+            McpEra::Modern => "did not answer its first request (`tools/call`) within 30 s",
+            _ => "did not answer `initialize` within 30 s",
+        };
+        assert!(
+            failure.message.contains(expected),
+            "{era:?}: {}",
+            failure.message
+        );
+        assert!(handle.pending_elicitation().unwrap().is_none());
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(29) && took < Duration::from_secs(58),
+        "both gave up at the 30 s start-up timeout, together: {took:?}"
+    );
+}
+
+/// The answer reaches a real server exactly as it was given (issue 14): a 30-digit integer, a
+/// decimal finer than a double, a number past a double's range and one a double makes zero,
+/// each in the raw line the server read. The server (Python, legacy era) asks with
+/// `elicitation/create` and writes the line that answers it to a file, byte for byte.
+#[test]
+fn a_server_receives_every_number_exactly_as_it_was_given() {
+    const SERVER: &str = r#"
+import json, sys
+received = sys.argv[1]
+schema = {"type": "object", "required": ["n", "x"], "properties": {
+    "n": {"type": "integer"}, "x": {"type": "number"},
+    "big": {"type": "number"}, "tiny": {"type": "number", "minimum": 0}}}
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+call = None
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        send({"jsonrpc": "2.0", "id": message["id"], "result": {
+            "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            "serverInfo": {"name": "numbers", "version": "1"}}})
+    elif message.get("method") == "tools/call":
+        call = message["id"]
+        send({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create", "params": {
+            "mode": "form", "message": "Numbers?", "requestedSchema": schema,
+            "_meta": {"m3/request_key": "numbers"}}})
+    elif message.get("id") == "ask-1" and "method" not in message:
+        with open(received, "w") as f:
+            f.write(line)
+        send({"jsonrpc": "2.0", "id": call, "result": {
+            "content": [{"type": "text", "text": "received"}]}})
+"#;
+    let python = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 runs");
+    let python = String::from_utf8(python.stdout).unwrap().trim().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("numbers_server.py");
+    std::fs::write(&script, SERVER).unwrap();
+    let received = dir.path().join("received.jsonl");
+    let server = StdioServer::new("shipping", &python)
+        .args([script.to_str().unwrap(), received.to_str().unwrap()])
+        .era(McpEra::Legacy);
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db);
+    let handle = submit(&kit, server, HumanInput::Managed);
+    let pending = wait_pending(&handle);
+    // Answered as raw text through another store object (as `m3 respond` does).
+    let answer = r#"{"numbers":{"action":"accept","content":{"n":123456789012345678901234567890,"x":0.1000000000000000055511151231257827,"big":1e400,"tiny":1e-400}}}"#;
+    db.store()
+        .submit_responses_json(&pending.round_id, answer, "numbers-1")
+        .unwrap();
+    let result = finished(&handle);
+    assert!(result.succeeded(), "{}", result.outcome);
+    let line = std::fs::read_to_string(&received).expect("the server wrote what it received");
+    for exact in [
+        r#""n":123456789012345678901234567890"#,
+        r#""x":0.1000000000000000055511151231257827"#,
+        // The same number; serde_json writes an unsigned exponent with `+`.
+        r#""big":1e+400"#,
+        r#""tiny":1e-400"#,
+    ] {
+        assert!(
+            line.contains(exact),
+            "{exact} not in the line the server read: {line}"
+        );
+    }
+    assert_eq!(
+        db.store()
+            .get_round(&pending.round_id)
+            .unwrap()
+            .unwrap()
+            .status,
+        ManagedInputStatus::Resolved
+    );
+}
