@@ -493,11 +493,23 @@ fn a_killed_codex_worker_s_round_is_recovered() -> Result<()> {
         arguments: r#"{"item": "book"}"#.into(),
         marker: db.dir.path().join("marker").display().to_string(),
     })?;
+    // The server, started by Codex, first starts a helper of its own that holds none of its
+    // pipes (as a daemonising server would): it must not outlive the execution either.
+    let helper = db.dir.path().join("helper.pid");
+    let server = db.dir.path().join("server.sh");
+    std::fs::write(
+        &server,
+        format!(
+            "#!/bin/sh\nsleep 300 </dev/null >/dev/null 2>&1 &\necho $! > {}\nexec {SHIPPING_SERVER} \"$@\"\n",
+            helper.display()
+        ),
+    )?;
+    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     let mut child = Command::new(env!("CARGO_BIN_EXE_m3-test-fault-worker"))
         .arg("kit")
         .arg(&db.path)
         .arg("1000")
-        .arg(SHIPPING_SERVER)
+        .arg(&server)
         .arg(codex_binary()?)
         .arg(format!("http://127.0.0.1:{port}/v1"))
         .stdout(std::process::Stdio::piped())
@@ -536,6 +548,15 @@ fn a_killed_codex_worker_s_round_is_recovered() -> Result<()> {
         "ManagedInputRecoveryError",
         ErrorCode::RecoveryUnavailable,
     );
+    let helper: u32 = std::fs::read_to_string(&helper)?.trim().parse()?;
+    let until = Instant::now() + Duration::from_secs(20);
+    while m3_tests::process_is_running(helper) {
+        ensure!(
+            Instant::now() < until,
+            "the server's helper (pid {helper}) outlived its dead worker's recovery"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     Ok(())
 }
 

@@ -111,6 +111,44 @@ async fn dropping_a_child_kills_its_process_group_and_it_is_reaped() {
     );
 }
 
+/// What a child starts in a process group of its own (as Codex starts each MCP server) is
+/// still in the child's session and ends with it, also when the child exited first and nobody
+/// holds its pipes.
+#[tokio::test]
+async fn what_a_child_starts_in_another_group_ends_with_its_session() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let script = "import os, subprocess\n\
+                  d = subprocess.DEVNULL\n\
+                  p = subprocess.Popen(['sleep', '60'], process_group=0, stdin=d, stdout=d, stderr=d)\n\
+                  print(p.pid, os.getpgid(p.pid), flush=True)\n";
+    let path = std::env::var("PATH").unwrap_or_default();
+    let (mut child, mut events) = ChildProcess::spawn(
+        &spec("python3", &["-c", script], &[("PATH", &path)]),
+        &scratch,
+    )
+    .unwrap();
+    let mut pending = Vec::new();
+    let line = next_line(&mut events, &mut pending).await;
+    let (grandchild, group) = line.split_once(' ').expect("pid and group");
+    let (grandchild, group): (u32, u32) = (grandchild.parse().unwrap(), group.parse().unwrap());
+    assert_eq!(group, grandchild, "the grandchild leads a group of its own");
+    assert_ne!(group, child.pid());
+    let exited = timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("the child exits by itself")
+        .unwrap();
+    assert_eq!(exited, ProcessEvent::Exited(Some(0)));
+    assert!(
+        is_running(grandchild),
+        "still running while the child is held"
+    );
+    drop(child);
+    assert!(
+        wait_until_gone(grandchild).await,
+        "the grandchild in a group of its own outlived its child's session"
+    );
+}
+
 #[tokio::test]
 async fn kill_ends_the_group_and_reports_the_signal() {
     let scratch = ScratchDir::create("m3-test").unwrap();

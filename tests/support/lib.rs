@@ -253,3 +253,12 @@ pub fn seed(test: &str) -> u64 {
     println!("{test}: seed {seed:x} (replay: M3_SEED={seed:x} cargo test --workspace -- {test})");
     seed
 }
+
+/// Whether process `pid` is alive and not a zombie (Linux `/proc`).
+pub fn process_is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .find(|l| l.starts_with("State:"))
+            .is_some_and(|l| !l.contains('Z') && !l.contains('X'))
+    })
+}

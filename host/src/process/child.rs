@@ -250,17 +250,21 @@ impl ChildProcess {
             .clone()
     }
 
-    /// SIGKILL to the child's process group. Safe whether or not the child has exited: it is
-    /// reaped only after this, in `drop`, so its id cannot name another group yet.
+    /// SIGKILL to the child's process group at once, and to the rest of its session (what it
+    /// started in groups of their own) by the sweeper (`session.rs`). Safe whether or not the
+    /// child has exited: it is reaped only after this, in `drop`, so its id cannot name
+    /// another group yet.
     fn signal_group(&self) {
         if let Ok(pgid) = i32::try_from(self.pid)
             && pgid > 0
         {
             // SAFETY: kill(2) with a negative pid signals the process group this host created
-            // for the child (`process_group(0)`); it has no memory-safety preconditions.
+            // for the child (`launch.rs`: its own session and group); it has no memory-safety
+            // preconditions.
             unsafe {
                 libc::kill(-pgid, libc::SIGKILL);
             }
+            super::session::end(self.pid);
         }
     }
 }
@@ -368,9 +372,9 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
     after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Ends what a dead worker left behind: its child's process group, if that group is still the
-/// one it started (its leader's start time matches, or the leader is gone and only members of
-/// the group remain, whose id Linux does not hand out while they live), and its scratch
+/// Ends what a dead worker left behind: its child's process group and session, if they are
+/// still the ones it started (its leader's start time matches, or the leader is gone and only
+/// members remain, whose id Linux does not hand out while they live), and its scratch
 /// directory, if it is plainly one of this user's m3 scratch directories (under whatever
 /// temporary directory the dead worker had: `scratch::remove_left_behind`). Returns whether a
 /// group was signalled.
@@ -387,6 +391,8 @@ pub fn end_left_behind(process_group: u32, started_at: u64, scratch: &Path) -> b
         if same {
             // SAFETY: kill(2) on a process group id; no memory-safety preconditions.
             signalled = unsafe { libc::kill(-pgid, libc::SIGKILL) } == 0;
+            // And what it started in groups of their own (its session, `session.rs`).
+            signalled |= super::session::kill_members(&[process_group]) > 0;
         }
     }
     super::scratch::remove_left_behind(scratch);

@@ -9,8 +9,8 @@
 //! only async-signal-safe calls on data prepared before the clone.
 //!
 //! In the child, before `execve`: signals that had a handler, and `SIGPIPE`, go back to their
-//! default, and none is blocked (as `std::process::Command` leaves them); it leads a new process
-//! group; it gets `SIGKILL` when the thread that launched it ends (this process killed
+//! default, and none is blocked (as `std::process::Command` leaves them); it leads a new session
+//! (and so a new process group); it gets `SIGKILL` when the thread that launched it ends (this process killed
 //! included), and gives up if that already happened; it moves to its working directory; its
 //! stdin, stdout and stderr are the three pipes. A failure before `execve` is reported back
 //! (its `errno`) through a close-on-exec pipe.
@@ -28,7 +28,7 @@ const CHILD_STACK_BYTES: usize = 64 * 1024;
 /// A launched child: its id, a pidfd naming it, and the host's ends of its three pipes.
 #[derive(Debug)]
 pub(crate) struct Launched {
-    /// The child's process id (also its process group id).
+    /// The child's process id (also its process group and session id).
     pub pid: u32,
     /// Readable once the child has exited (Linux pidfd).
     pub pidfd: OwnedFd,
@@ -256,7 +256,9 @@ extern "C" fn child_main(plan: *mut c_void) -> c_int {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        if libc::setpgid(0, 0) == -1 {
+        // A session of its own (and so a process group of its own): what it starts stays in
+        // the session even if it moves to another group (`session.rs`).
+        if libc::setsid() == -1 {
             fail(plan.report);
         }
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
