@@ -376,7 +376,8 @@ pub fn recovered_executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::Exec
         // not do. An answer to a round whose worker is gone is refused all the same.
         Err(e) if e.code() == Some(m3::ErrorCode::StorageBusy) => {
             eprintln!(
-                "notice: the database was busy, so rounds whose worker is gone may still be                  listed as open (`m3 recover` fails them once it is free)"
+                "notice: the database was busy, so rounds whose worker is gone may still be \
+                 listed as open (`m3 recover` fails them once it is free)"
             );
             return Ok(executions);
         }

@@ -979,3 +979,36 @@ fn opening_reads_before_it_writes_and_a_locked_migration_is_storage_busy() {
     let out = finish(cmd, None, COMMAND_TIMEOUT);
     assert!(out.status.success(), "{}", out.stderr);
 }
+
+/// A compiled-component cache that cannot be trusted (its parent writable by others) is not
+/// used, and the command says so: a `notice:` line after its output, never a silent slow start.
+/// The command's own result is unchanged.
+#[test]
+fn an_unusable_cache_is_named_in_a_notice() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let shared = sb.dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = sb.command(&["pending", "--json"]);
+    cmd.env("M3_CACHE_DIR", shared.join("components"));
+    let out = finish(cmd, None, COMMAND_TIMEOUT);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out.stdout).unwrap(),
+        json!([])
+    );
+    let notice = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("notice: "))
+        .unwrap_or_else(|| panic!("no notice on stderr: {}", out.stderr));
+    assert!(
+        notice.contains("cannot be used") && notice.contains("other users"),
+        "{notice}"
+    );
+    assert!(
+        !shared.join("components").exists(),
+        "nothing was written there"
+    );
+}

@@ -446,12 +446,15 @@ impl Sandbox {
     pub fn insert_unreadable_execution(&self, execution_id: &str) {
         let conn = rusqlite::Connection::open(&self.db).expect("opening the database");
         conn.execute(
-            "INSERT INTO executions (execution_id, status, owner_id, created_at_ns, document)              SELECT 'exec-broken', 'finished', NULL, created_at_ns + 1,              '{not the component''s document' FROM executions WHERE execution_id = ?1",
+            "INSERT INTO executions (execution_id, status, owner_id, created_at_ns, document) \
+             SELECT 'exec-broken', 'finished', NULL, created_at_ns + 1, \
+             '{not the component''s document' FROM executions WHERE execution_id = ?1",
             rusqlite::params![execution_id],
         )
         .expect("inserting a broken execution");
         conn.execute(
-            "INSERT INTO execution_versions SELECT 'exec-broken', version, NULL, updated_at_ns              FROM execution_versions WHERE execution_id = ?1",
+            "INSERT INTO execution_versions SELECT 'exec-broken', version, NULL, updated_at_ns \
+             FROM execution_versions WHERE execution_id = ?1",
             rusqlite::params![execution_id],
         )
         .expect("inserting the broken execution's version row");
