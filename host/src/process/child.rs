@@ -301,9 +301,18 @@ impl Drop for ChildProcess {
 /// Waits until `pidfd` (child `pid`'s) says the child exited, without reaping it: its exit
 /// code (`None`: a signal ended it).
 async fn exited(pidfd: &AsyncFd<OwnedFd>, pid: u32) -> Result<Option<i32>, ProcessError> {
+    once_exited(pidfd, pid, exit_status).await
+}
+
+/// Waits until `pidfd` says the child exited and `look` (the exit seen, or reaped) agrees.
+async fn once_exited(
+    pidfd: &AsyncFd<OwnedFd>,
+    pid: u32,
+    look: fn(u32) -> Result<Option<Option<i32>>, ProcessError>,
+) -> Result<Option<i32>, ProcessError> {
     loop {
         let mut ready = pidfd.readable().await?;
-        if let Some(exit) = exit_status(pid)? {
+        if let Some(exit) = look(pid)? {
             return Ok(exit);
         }
         ready.clear_ready();
@@ -332,13 +341,7 @@ fn exit_status(pid: u32) -> Result<Option<Option<i32>>, ProcessError> {
 /// Waits until `pidfd` (child `pid`'s) says the child exited, then reaps it: its exit code
 /// (`None`: a signal ended it).
 async fn reap_when_exited(pidfd: &AsyncFd<OwnedFd>, pid: u32) -> Result<Option<i32>, ProcessError> {
-    loop {
-        let mut ready = pidfd.readable().await?;
-        if let Some(exit) = try_reap(pid)? {
-            return Ok(exit);
-        }
-        ready.clear_ready();
-    }
+    once_exited(pidfd, pid, try_reap).await
 }
 
 /// Reaps child `pid` if it has exited: `Some(exit code)` (`Some(None)`: a signal ended it).
