@@ -777,3 +777,50 @@ fn the_bundled_server_s_request_state_outlives_the_default_round_deadline() {
     );
     handle.cancel().unwrap();
 }
+
+/// The modern era (2026-07-28): the server asked with an `input_required` result and keeps no
+/// request open, so the only way it stops waiting is to go away. A server that dies while its
+/// round waits fails the round `server_error` at once (not at the deadline, not at recovery),
+/// and a later answer is refused, never acknowledged.
+#[test]
+fn a_modern_server_that_dies_while_its_round_waits_ends_the_round() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let pid_file = db.dir.path().join("server.pid");
+    let server = StdioServer::new("shipping", "/bin/sh")
+        .args([
+            "-c".to_string(),
+            format!(
+                "echo $$ > {}; exec {SHIPPING_SERVER} --era modern",
+                pid_file.display()
+            ),
+        ])
+        .era(McpEra::Modern);
+    let handle = submit(
+        &kit,
+        Script::call("shipping:book_shipment", json!({"item": "book"})),
+        server,
+    );
+    let round = first_round(&db, handle.execution_id());
+    assert_eq!(round.status, ManagedInputStatus::Pending);
+    assert!(round.pending.request_state.is_some(), "a modern round");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let killed = Command::new("kill")
+        .args(["-KILL", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "the server was running");
+    let ended = result(&handle);
+    assert_eq!(ended.outcome.kind, OutcomeKind::Failed, "{}", ended.outcome);
+    assert_eq!(
+        ended.outcome.failure.as_ref().unwrap().kind,
+        FailureKind::ServerError
+    );
+    assert_withdrawn_for_good(
+        &db,
+        &handle,
+        &round.pending.round_id,
+        FailureCode::ServerError,
+        "while the round was open",
+    );
+}
