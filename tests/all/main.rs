@@ -17,6 +17,7 @@ mod lifecycle_model;
 mod malformed_input;
 mod mutations;
 mod peers;
+mod postgres_server;
 mod process;
 mod random_kills;
 mod redaction;

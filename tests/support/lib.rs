@@ -14,6 +14,7 @@ use std::time::Duration;
 pub mod fake_model;
 pub mod fixture;
 pub mod peers;
+pub mod postgres_server;
 pub mod rng;
 
 /// A temporary directory holding one database file.
