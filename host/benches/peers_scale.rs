@@ -1453,7 +1453,7 @@ fn measure_store(plan: &Plan, path: &Path, built: BuiltStore) -> BenchResult<Rou
     if first.is_none() {
         return Err(format!("execution {} has no pending round", with[0]).into());
     }
-    let store: Arc<SqliteManagedInputStore> = executions.store().clone();
+    let store: Arc<m3::DatabaseStore> = executions.store().clone();
 
     let mut queries = Vec::new();
     let mut push = |name: &str, path: &str, (ms, returned): (Option<Stats>, f64)| {

@@ -53,12 +53,14 @@
 #![deny(private_interfaces, private_bounds, unnameable_types)]
 
 mod api;
+mod backend;
 mod checks;
 mod component;
 #[doc = include_str!("../../EMBEDDING.md")]
 pub mod embedding {}
 mod imports;
 mod kit;
+mod postgres;
 mod process;
 mod sqlite;
 #[doc(hidden)]
@@ -77,11 +79,13 @@ pub use api::execution::{
     ToolResult,
 };
 pub use api::execution_store::{
-    ExecutionStore, ExecutionStoreError, InMemoryExecutionStore, SqliteExecutionStore,
+    ExecutionStore, ExecutionStoreError, InMemoryExecutionStore, PostgresExecutionStore,
+    SqliteExecutionStore,
 };
 pub use api::health;
 pub use api::managed_input::{
-    ManagedInputStore, SqliteManagedInputStore, StoreOptions, StoreResult,
+    DatabaseStore, ManagedInputStore, PostgresManagedInputStore, SqliteManagedInputStore,
+    StoreOptions, StoreResult,
 };
 pub use api::policy::{POLICY_COMPONENT, Policy, PreparedRound};
 pub use api::record::{
@@ -95,6 +99,7 @@ pub use api::round::{
 };
 pub use api::server::{McpEra, StdioServer};
 pub use api::submission::{HumanInput, ModelValidationError, Submission};
+pub use backend::id_prefix::IdMatches;
 pub use component::instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
 pub use component::sandbox::{ImportBinding, ImportProvider, SandboxProbe};
 pub use kit::codex::{sign_in as codex_sign_in, user_codex_home};
@@ -104,5 +109,4 @@ pub use kit::{
     ModelProvider, PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
 };
 pub use sqlite::database::Synchronous;
-pub use sqlite::id_prefix::IdMatches;
 pub use worker::{Executions, RecoveryReport};

@@ -117,6 +117,14 @@ pub mod internals {
     pub mod sqlite {
         pub use crate::sqlite::*;
     }
+    /// The PostgreSQL backend.
+    pub mod postgres {
+        pub use crate::postgres::*;
+    }
+    /// Either backend, and what both share.
+    pub mod backend {
+        pub use crate::backend::*;
+    }
     /// Executions, hosted.
     pub mod worker {
         pub use crate::worker::*;

@@ -11,6 +11,7 @@ use m3::{
     ElicitationResponse, ErrorCode, ManagedInputError, ManagedInputRecord, ManagedInputStatus,
     ManagedInputStore, NewRound, RoundFilter, SqliteManagedInputStore, StoreOptions, Synchronous,
 };
+use m3_tests::backends::{Db, integrity, open_named};
 use m3_tests::{TempDb, address_round, claim, create, integrity_check, open};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -179,21 +180,20 @@ fn check_race(stored: &ManagedInputRecord, attempts: &[(char, Outcome)]) -> Resu
     Ok(())
 }
 
-#[test]
-fn idempotent_submit_race_across_threads() -> Result<()> {
+/// Racers in threads of this process, each with its own store object.
+fn race_across_threads(db: &Db) -> Result<()> {
     const THREADS: usize = 64;
-    let db = TempDb::new();
-    let setup = open(&db.path, StoreOptions::default());
+    let setup = db.store();
     create(&setup, &long_lease_round(RACE_ROUND));
 
     let barrier = Arc::new(Barrier::new(THREADS));
     let racers: Vec<_> = (0..THREADS)
         .map(|i| {
-            let path = db.path.clone();
+            let name = db.name();
             let barrier = barrier.clone();
             thread::spawn(move || {
                 // Every racer has its own store object (its own instances and connections).
-                let store = open(&path, StoreOptions::default());
+                let store = open_named(&name, StoreOptions::default());
                 // Warm the instance so the race is about the database, not instantiation.
                 let warm = store.get_round(RACE_ROUND);
                 let which = if i % 2 == 0 { 'a' } else { 'b' };
@@ -217,7 +217,7 @@ fn idempotent_submit_race_across_threads() -> Result<()> {
         .get_round(RACE_ROUND)?
         .context("the round disappeared")?;
     check_race(&stored, &attempts)?;
-    assert_eq!(integrity_check(&db.path), "ok");
+    assert_eq!(integrity(db), "ok");
     Ok(())
 }
 
@@ -234,14 +234,14 @@ fn env(name: &str) -> Result<String> {
 }
 
 /// Not a test of its own: the body of one racing process of
-/// [`idempotent_submit_race_across_processes`], which runs this binary again with
+/// [`race_across_processes`], which runs this binary again with
 /// `--exact concurrency::race_child` and the `M3_RACE_*` variables. Without them it returns.
 #[test]
 fn race_child() -> Result<()> {
     if std::env::var_os(ENV_DB).is_none() {
         return Ok(());
     }
-    let path = PathBuf::from(env(ENV_DB)?);
+    let name = env(ENV_DB)?;
     let which = env(ENV_ANSWER)?.chars().next().context("answer letter")?;
     let threads: usize = env(ENV_THREADS)?.parse()?;
     let barrier_dir = PathBuf::from(env(ENV_BARRIER_DIR)?);
@@ -251,9 +251,9 @@ fn race_child() -> Result<()> {
     let go = barrier_dir.join("go");
     let racers: Vec<_> = (0..threads)
         .map(|_| {
-            let (path, ready, go) = (path.clone(), ready.clone(), go.clone());
+            let (name, ready, go) = (name.clone(), ready.clone(), go.clone());
             thread::spawn(move || -> Result<Outcome> {
-                let store = open(&path, StoreOptions::default());
+                let store = open_named(&name, StoreOptions::default());
                 store.get_round(RACE_ROUND)?.context("round missing")?;
                 ready.wait();
                 let deadline = Instant::now() + Duration::from_secs(120);
@@ -275,14 +275,14 @@ fn race_child() -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn idempotent_submit_race_across_processes() -> Result<()> {
+/// Racers in processes, several threads each.
+fn race_across_processes(db: &Db) -> Result<()> {
     const PROCESSES: usize = 6;
     const THREADS_EACH: usize = 8;
-    let db = TempDb::new();
-    let setup = open(&db.path, StoreOptions::default());
+    let setup = db.store();
     create(&setup, &long_lease_round(RACE_ROUND));
-    let barrier_dir = db.dir.path().join("barrier");
+    let scratch = tempfile::tempdir()?;
+    let barrier_dir = scratch.path().join("barrier");
     std::fs::create_dir(&barrier_dir)?;
 
     let exe = std::env::current_exe()?;
@@ -296,7 +296,7 @@ fn idempotent_submit_race_across_processes() -> Result<()> {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(ENV_DB, &db.path)
+            .env(ENV_DB, db.name())
             .env(ENV_ANSWER, which)
             .env(ENV_THREADS, THREADS_EACH.to_string())
             .env(ENV_BARRIER_DIR, &barrier_dir)
@@ -354,7 +354,7 @@ fn idempotent_submit_race_across_processes() -> Result<()> {
         .get_round(RACE_ROUND)?
         .context("the round disappeared")?;
     check_race(&stored, &attempts)?;
-    assert_eq!(integrity_check(&db.path), "ok");
+    assert_eq!(integrity(db), "ok");
     Ok(())
 }
 
@@ -636,4 +636,15 @@ fn contention_writers_and_long_readers_never_see_busy() -> Result<()> {
     );
     assert_eq!(integrity_check(&db.path), "ok");
     Ok(())
+}
+
+// The idempotency races, on SQLite and on PostgreSQL alike.
+m3_tests::on_both_backends! {
+    fn idempotent_submit_race_across_threads(db) {
+        race_across_threads(db).unwrap();
+    }
+
+    fn idempotent_submit_race_across_processes(db) {
+        race_across_processes(db).unwrap();
+    }
 }

@@ -98,6 +98,27 @@ fn test_functions() -> Result<BTreeSet<TestFn>> {
     let mut tests = BTreeSet::new();
     for file in source_files()?.iter().filter(|f| f.ends_with(".rs")) {
         let text = read(file)?;
+        // The bodies of `on_both_backends!` are tests of the module itself and of its
+        // `sqlite` and `postgres` modules.
+        if let Some((_, block)) = text.split_once("on_both_backends! {") {
+            for line in block.lines() {
+                let Some(after) = line.strip_prefix("    fn ") else {
+                    continue;
+                };
+                let name: String = after
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                for backend in [None, Some("sqlite"), Some("postgres")] {
+                    let mut module = module_of(file);
+                    module.extend(backend.map(str::to_string));
+                    tests.insert(TestFn {
+                        module,
+                        name: name.clone(),
+                    });
+                }
+            }
+        }
         let mut marked = false;
         for line in text.lines().map(str::trim) {
             if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {

@@ -300,16 +300,18 @@ fn key_text(key: Key) -> &'static str {
 }
 
 /// Runs `ops` against the store and the model; returns every status the round was in.
-fn run(ops: &[Op]) -> BTreeSet<Status> {
-    let db = TempDb::new();
+fn run(db: &backends::Db, ops: &[Op]) -> BTreeSet<Status> {
     let clock = manual_clock();
-    let store = open(
-        &db.path,
-        StoreOptions {
-            clock: clock.clone(),
-            synchronous: Synchronous::Normal,
-            ..Default::default()
-        },
+    let store = db.open(StoreOptions {
+        clock: clock.clone(),
+        synchronous: Synchronous::Normal,
+        ..Default::default()
+    });
+    // A round of its own per sequence: sequences of one test share its database.
+    static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let round_id = format!(
+        "r{}",
+        SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
     let round = NewRound {
         deadline: Deadline::At(t0() + TimeDelta::seconds(DEADLINE_SECS)),
@@ -317,7 +319,7 @@ fn run(ops: &[Op]) -> BTreeSet<Status> {
             "worker-1",
             Duration::from_secs(LEASE_TTL_SECS as u64),
         )),
-        ..address_round("r1")
+        ..address_round(&round_id)
     };
     let mut current = store.create_round(&round).unwrap().lease.unwrap();
     let stale = ManagedInputLease {
@@ -347,10 +349,10 @@ fn run(ops: &[Op]) -> BTreeSet<Status> {
         };
         let actual = match op {
             Op::Submit(answer, key) => {
-                outcome_of(&store.submit_responses("r1", &answer_map(*answer), key_text(*key)))
+                outcome_of(&store.submit_responses(&round_id, &answer_map(*answer), key_text(*key)))
             }
             Op::Claim(owner) => {
-                let result = store.claim_round("r1", &claim(owner, ttl));
+                let result = store.claim_round(&round_id, &claim(owner, ttl));
                 let outcome = outcome_of(&result);
                 if let Ok(granted) = result {
                     current = granted;
@@ -358,7 +360,7 @@ fn run(ops: &[Op]) -> BTreeSet<Status> {
                 outcome
             }
             Op::Renew(who) => {
-                let result = store.renew("r1", &lease(*who), ttl);
+                let result = store.renew(&round_id, &lease(*who), ttl);
                 let outcome = outcome_of(&result);
                 if let Ok(renewed) = result {
                     current = renewed;
@@ -366,14 +368,14 @@ fn run(ops: &[Op]) -> BTreeSet<Status> {
                 outcome
             }
             Op::StartDelivery(who) => {
-                outcome_of(&store.start_delivery("r1", &lease(*who), "delivery"))
+                outcome_of(&store.start_delivery(&round_id, &lease(*who), "delivery"))
             }
-            Op::MarkDelivered(who) => outcome_of(&store.mark_delivered("r1", &lease(*who))),
-            Op::Resolve(who) => outcome_of(&store.resolve("r1", &lease(*who))),
+            Op::MarkDelivered(who) => outcome_of(&store.mark_delivered(&round_id, &lease(*who))),
+            Op::Resolve(who) => outcome_of(&store.resolve(&round_id, &lease(*who))),
             Op::Fail(who) => {
-                outcome_of(&store.fail("r1", &lease(*who), FailureCode::ServerError, "model"))
+                outcome_of(&store.fail(&round_id, &lease(*who), FailureCode::ServerError, "model"))
             }
-            Op::FailRecovery => outcome_of(&store.fail_recovery("r1", None, "")),
+            Op::FailRecovery => outcome_of(&store.fail_recovery(&round_id, None, "")),
             Op::Advance(secs) => {
                 clock.advance(TimeDelta::seconds(*secs));
                 OK
@@ -384,7 +386,7 @@ fn run(ops: &[Op]) -> BTreeSet<Status> {
             actual, expected,
             "step {step} {op:?}\nops: {ops:?}\nmodel: {model:?}"
         );
-        let record = store.get_round("r1").unwrap().unwrap();
+        let record = store.get_round(&round_id).unwrap().unwrap();
         let status = from_store(record.status);
         assert_eq!(status, model.status, "step {step} {op:?}: status");
         assert!(
@@ -421,68 +423,69 @@ fn run(ops: &[Op]) -> BTreeSet<Status> {
 }
 
 #[test]
-fn the_store_follows_the_reference_lifecycle_model() {
-    let seed = m3_tests::seed("lifecycle_model::the_store_follows_the_reference_lifecycle_model");
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let cases = CASES * soak_factor() as u32;
-    let config = Config {
-        cases,
-        // A failure is reported with its seed (above), never written into the source tree.
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
-    let reached = Mutex::new(BTreeMap::<Status, usize>::new());
-    let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
-        for status in run(&ops) {
-            *reached.lock().unwrap().entry(status).or_default() += 1;
-        }
-        Ok(())
-    });
-    if let Err(failure) = result {
-        panic!("{failure}");
-    }
-    let reached = reached.into_inner().unwrap();
-    println!("lifecycle model: {cases} sequences; sequences reaching each status: {reached:?}");
-    for status in [
-        Status::Pending,
-        Status::ResponseValidated,
-        Status::DeliveryStarted,
-        Status::Delivered,
-        Status::Resolved,
-        Status::Failed,
-    ] {
-        assert!(
-            reached.contains_key(&status),
-            "no sequence reached {status:?}: the run proves nothing about it ({reached:?})"
-        );
-    }
-}
-
-/// The sequences proptest once found (they were its saved regressions), run every time.
-#[test]
-fn regression_sequences_the_model_once_caught() {
-    run(&[Op::Submit(Answer::A, Key::K1)]);
-    run(&[
-        Op::Submit(Answer::A, Key::K1),
-        Op::StartDelivery(Who::Current),
-        Op::MarkDelivered(Who::Current),
-        Op::Resolve(Who::Current),
-        Op::Submit(Answer::A, Key::K1),
-        Op::Submit(Answer::B, Key::K1),
-        Op::Submit(Answer::A, Key::K2),
-        Op::FailRecovery,
-    ]);
-}
-
-#[test]
 fn the_model_itself_allows_only_forward_transitions() {
     for (from, to) in TRANSITIONS {
         assert!(rank(*to) > rank(*from), "{from:?} -> {to:?}");
     }
     for terminal in [Status::Resolved, Status::Failed] {
         assert!(TRANSITIONS.iter().all(|(from, _)| *from != terminal));
+    }
+}
+
+// The model's tests, on SQLite and on PostgreSQL alike.
+m3_tests::on_both_backends! {
+    fn the_store_follows_the_reference_lifecycle_model(db) {
+        let seed = m3_tests::seed("lifecycle_model::the_store_follows_the_reference_lifecycle_model");
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&seed.to_le_bytes());
+        let cases = CASES * soak_factor() as u32;
+        let config = Config {
+            cases,
+            // A failure is reported with its seed (above), never written into the source tree.
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let mut runner =
+            TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+        let reached = Mutex::new(BTreeMap::<Status, usize>::new());
+        let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
+            for status in run(db, &ops) {
+                *reached.lock().unwrap().entry(status).or_default() += 1;
+            }
+            Ok(())
+        });
+        if let Err(failure) = result {
+            panic!("{failure}");
+        }
+        let reached = reached.into_inner().unwrap();
+        println!("lifecycle model: {cases} sequences; sequences reaching each status: {reached:?}");
+        for status in [
+            Status::Pending,
+            Status::ResponseValidated,
+            Status::DeliveryStarted,
+            Status::Delivered,
+            Status::Resolved,
+            Status::Failed,
+        ] {
+            assert!(
+                reached.contains_key(&status),
+                "no sequence reached {status:?}: the run proves nothing about it ({reached:?})"
+            );
+        }
+    }
+
+    /// The sequences proptest once found (they were its saved regressions), run every time.
+    fn regression_sequences_the_model_once_caught(db) {
+        run(db, &[Op::Submit(Answer::A, Key::K1)]);
+        run(db, &[
+            Op::Submit(Answer::A, Key::K1),
+            Op::StartDelivery(Who::Current),
+            Op::MarkDelivered(Who::Current),
+            Op::Resolve(Who::Current),
+            Op::Submit(Answer::A, Key::K1),
+            Op::Submit(Answer::B, Key::K1),
+            Op::Submit(Answer::A, Key::K2),
+            Op::FailRecovery,
+        ]);
     }
 }

@@ -24,39 +24,39 @@ pub(crate) struct Mutation {
 const IDEMPOTENCY_CONFLICT: Mutation = Mutation {
     name: "idempotency-conflict",
     caught_by: &[
-        "store_contract::same_key_with_a_different_response_is_a_conflict_and_changes_nothing",
-        "store_contract::same_response_means_equal_after_canonicalisation",
-        "concurrency::idempotent_submit_race_across_threads",
-        "concurrency::idempotent_submit_race_across_processes",
-        "lifecycle_model::the_store_follows_the_reference_lifecycle_model",
+        "store_contract::sqlite::same_key_with_a_different_response_is_a_conflict_and_changes_nothing",
+        "store_contract::sqlite::same_response_means_equal_after_canonicalisation",
+        "concurrency::sqlite::idempotent_submit_race_across_threads",
+        "concurrency::sqlite::idempotent_submit_race_across_processes",
+        "lifecycle_model::sqlite::the_store_follows_the_reference_lifecycle_model",
     ],
-    unaffected: "store_contract::the_lifecycle_runs_through_all_six_statuses",
+    unaffected: "store_contract::sqlite::the_lifecycle_runs_through_all_six_statuses",
 };
 
 const LEASE_FENCING: Mutation = Mutation {
     name: "lease-fencing",
     caught_by: &[
         "lease_fencing::eight_workers_contend_for_rounds_and_paused_workers_are_fenced_off",
-        "store_contract::expired_leases_reject_stale_writes",
-        "store_contract::a_replaced_worker_owner_cannot_write",
-        "lifecycle_model::the_store_follows_the_reference_lifecycle_model",
+        "store_contract::sqlite::expired_leases_reject_stale_writes",
+        "store_contract::sqlite::a_replaced_worker_owner_cannot_write",
+        "lifecycle_model::sqlite::the_store_follows_the_reference_lifecycle_model",
     ],
-    unaffected: "store_contract::same_key_with_a_different_response_is_a_conflict_and_changes_nothing",
+    unaffected: "store_contract::sqlite::same_key_with_a_different_response_is_a_conflict_and_changes_nothing",
 };
 
 const TERMINAL_REFUSAL: Mutation = Mutation {
     name: "terminal-refusal",
     caught_by: &[
-        "store_contract::terminal_rounds_reject_every_write",
-        "store_contract::fail_recovery_fails_the_round_for_good",
-        "lifecycle_model::the_store_follows_the_reference_lifecycle_model",
+        "store_contract::sqlite::terminal_rounds_reject_every_write",
+        "store_contract::sqlite::fail_recovery_fails_the_round_for_good",
+        "lifecycle_model::sqlite::the_store_follows_the_reference_lifecycle_model",
         "lease_fencing::eight_workers_contend_for_rounds_and_paused_workers_are_fenced_off",
         "execution_edges::a_server_that_exits_or_does_not_wait_ends_its_round",
         "crash::killed_after_the_round_insert_the_round_survives_and_recovery_fails_it_once",
         "executions::cancel_fails_the_open_round_and_tells_the_server",
         "codex_transcripts::a_late_answer_after_interrupt_is_refused_and_never_sent",
     ],
-    unaffected: "store_contract::the_lifecycle_runs_through_all_six_statuses",
+    unaffected: "store_contract::sqlite::the_lifecycle_runs_through_all_six_statuses",
 };
 
 const WITHDRAWN_CLOSURE: Mutation = Mutation {
@@ -77,7 +77,7 @@ const PATH_REFUSALS: Mutation = Mutation {
         "store_contract::opening_refuses_paths_that_are_not_plain_database_files",
         "execution_store::an_execution_store_refuses_bad_paths_at_open",
     ],
-    unaffected: "store_contract::the_lifecycle_runs_through_all_six_statuses",
+    unaffected: "store_contract::sqlite::the_lifecycle_runs_through_all_six_statuses",
 };
 
 /// Every mutation of the check (RELIABILITY.md lists the same).
@@ -196,7 +196,7 @@ fn breaking_the_path_refusals_is_caught() {
 fn an_unknown_mutation_is_refused() {
     let (code, results, stdout) = run_with(
         "no-such-rule",
-        &["store_contract::the_lifecycle_runs_through_all_six_statuses"],
+        &["store_contract::sqlite::the_lifecycle_runs_through_all_six_statuses"],
     );
     assert_eq!(code, Some(97), "{stdout}");
     assert!(!results.values().any(|r| r == "ok"), "{stdout}");

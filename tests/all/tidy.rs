@@ -407,6 +407,7 @@ fn strip(source: &str) -> Stripped {
 const MAPPING_FILES: &[&str] = &[
     "component/convert.rs",
     "sqlite/transaction.rs",
+    "postgres/transaction.rs",
     "api/record.rs",
 ];
 const STATUSES: &[&str] = &[

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod backends;
 pub mod fake_model;
 pub mod fixture;
 pub mod peers;

@@ -6,8 +6,8 @@ use crate::run::Output;
 use crate::{Cli, EraArg, json, print_json};
 use anyhow::{Result, anyhow};
 use m3::{
-    AgentSpec, ElicitationResponse, ExecutionStatus, ExecutionStore, HumanInput, McpEra,
-    McpTestKit, Script, SqliteExecutionStore, StdioServer, Submission,
+    AgentSpec, ElicitationResponse, ExecutionStatus, HumanInput, McpEra, McpTestKit, Script,
+    SqliteExecutionStore, StdioServer, Submission,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -90,7 +90,11 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
         ]);
     }
     crate::engine_start::prepare(cli);
-    let store = Arc::new(SqliteExecutionStore::open(&db)?);
+    let store: Arc<dyn m3::ExecutionStore> = if cli.db_given {
+        crate::execution_store(cli)?
+    } else {
+        Arc::new(SqliteExecutionStore::open(&db)?)
+    };
     let kit = McpTestKit::new(store.clone(), BTreeMap::<String, String>::new())?;
     let agent = kit
         .agents([AgentSpec::scripted(Script::call(
@@ -107,7 +111,7 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
         }
     };
     say(if cli.db_given {
-        format!("database: {} (kept)", db.display())
+        format!("database: {} (kept)", crate::database_shown(cli))
     } else {
         format!("database: {} (fresh, removed afterwards)", db.display())
     });

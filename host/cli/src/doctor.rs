@@ -131,6 +131,22 @@ fn mark(ok: bool) -> &'static str {
     if ok { "ok     " } else { "PROBLEM" }
 }
 
+/// The records of the report's database that could not be read, one line each.
+fn print_unreadable(db: &Value, text: &dyn Fn(&Value) -> String) {
+    for record in db["unreadable_records"].as_array().into_iter().flatten() {
+        let (kind, id) = match record.get("execution_id") {
+            Some(id) => ("execution", id),
+            None => ("round", &record["round_id"]),
+        };
+        println!(
+            "{}  {kind} {}: {}",
+            mark(false),
+            text(id),
+            text(&record["error"])
+        );
+    }
+}
+
 /// The report for a person: one line per check, problems marked.
 fn print_human(report: &Value) {
     let text = |v: &Value| match v {
@@ -147,6 +163,17 @@ fn print_human(report: &Value) {
         );
     } else if let Some(error) = db["error"].as_str() {
         println!("{}  database {path}: {error}", mark(false));
+    } else if db["backend"] == "postgresql" {
+        println!(
+            "{}  database {path}: PostgreSQL {}, database {}, schema version {} (this build reads \
+             up to {})",
+            mark(true),
+            text(&db["server_version"]),
+            text(&db["database_name"]),
+            text(&db["schema_version"]),
+            text(&db["supported_schema_version"]),
+        );
+        print_unreadable(db, &text);
     } else {
         let m3_database = db["m3_database"] == true;
         println!(
@@ -161,18 +188,7 @@ fn print_human(report: &Value) {
             text(&db["schema_version"]),
             text(&db["supported_schema_version"]),
         );
-        for record in db["unreadable_records"].as_array().into_iter().flatten() {
-            let (kind, id) = match record.get("execution_id") {
-                Some(id) => ("execution", id),
-                None => ("round", &record["round_id"]),
-            };
-            println!(
-                "{}  {kind} {}: {}",
-                mark(false),
-                text(id),
-                text(&record["error"])
-            );
-        }
+        print_unreadable(db, &text);
         for file in db["files_readable_by_others"]
             .as_array()
             .into_iter()
@@ -237,11 +253,9 @@ fn print_human(report: &Value) {
     );
 }
 
-/// `m3 doctor`.
-pub fn doctor(cli: &Cli) -> Result<ExitCode> {
-    let mut healthy = true;
-    let path = cli.db.display().to_string();
-    let database = match cli
+/// The SQLite file's part of the report.
+fn sqlite_database(cli: &Cli, path: &str, healthy: &mut bool) -> Value {
+    match cli
         .db
         .exists()
         .then(|| m3::health::database_health(&cli.db))
@@ -259,7 +273,7 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
                 Err(e) => (Vec::new(), Some(e.to_string())),
             };
             let loose = loose_files(&cli.db);
-            healthy &= h.integrity == "ok"
+            *healthy &= h.integrity == "ok"
                 && readable
                 && unreadable.is_empty()
                 && check_error.is_none()
@@ -277,7 +291,7 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
             })
         }
         Some(Err(e)) => {
-            healthy = false;
+            *healthy = false;
             json!({
                 "path": path,
                 "exists": true,
@@ -301,6 +315,61 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
             "files_readable_by_others": [],
             "error": null,
         }),
+    }
+}
+
+/// The PostgreSQL database's part of the report: the server, its version and the schema
+/// version (read without changing anything).
+fn postgres_database(cli: &Cli, url: &str, healthy: &mut bool) -> Value {
+    let shown = m3::health::postgres_url_shown(url);
+    match m3::health::postgres_health(url, std::time::Duration::from_secs(5)) {
+        Ok(h) => {
+            let exists = h.schema_version > 0;
+            let readable = (0..=h.supported_version).contains(&h.schema_version);
+            let (unreadable, check_error) = match exists.then(|| unreadable_records(cli)) {
+                Some(Ok(list)) => (list, None),
+                Some(Err(e)) => (Vec::new(), Some(e.to_string())),
+                None => (Vec::new(), None),
+            };
+            *healthy &= readable && unreadable.is_empty() && check_error.is_none();
+            json!({
+                "backend": "postgresql",
+                "path": shown,
+                "exists": exists,
+                "server_version": h.server_version,
+                "database_name": h.database,
+                "m3_database": exists,
+                "schema_version": h.schema_version,
+                "supported_schema_version": h.supported_version,
+                "unreadable_records": unreadable,
+                "error": check_error,
+            })
+        }
+        Err(e) => {
+            *healthy = false;
+            json!({
+                "backend": "postgresql",
+                "path": shown,
+                "exists": null,
+                "server_version": null,
+                "database_name": null,
+                "m3_database": null,
+                "schema_version": null,
+                "supported_schema_version": m3::health::SCHEMA_VERSION,
+                "unreadable_records": [],
+                "error": e.to_string(),
+            })
+        }
+    }
+}
+
+/// `m3 doctor`.
+pub fn doctor(cli: &Cli) -> Result<ExitCode> {
+    let mut healthy = true;
+    let path = cli.db.display().to_string();
+    let database = match crate::postgres_url(cli) {
+        Some(url) => postgres_database(cli, url, &mut healthy),
+        None => sqlite_database(cli, &path, &mut healthy),
     };
     let cache_dir = m3::health::component_cache_dir().map(|d| d.display().to_string());
     crate::engine_start::prepare(cli);

@@ -34,7 +34,8 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "m3", version, about, propagate_version = true, after_help = examples::M3)]
 pub struct Cli {
-    /// The SQLite database of executions and rounds.
+    /// The database of executions and rounds: a SQLite file's path, or a PostgreSQL URL
+    /// (`postgres://user@host/database`) that workers and answerers on many machines share.
     #[arg(
         long,
         global = true,
@@ -343,25 +344,54 @@ fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Whether `--db` names an existing file (or link: opening refuses links with its own error).
+/// The PostgreSQL URL `--db` gives, if it names one (else it is a SQLite file's path).
+pub fn postgres_url(cli: &Cli) -> Option<&str> {
+    cli.db
+        .to_str()
+        .filter(|text| text.starts_with("postgres://") || text.starts_with("postgresql://"))
+}
+
+/// `--db` as it may be shown: a path, or a URL without its password.
+pub fn database_shown(cli: &Cli) -> String {
+    match postgres_url(cli) {
+        Some(url) => m3::health::postgres_url_shown(url),
+        None => cli.db.display().to_string(),
+    }
+}
+
+/// Whether `--db` names an existing file (or link: opening refuses links with its own error),
+/// or a PostgreSQL database that holds m3's tables.
 pub fn database_exists(cli: &Cli) -> bool {
-    std::fs::symlink_metadata(&cli.db).is_ok()
+    match postgres_url(cli) {
+        Some(url) => m3::health::postgres_health(url, std::time::Duration::from_secs(5))
+            .is_ok_and(|h| h.schema_version > 0),
+        None => std::fs::symlink_metadata(&cli.db).is_ok(),
+    }
+}
+
+/// The execution store `--db` names (nothing is opened until used).
+pub fn execution_store(cli: &Cli) -> anyhow::Result<std::sync::Arc<dyn m3::ExecutionStore>> {
+    Ok(match postgres_url(cli) {
+        Some(url) => std::sync::Arc::new(m3::PostgresExecutionStore::open(
+            url,
+            m3::StoreOptions::default(),
+        )?),
+        None => std::sync::Arc::new(m3::SqliteExecutionStore::open(&cli.db)?),
+    })
 }
 
 /// The executions on `--db`, which must exist: the commands that read or answer never create a
 /// database (a typo in `--db` would otherwise show an empty one).
 pub fn executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::Executions>> {
-    use m3::ExecutionStore;
     if !database_exists(cli) {
         anyhow::bail!(
             "StorageError: there is no database at {}; nothing was created (`m3 run` and \
              `m3 demo --db` create one; check --db or M3_DB) (database_missing)",
-            cli.db.display()
+            database_shown(cli)
         );
     }
     engine_start::prepare(cli);
-    let store = m3::SqliteExecutionStore::open(&cli.db)?;
-    Ok(store.executions()?)
+    Ok(execution_store(cli)?.executions()?)
 }
 
 /// The executions on `--db`, after a recovery pass, for the commands that list what waits:
@@ -402,7 +432,7 @@ pub fn recovered_executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::Exec
 /// The rounds `filter` selects; a record that cannot be read is reported on stderr (its id and
 /// why) and left out, so one bad record never hides the others.
 pub fn readable_rounds(
-    store: &m3::SqliteManagedInputStore,
+    store: &m3::DatabaseStore,
     filter: &m3::RoundFilter,
 ) -> anyhow::Result<Vec<m3::ManagedInputRecord>> {
     let (records, unreadable) = store.list_rounds_reporting(filter)?;

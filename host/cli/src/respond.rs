@@ -300,7 +300,7 @@ fn said(record: &ManagedInputRecord, print: bool) -> Result<()> {
 /// the wait on a terminal; Ctrl-C stops waiting (exit 130) and changes nothing.
 fn wait_for_end(
     cli: &Cli,
-    store: &m3::SqliteManagedInputStore,
+    store: &m3::DatabaseStore,
     id: &str,
     limit: Option<Duration>,
     interrupt: &Interrupt,

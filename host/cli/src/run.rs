@@ -11,9 +11,9 @@ use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use indicatif::ProgressBar;
 use m3::{
-    AgentSpec, ExecutionError, ExecutionHandle, ExecutionResult, ExecutionStatus, ExecutionStore,
+    AgentSpec, ExecutionError, ExecutionHandle, ExecutionResult, ExecutionStatus,
     ManagedInputError, ManagedInputStatus, ManagedInputStore, McpTestKit, ModelValidationError,
-    OutcomeKind, Policy, RoundFilter, Script, SqliteExecutionStore, StdioServer, Submission,
+    OutcomeKind, Policy, RoundFilter, Script, StdioServer, Submission,
 };
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
@@ -357,7 +357,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
         lease_ttl: lease,
         lease_renew: lease / 3,
     };
-    let store = Arc::new(SqliteExecutionStore::open(&cli.db)?);
+    let store = crate::execution_store(cli)?;
     let kit = McpTestKit::with_options(store.clone(), harness_env(&spec)?, options)?;
     // Caught before anything is submitted: Ctrl-C from here on cancels what runs.
     let interrupt = Interrupt::catch()?;

@@ -25,8 +25,7 @@ use std::time::{Duration, Instant};
 
 /// `run --no-prompt --json` in one process, `pending --wait` and `respond` in others: the round
 /// is printed as a JSON line, the answer is delivered, the result is the last line, exit 0.
-fn two_process_flow(era: &str) {
-    let sb = Sandbox::new();
+fn two_process_flow(sb: Sandbox, era: &str) {
     let mut run = sb.spawn_run(era, &[], &[]);
 
     let round = sb.wait_pending();
@@ -132,12 +131,25 @@ fn two_process_flow(era: &str) {
 
 #[test]
 fn run_and_respond_in_two_processes_legacy() {
-    two_process_flow("legacy");
+    two_process_flow(Sandbox::new(), "legacy");
 }
 
 #[test]
 fn run_and_respond_in_two_processes_modern() {
-    two_process_flow("modern");
+    two_process_flow(Sandbox::new(), "modern");
+}
+
+/// The same flow with `--db` a PostgreSQL URL: the worker in `m3 run` hears the answer
+/// `m3 respond` commits from another process through the server's notifications.
+#[test]
+fn run_and_respond_in_two_processes_on_postgres_legacy() {
+    two_process_flow(Sandbox::postgres(), "legacy");
+}
+
+/// As above, in the modern era.
+#[test]
+fn run_and_respond_in_two_processes_on_postgres_modern() {
+    two_process_flow(Sandbox::postgres(), "modern");
 }
 
 /// Each round is printed as a JSON line as it appears and gets `--deadline`; `respond` takes one
@@ -1702,4 +1714,65 @@ fn respond_says_what_to_give_without_a_key_or_a_terminal() {
     ])
     .ok();
     run.finish().0.ok();
+}
+
+/// `m3 doctor` on a PostgreSQL URL reports the server, its version and the schema version,
+/// before the database holds m3's tables and after; a password in the URL is never printed,
+/// and the commands that only read refuse a database m3 has not used yet.
+#[test]
+fn doctor_reports_the_postgres_server_its_version_and_the_schema() {
+    let sb = Sandbox::postgres();
+    let url = sb.db.to_str().expect("a URL is text").to_string();
+    // The throwaway server trusts its socket's users, so a password is accepted and unused.
+    let user = m3_tests::postgres_server::PostgresServer::shared().user();
+    let with_password = url.replacen(&format!("{user}@"), &format!("{user}:s3cret-pass@"), 1);
+    assert_ne!(with_password, url);
+    let doctor = |db: &str| {
+        let mut cmd = sb.bare();
+        cmd.args(["--db", db, "doctor", "--json"]);
+        finish(cmd, None, COMMAND_TIMEOUT)
+    };
+    let before = doctor(&with_password);
+    let report: serde_json::Value =
+        serde_json::from_str(&before.stdout).expect("doctor --json prints JSON");
+    let db = &report["database"];
+    assert_eq!(db["backend"], "postgresql", "{report}");
+    assert_eq!(db["exists"], false, "{report}");
+    assert_eq!(db["schema_version"], 0, "{report}");
+    assert!(
+        db["server_version"]
+            .as_str()
+            .is_some_and(|v| v.chars().next().is_some_and(|c| c.is_ascii_digit())),
+        "{report}"
+    );
+    assert!(db["error"].is_null(), "{report}");
+    for text in [&before.stdout, &before.stderr] {
+        assert!(
+            !text.contains("s3cret-pass"),
+            "the password was printed: {text}"
+        );
+    }
+    // A command that only reads does not create the tables.
+    let pending = sb.m3(&["pending", "--json"]);
+    assert!(!pending.status.success());
+    assert!(
+        pending.stderr.contains("database_missing"),
+        "{}",
+        pending.stderr
+    );
+    assert!(!pending.stderr.contains("s3cret-pass"));
+
+    m3::PostgresManagedInputStore::open(&url, m3::StoreOptions::default())
+        .expect("opening creates the tables");
+    let after = doctor(&url);
+    let report: serde_json::Value =
+        serde_json::from_str(&after.stdout).expect("doctor --json prints JSON");
+    let db = &report["database"];
+    assert_eq!(db["exists"], true, "{report}");
+    assert_eq!(
+        db["schema_version"], db["supported_schema_version"],
+        "{report}"
+    );
+    assert_eq!(db["unreadable_records"], serde_json::json!([]), "{report}");
+    assert_eq!(sb.m3(&["pending", "--json"]).json(), serde_json::json!([]));
 }

@@ -236,6 +236,13 @@ pub enum OpenError {
     /// SQLite could not open or prepare the file (locked past the busy timeout, I/O).
     #[error("StorageError: cannot open database: {0}")]
     Sqlite(#[source] rusqlite::Error),
+    /// The URL does not name a PostgreSQL database it can reach (`postgres://...`).
+    #[error("ManagedInputValidationError: invalid database URL: {0}")]
+    InvalidUrl(String),
+    /// PostgreSQL could not be reached or refused to prepare the database (the text names the
+    /// server, never a password).
+    #[error("StorageError: cannot open database: {0}")]
+    Postgres(String),
     /// The file is not an m3 database (not SQLite, another application's) or has a schema
     /// version this build does not know. It was left as it is.
     #[error("StorageError: incompatible database: {0}")]
@@ -255,7 +262,8 @@ impl OpenError {
             Self::Sqlite(e) if crate::sqlite::store_error::is_busy(e) => {
                 Some(ErrorCode::StorageBusy.as_str())
             }
-            Self::Sqlite(_) => Some("storage_failure"),
+            Self::Sqlite(_) | Self::Postgres(_) => Some("storage_failure"),
+            Self::InvalidUrl(_) => Some("invalid_database_url"),
             Self::Incompatible(_) => Some("incompatible_database"),
             Self::Engine(_) => None,
         }

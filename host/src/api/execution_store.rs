@@ -6,7 +6,10 @@
 //! deleted with the store, so nothing outlives it.
 
 use crate::api::error::OpenError;
-use crate::api::managed_input::{ManagedInputStore, SqliteManagedInputStore, StoreOptions};
+use crate::api::managed_input::{
+    DatabaseStore, ManagedInputStore, PostgresManagedInputStore, SqliteManagedInputStore,
+    StoreOptions,
+};
 use crate::process::ScratchDir;
 use crate::worker::Executions;
 use std::path::{Path, PathBuf};
@@ -36,6 +39,10 @@ pub trait ExecutionStore: Send + Sync {
 
     /// Where the kit keeps this store's executions and rounds.
     fn executions(&self) -> Result<Arc<Executions>, ExecutionStoreError>;
+
+    /// Closes the store: its connections are released and later use is an error; what it
+    /// stored stays. A store that holds nothing open does nothing.
+    fn close(&self) {}
 }
 
 /// Executions in a SQLite file. The managed-input store is resolved lazily, on the same file:
@@ -76,39 +83,110 @@ impl SqliteExecutionStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
 
+impl SqliteExecutionStore {
     /// Closes the store: its connections are released and later use is an error. Rounds and
-    /// records stay in the file.
+    /// records stay in the database.
     pub fn close(&self) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = State::Closed;
     }
 }
 
 impl ExecutionStore for SqliteExecutionStore {
+    fn close(&self) {
+        SqliteExecutionStore::close(self);
+    }
+
     fn managed_input_store(
         &self,
     ) -> Result<Option<Arc<dyn ManagedInputStore>>, ExecutionStoreError> {
-        let executions = self.executions()?;
-        Ok(Some(
-            executions.store().clone() as Arc<dyn ManagedInputStore>
-        ))
+        store_of(self.executions()?)
     }
 
     fn executions(&self) -> Result<Arc<Executions>, ExecutionStoreError> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match &mut *state {
-            State::Closed => Err(ExecutionStoreError::Closed),
-            State::Open(Some(executions)) => Ok(executions.clone()),
-            State::Open(resolved) => {
-                let store = Arc::new(SqliteManagedInputStore::open(
-                    &self.path,
-                    self.options.clone(),
-                )?);
-                let executions = Arc::new(Executions::new(store));
-                *resolved = Some(executions.clone());
-                Ok(executions)
-            }
+        resolve(&self.state, || {
+            Ok(SqliteManagedInputStore::open(&self.path, self.options.clone())?.into_inner())
+        })
+    }
+}
+
+/// The managed-input store of a persistent store's executions.
+fn store_of(
+    executions: Arc<Executions>,
+) -> Result<Option<Arc<dyn ManagedInputStore>>, ExecutionStoreError> {
+    Ok(Some(
+        executions.store().clone() as Arc<dyn ManagedInputStore>
+    ))
+}
+
+/// The executions of `state`, opened with `open` on first use.
+fn resolve(
+    state: &Mutex<State>,
+    open: impl FnOnce() -> Result<DatabaseStore, ExecutionStoreError>,
+) -> Result<Arc<Executions>, ExecutionStoreError> {
+    let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+    match &mut *state {
+        State::Closed => Err(ExecutionStoreError::Closed),
+        State::Open(Some(executions)) => Ok(executions.clone()),
+        State::Open(resolved) => {
+            let executions = Arc::new(Executions::new(Arc::new(open()?)));
+            *resolved = Some(executions.clone());
+            Ok(executions)
         }
+    }
+}
+
+/// Executions in a PostgreSQL database, shared by workers and answerers on many machines. The
+/// managed-input store is resolved lazily, on the same database: a
+/// [`PostgresManagedInputStore`] opened on the same URL reads what it wrote.
+#[derive(Debug)]
+pub struct PostgresExecutionStore {
+    url: String,
+    options: StoreOptions,
+    state: Mutex<State>,
+}
+
+impl PostgresExecutionStore {
+    /// An execution store on `url` (`postgres://user@host/database`) whose managed-input store
+    /// uses `options`. Nothing is opened until used.
+    pub fn open(url: &str, options: StoreOptions) -> Result<Self, ExecutionStoreError> {
+        if !crate::postgres::database::is_url(url) {
+            return Err(ExecutionStoreError::Open(OpenError::InvalidUrl(
+                "a PostgreSQL database is named by a postgres:// URL".into(),
+            )));
+        }
+        Ok(Self {
+            url: url.to_string(),
+            options,
+            state: Mutex::new(State::Open(None)),
+        })
+    }
+}
+
+impl PostgresExecutionStore {
+    /// Closes the store: its connections are released and later use is an error. Rounds and
+    /// records stay in the database.
+    pub fn close(&self) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = State::Closed;
+    }
+}
+
+impl ExecutionStore for PostgresExecutionStore {
+    fn close(&self) {
+        PostgresExecutionStore::close(self);
+    }
+
+    fn managed_input_store(
+        &self,
+    ) -> Result<Option<Arc<dyn ManagedInputStore>>, ExecutionStoreError> {
+        store_of(self.executions()?)
+    }
+
+    fn executions(&self) -> Result<Arc<Executions>, ExecutionStoreError> {
+        resolve(&self.state, || {
+            Ok(PostgresManagedInputStore::open(&self.url, self.options.clone())?.into_inner())
+        })
     }
 }
 
@@ -132,10 +210,13 @@ impl ExecutionStore for InMemoryExecutionStore {
         }
         let dir = ScratchDir::create("m3-in-memory")
             .map_err(|e| ExecutionStoreError::Scratch(e.to_string()))?;
-        let store = Arc::new(SqliteManagedInputStore::open(
-            dir.path().join("executions.sqlite"),
-            StoreOptions::default(),
-        )?);
+        let store = Arc::new(
+            SqliteManagedInputStore::open(
+                dir.path().join("executions.sqlite"),
+                StoreOptions::default(),
+            )?
+            .into_inner(),
+        );
         let executions = Arc::new(Executions::new(store));
         *private = Some((executions.clone(), dir));
         Ok(executions)

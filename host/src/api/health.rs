@@ -38,3 +38,21 @@ pub fn load_engine() -> Result<CacheOutcome, EngineError> {
 pub fn engine_if_loaded() -> Option<CacheOutcome> {
     crate::component::engine::ComponentRuntime::shared_if_loaded().map(|r| r.cache.clone())
 }
+
+/// What `m3 doctor` reports about a PostgreSQL database.
+pub use crate::postgres::database::Health as PostgresHealth;
+
+/// Reads a PostgreSQL database's health without changing it: the server's version, the
+/// database's name and its schema version (0 before m3 first used it); a database of another
+/// application is an error.
+pub fn postgres_health(
+    url: &str,
+    timeout: std::time::Duration,
+) -> Result<PostgresHealth, crate::OpenError> {
+    crate::postgres::database::Database::named(url, timeout)?.health()
+}
+
+/// A PostgreSQL URL as it may be shown: without its password.
+pub fn postgres_url_shown(url: &str) -> String {
+    crate::postgres::database::shown(url)
+}

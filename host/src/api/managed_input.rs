@@ -9,12 +9,14 @@ use crate::api::error::{ErrorCode, ManagedInputError, OpenError};
 use crate::api::record::{FailureCode, ManagedInputLease, ManagedInputRecord, RoundFilter};
 use crate::api::response::{ElicitationResponse, RedactedResponse};
 use crate::api::round::{NewRound, OwnerClaim};
+use crate::backend::Backend;
+use crate::backend::id_prefix::{self, IdMatches, IdTable};
 use crate::component::bindings;
+use crate::component::bindings::m3::managed_input::store::StoreError;
 use crate::component::convert;
 use crate::component::engine::ComponentRuntime;
 use crate::component::instance::{GuestLimits, InstancePool};
-use crate::sqlite::database::{Database, Synchronous};
-use crate::sqlite::id_prefix::{self, IdMatches, IdTable};
+use crate::sqlite::database::Synchronous;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -23,16 +25,16 @@ use std::time::Duration;
 /// Records per call into the component when listing.
 const LIST_PAGE: u32 = 200;
 
-/// A SQLite error read outside the component, as the store's typed storage error.
-pub(crate) fn storage_failure(e: rusqlite::Error) -> ManagedInputError {
+/// A store import's error read outside the component, as the store's typed storage error.
+pub(crate) fn store_failure(e: StoreError) -> ManagedInputError {
+    let (code, message) = match e {
+        StoreError::Busy(m) => (ErrorCode::StorageBusy, m),
+        StoreError::Failure(m) => (ErrorCode::StorageFailure, m),
+    };
     ManagedInputError::Storage(crate::api::error::StorageError {
         detail: crate::api::error::ErrorDetail {
-            code: if crate::sqlite::store_error::is_busy(&e) {
-                ErrorCode::StorageBusy
-            } else {
-                ErrorCode::StorageFailure
-            },
-            message: e.to_string(),
+            code,
+            message,
             request_key: None,
             field: None,
         },
@@ -119,12 +121,14 @@ pub trait ManagedInputStore: Send + Sync {
     fn redacted_responses(&self, round_id: &str) -> StoreResult<Option<Vec<RedactedResponse>>>;
 }
 
-/// Options of [`SqliteManagedInputStore::open`].
+/// Options of [`SqliteManagedInputStore::open`] and [`PostgresManagedInputStore::open`].
 #[derive(Clone)]
 pub struct StoreOptions {
-    /// How long a write waits for a locked database (default 5000 ms).
+    /// How long a write waits for a locked database (default 5000 ms); on PostgreSQL, for the
+    /// write lock, and the longest a connection takes to open.
     pub busy_timeout_ms: u64,
-    /// Commit durability (default FULL).
+    /// Commit durability (default FULL); SQLite only (a PostgreSQL server's own settings
+    /// decide there).
     pub synchronous: Synchronous,
     /// The clock (default: system UTC time).
     pub clock: Arc<dyn Clock>,
@@ -164,12 +168,9 @@ impl std::fmt::Debug for StoreOptions {
 
 /// The SQLite implementation of [`ManagedInputStore`]. One connection per operation; there is no
 /// `close()`: drop it. Any number of store objects, in any number of processes, may share a file.
+/// Everything but opening is [`DatabaseStore`]'s (through `Deref`).
 #[derive(Debug)]
-pub struct SqliteManagedInputStore {
-    db: Arc<Database>,
-    pool: InstancePool,
-    options: StoreOptions,
-}
+pub struct SqliteManagedInputStore(DatabaseStore);
 
 impl SqliteManagedInputStore {
     /// Opens (creating if needed) the store at `path`.
@@ -183,19 +184,126 @@ impl SqliteManagedInputStore {
         options: StoreOptions,
         runtime: Arc<ComponentRuntime>,
     ) -> Result<Self, OpenError> {
-        let db = Database::open(
+        let db = crate::sqlite::database::Database::open(
             path.as_ref(),
             Duration::from_millis(options.busy_timeout_ms),
             options.synchronous,
         )?;
-        let db = Arc::new(db);
+        Ok(Self(DatabaseStore::on(
+            Backend::Sqlite(db),
+            options,
+            runtime,
+        )))
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        match self.0.backend() {
+            Backend::Sqlite(db) => db.path(),
+            Backend::Postgres(_) => unreachable!("a SQLite store holds a SQLite database"),
+        }
+    }
+
+    /// The store, whichever backend it has (what [`crate::Executions`] keeps).
+    pub fn into_inner(self) -> DatabaseStore {
+        self.0
+    }
+}
+
+/// The PostgreSQL implementation of [`ManagedInputStore`]: the same component and operations
+/// as [`SqliteManagedInputStore`], on a database that workers and answerers on many machines
+/// share. Connections are opened per operation (an idle one is reused within a second); there is
+/// no `close()`: drop it. Everything but opening is [`DatabaseStore`]'s (through `Deref`).
+#[derive(Debug)]
+pub struct PostgresManagedInputStore(DatabaseStore);
+
+impl PostgresManagedInputStore {
+    /// Opens the store at `url` (`postgres://user@host/database`), creating its tables on
+    /// first use (versioned like SQLite's); a database holding another application's tables,
+    /// or a newer schema, is refused and left as it is.
+    pub fn open(url: &str, options: StoreOptions) -> Result<Self, OpenError> {
+        let db = crate::postgres::database::Database::open(
+            url,
+            Duration::from_millis(options.busy_timeout_ms),
+        )?;
+        Ok(Self(DatabaseStore::on(
+            Backend::Postgres(Box::new(db)),
+            options,
+            ComponentRuntime::shared()?,
+        )))
+    }
+
+    /// The database's URL, without its password.
+    pub fn url(&self) -> &str {
+        match self.0.backend() {
+            Backend::Postgres(db) => db.url(),
+            Backend::Sqlite(_) => unreachable!("a PostgreSQL store holds a PostgreSQL database"),
+        }
+    }
+
+    /// The store, whichever backend it has (what [`crate::Executions`] keeps).
+    pub fn into_inner(self) -> DatabaseStore {
+        self.0
+    }
+}
+
+impl std::ops::Deref for SqliteManagedInputStore {
+    type Target = DatabaseStore;
+
+    fn deref(&self) -> &DatabaseStore {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for PostgresManagedInputStore {
+    type Target = DatabaseStore;
+
+    fn deref(&self) -> &DatabaseStore {
+        &self.0
+    }
+}
+
+/// The managed-input store on a database of either backend: what [`SqliteManagedInputStore`]
+/// and [`PostgresManagedInputStore`] are once open.
+#[derive(Debug)]
+pub struct DatabaseStore {
+    db: Arc<Backend>,
+    pool: InstancePool,
+    options: StoreOptions,
+}
+
+impl DatabaseStore {
+    /// Opens the store the name names: a `postgres://` URL, else a SQLite file's path.
+    pub fn open(name: &str, options: StoreOptions) -> Result<Self, OpenError> {
+        if crate::postgres::database::is_url(name) {
+            Ok(PostgresManagedInputStore::open(name, options)?.into_inner())
+        } else {
+            Ok(SqliteManagedInputStore::open(name, options)?.into_inner())
+        }
+    }
+
+    fn on(backend: Backend, options: StoreOptions, runtime: Arc<ComponentRuntime>) -> Self {
+        let db = Arc::new(backend);
         let pool = InstancePool::new(
             runtime,
             options.clock.clone(),
             Some(db.clone()),
             options.guest_limits,
         );
-        Ok(Self { db, pool, options })
+        Self { db, pool, options }
+    }
+
+    /// The database, as it may be shown: a SQLite file's path, or a PostgreSQL URL without its
+    /// password.
+    pub fn database_name(&self) -> String {
+        match self.backend() {
+            Backend::Sqlite(db) => db.path().display().to_string(),
+            Backend::Postgres(db) => db.url().to_string(),
+        }
+    }
+
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.db
     }
 
     /// Like [`ManagedInputStore::list_rounds`], but one record that cannot be read does not
@@ -226,37 +334,21 @@ impl SqliteManagedInputStore {
 
     /// The ids of the rounds `filter` selects, oldest first, read without decoding the rows.
     fn round_ids(&self, filter: &RoundFilter) -> StoreResult<Vec<String>> {
-        let failure = storage_failure;
-        let conn = self.database().connect().map_err(failure)?;
-        let mut sql = "SELECT round_id FROM managed_input_rounds WHERE \
-                       (?1 IS NULL OR execution_id = ?1) AND (?2 IS NULL OR status = ?2) \
-                       ORDER BY created_at_ns, round_id"
-            .to_string();
-        if let Some(limit) = filter.limit {
-            sql.push_str(&format!(" LIMIT {limit}"));
-        }
-        let mut statement = conn.prepare(&sql).map_err(failure)?;
-        let ids = statement
-            .query_map(
-                rusqlite::params![filter.execution_id, filter.status.map(|s| s.as_str())],
-                |r| r.get::<_, String>(0),
+        self.db
+            .round_ids(
+                filter.execution_id.as_deref(),
+                filter.status.map(|s| s.as_str()),
+                filter.limit,
             )
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(failure)?;
-        Ok(ids)
+            .map_err(store_failure)
     }
 
     /// The rounds whose id starts with `prefix` (at most `limit` of them, and how many in all),
     /// read with one indexed range query: `%` and `_` are ordinary characters, and a full id is
     /// a point lookup. For commands that take an id a person may shorten.
     pub fn round_ids_with_prefix(&self, prefix: &str, limit: u32) -> StoreResult<IdMatches> {
-        id_prefix::ids_with_prefix(self.database(), IdTable::Rounds, prefix, limit)
-            .map_err(storage_failure)
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        self.db.path()
+        id_prefix::ids_with_prefix(self.backend(), IdTable::Rounds, prefix, limit)
+            .map_err(store_failure)
     }
 
     /// The edge limit on a response map's size, checked before it reaches the component.
@@ -280,7 +372,7 @@ impl SqliteManagedInputStore {
     }
 
     /// The database.
-    pub(crate) fn database(&self) -> &Arc<Database> {
+    pub(crate) fn database(&self) -> &Arc<Backend> {
         &self.db
     }
 
@@ -341,7 +433,97 @@ impl SqliteManagedInputStore {
     }
 }
 
-impl ManagedInputStore for SqliteManagedInputStore {
+/// The trait on the two backend-named stores: each is its [`DatabaseStore`].
+macro_rules! delegate_store {
+    ($store:ty) => {
+        impl ManagedInputStore for $store {
+            fn create_round(&self, round: &NewRound) -> StoreResult<ManagedInputRecord> {
+                self.0.create_round(round)
+            }
+            fn get_round(&self, round_id: &str) -> StoreResult<Option<ManagedInputRecord>> {
+                self.0.get_round(round_id)
+            }
+            fn list_rounds(&self, filter: &RoundFilter) -> StoreResult<Vec<ManagedInputRecord>> {
+                self.0.list_rounds(filter)
+            }
+            fn claim_round(
+                &self,
+                round_id: &str,
+                claim: &OwnerClaim,
+            ) -> StoreResult<ManagedInputLease> {
+                self.0.claim_round(round_id, claim)
+            }
+            fn renew(
+                &self,
+                round_id: &str,
+                lease: &ManagedInputLease,
+                lease_ttl: Duration,
+            ) -> StoreResult<ManagedInputLease> {
+                self.0.renew(round_id, lease, lease_ttl)
+            }
+            fn submit_responses_json(
+                &self,
+                round_id: &str,
+                responses: &str,
+                idempotency_key: &str,
+            ) -> StoreResult<ManagedInputRecord> {
+                self.0
+                    .submit_responses_json(round_id, responses, idempotency_key)
+            }
+            fn start_delivery(
+                &self,
+                round_id: &str,
+                lease: &ManagedInputLease,
+                delivery_idempotency_key: &str,
+            ) -> StoreResult<ManagedInputRecord> {
+                self.0
+                    .start_delivery(round_id, lease, delivery_idempotency_key)
+            }
+            fn mark_delivered(
+                &self,
+                round_id: &str,
+                lease: &ManagedInputLease,
+            ) -> StoreResult<ManagedInputRecord> {
+                self.0.mark_delivered(round_id, lease)
+            }
+            fn resolve(
+                &self,
+                round_id: &str,
+                lease: &ManagedInputLease,
+            ) -> StoreResult<ManagedInputRecord> {
+                self.0.resolve(round_id, lease)
+            }
+            fn fail(
+                &self,
+                round_id: &str,
+                lease: &ManagedInputLease,
+                code: FailureCode,
+                message: &str,
+            ) -> StoreResult<ManagedInputRecord> {
+                self.0.fail(round_id, lease, code, message)
+            }
+            fn fail_recovery(
+                &self,
+                round_id: &str,
+                lease: Option<&ManagedInputLease>,
+                message: &str,
+            ) -> StoreResult<ManagedInputRecord> {
+                self.0.fail_recovery(round_id, lease, message)
+            }
+            fn redacted_responses(
+                &self,
+                round_id: &str,
+            ) -> StoreResult<Option<Vec<RedactedResponse>>> {
+                self.0.redacted_responses(round_id)
+            }
+        }
+    };
+}
+
+delegate_store!(SqliteManagedInputStore);
+delegate_store!(PostgresManagedInputStore);
+
+impl ManagedInputStore for DatabaseStore {
     fn create_round(&self, round: &NewRound) -> StoreResult<ManagedInputRecord> {
         let size = Self::round_size(round);
         if size > self.options.max_round_bytes {

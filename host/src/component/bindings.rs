@@ -20,7 +20,7 @@ wasmtime::component::bindgen!({
         "m3:managed-input/runtime.run-execution": async,
     },
     with: {
-        "m3:managed-input/store.transaction": crate::sqlite::transaction::Transaction,
+        "m3:managed-input/store.transaction": crate::backend::Transaction,
     },
 });
 

@@ -4,10 +4,10 @@
 
 use crate::api::clock::Clock;
 use crate::api::error::{EngineError, EngineErrorKind};
+use crate::backend::Backend;
 use crate::component::bindings;
 use crate::component::engine::ComponentRuntime;
 use crate::imports::HostState;
-use crate::sqlite::database::Database;
 use std::sync::{Arc, Mutex};
 use wasmtime::{CallHook, Store};
 
@@ -50,7 +50,7 @@ const MAX_IDLE: usize = 8;
 pub struct InstancePool {
     runtime: Arc<ComponentRuntime>,
     clock: Arc<dyn Clock>,
-    db: Option<Arc<Database>>,
+    db: Option<Arc<Backend>>,
     limits: GuestLimits,
     idle: Mutex<Vec<Instance>>,
     /// The most fuel the last call used between two refills (diagnostics and benchmarks).
@@ -119,7 +119,7 @@ impl InstancePool {
     pub fn new(
         runtime: Arc<ComponentRuntime>,
         clock: Arc<dyn Clock>,
-        db: Option<Arc<Database>>,
+        db: Option<Arc<Backend>>,
         limits: GuestLimits,
     ) -> Self {
         Self {

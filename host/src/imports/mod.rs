@@ -8,7 +8,7 @@ pub mod process;
 pub mod store;
 
 use crate::api::clock::Clock;
-use crate::sqlite::database::Database;
+use crate::backend::Backend;
 use std::sync::Arc;
 use wasmtime_wasi::random::WasiRandomCtx;
 
@@ -71,7 +71,7 @@ pub struct HostState {
 
 impl HostState {
     /// State for a new instance.
-    pub fn new(clock: Arc<dyn Clock>, db: Option<Arc<Database>>, max_memory: usize) -> Self {
+    pub fn new(clock: Arc<dyn Clock>, db: Option<Arc<Backend>>, max_memory: usize) -> Self {
         Self {
             random: WasiRandomCtx::default(),
             limiter: GuestLimiter {

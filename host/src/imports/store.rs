@@ -1,13 +1,12 @@
 //! The `store` import: rows and transactions over the instance's database. Pure I/O: the host
 //! runs the transactions it is asked to and decides nothing.
 
+use crate::backend::{Backend, Transaction};
 use crate::component::bindings::m3::managed_input::store::{
     self, ExecutionRow, HostTransaction, LeaseExpiry, RoundFilter, RoundRow, StoreError,
     TransactionMode,
 };
 use crate::component::bindings::m3::managed_input::types;
-use crate::sqlite::database::Database;
-use crate::sqlite::transaction::Transaction;
 use std::sync::Arc;
 use wasmtime::component::{Resource, ResourceTable};
 
@@ -17,12 +16,12 @@ pub struct StoreContext {
     /// Resources handed to the component (open transactions).
     table: ResourceTable,
     /// The database (`None` for policy-only use: every transaction fails).
-    db: Option<Arc<Database>>,
+    db: Option<Arc<Backend>>,
 }
 
 impl StoreContext {
     /// A context on `db`.
-    pub fn new(db: Option<Arc<Database>>) -> Self {
+    pub fn new(db: Option<Arc<Backend>>) -> Self {
         Self {
             table: ResourceTable::new(),
             db,

@@ -1,14 +1,17 @@
 //! A database file and how connections to it are made.
 
 use super::group_commit::Writer;
-use super::idle::{Idle, Lent};
 use super::store_error::is_busy;
 use super::wakeups::Waiters;
 use crate::api::error::OpenError;
+use crate::backend::idle::Idle;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// A SQLite connection lent to one operation.
+pub type Lent = crate::backend::idle::Lent<Connection>;
 
 /// How hard a commit is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,7 +49,7 @@ pub struct Database {
     /// The write turn and open group of this object's write transactions (`group_commit.rs`).
     writer: Arc<Writer>,
     /// Connections between operations (`idle.rs`).
-    idle: Arc<Idle>,
+    idle: Arc<Idle<Connection>>,
 }
 
 impl std::fmt::Debug for Database {

@@ -16,8 +16,8 @@
 //!
 //! Reads keep their own connections and see only what groups have committed.
 
-use super::idle::Lent;
 use super::store_error::{is_busy, store_error};
+use crate::backend::idle::Lent;
 use crate::component::bindings::m3::managed_input::store::StoreError;
 use rusqlite::Connection;
 use std::collections::HashMap;
@@ -67,7 +67,7 @@ struct State {
 /// An open SQLite write transaction shared by the writes of one group.
 pub(crate) struct Group {
     number: u64,
-    conn: Lent,
+    conn: Lent<Connection>,
     /// Writes that have ended with their changes in the group (they wait for its outcome).
     members: usize,
     opened: Instant,
@@ -111,7 +111,7 @@ impl Writer {
     /// new one) when a group must be opened.
     pub(crate) fn begin(
         &self,
-        connect: impl FnOnce() -> rusqlite::Result<Lent>,
+        connect: impl FnOnce() -> rusqlite::Result<Lent<Connection>>,
         busy_timeout: Duration,
     ) -> Result<Turn, StoreError> {
         let deadline = Instant::now() + busy_timeout;
@@ -169,7 +169,7 @@ impl Writer {
     /// A new group: a connection of its own, with SQLite's write lock taken.
     fn open_group(
         &self,
-        connect: impl FnOnce() -> rusqlite::Result<Lent>,
+        connect: impl FnOnce() -> rusqlite::Result<Lent<Connection>>,
         busy_timeout: Duration,
         deadline: Instant,
     ) -> Result<Group, StoreError> {

@@ -9,8 +9,6 @@
 pub mod database;
 pub mod execution_rows;
 pub(crate) mod group_commit;
-pub mod id_prefix;
-pub mod idle;
 pub mod migrations;
 pub(crate) mod store_error;
 pub mod transaction;

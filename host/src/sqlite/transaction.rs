@@ -3,9 +3,9 @@
 
 use super::database::Database;
 use super::group_commit::{Turn, Writer};
-use super::idle::Lent;
 use super::store_error::store_error;
 use super::wakeups::Waiters;
+use crate::backend::idle::Lent;
 use crate::component::bindings::m3::managed_input::store::{
     LeaseExpiry, RoundFilter, RoundRow, StoreError, TransactionMode,
 };
@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 /// The end of a compare-and-set whose version row matched: its wide row must have been written
 /// too, or the two tables disagree (a damaged file), which is an error, not a lost write.
-pub(super) fn wide_row_written(changed: usize, what: &str) -> Result<bool, StoreError> {
+pub(crate) fn wide_row_written(changed: usize, what: &str) -> Result<bool, StoreError> {
     match changed {
         1 => Ok(true),
         _ => Err(StoreError::Failure(format!(
@@ -37,7 +37,7 @@ pub struct Transaction {
 /// How a transaction reaches the database.
 enum Access {
     /// A read: its own connection, `BEGIN DEFERRED`.
-    Read(Lent),
+    Read(Lent<Connection>),
     /// A write: the turn of its store object's writer (`None` once ended).
     Write(Arc<Writer>, Option<Turn>),
 }
@@ -71,12 +71,12 @@ fn status_from_text(text: &str) -> rusqlite::Result<Status> {
     })
 }
 
-pub(super) fn to_ns(t: &Timestamp) -> i64 {
+pub(crate) fn to_ns(t: &Timestamp) -> i64 {
     (i128::from(t.seconds) * 1_000_000_000 + i128::from(t.nanoseconds))
         .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
-pub(super) fn from_ns(ns: i64) -> Timestamp {
+pub(crate) fn from_ns(ns: i64) -> Timestamp {
     Timestamp {
         seconds: ns.div_euclid(1_000_000_000),
         nanoseconds: ns.rem_euclid(1_000_000_000) as u32,

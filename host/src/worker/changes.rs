@@ -5,7 +5,7 @@
 //! renewals, other executions' rounds). Subscribers that want every commit (`m3::testing`) get a
 //! tokio `watch` tick.
 
-use crate::sqlite::database::Database;
+use crate::backend::Backend;
 use crate::sqlite::wakeups::Registration;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -17,13 +17,13 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(5);
 /// The change signal of one database.
 #[derive(Debug)]
 pub struct DatabaseChanges {
-    db: Arc<Database>,
+    db: Arc<Backend>,
     sender: Mutex<Option<Weak<watch::Sender<u64>>>>,
 }
 
 impl DatabaseChanges {
     /// Changes of `db`; nothing runs until someone subscribes.
-    pub fn new(db: Arc<Database>) -> Self {
+    pub fn new(db: Arc<Backend>) -> Self {
         Self {
             db,
             sender: Mutex::new(None),

@@ -12,7 +12,7 @@ pub mod renewals;
 use crate::api::error::{EngineError, EngineErrorKind, ManagedInputError};
 use crate::api::execution::ExecutionState;
 use crate::api::execution::state_back;
-use crate::api::managed_input::{SqliteManagedInputStore, StoreResult};
+use crate::api::managed_input::{DatabaseStore, StoreResult};
 use crate::api::round::PendingElicitationRound;
 use crate::component::bindings::exports::m3::managed_input::runtime as wit;
 use crate::component::convert;
@@ -48,7 +48,7 @@ pub struct RecoveryReport {
 /// ones whose worker is gone. (Submitting and running is the kit's.)
 #[derive(Debug)]
 pub struct Executions {
-    store: Arc<SqliteManagedInputStore>,
+    store: Arc<DatabaseStore>,
     changes: DatabaseChanges,
     renewals: Arc<renewals::Renewals>,
 }
@@ -62,7 +62,7 @@ fn engine_error(e: &wasmtime::Error, kind: EngineErrorKind) -> ManagedInputError
 
 impl Executions {
     /// Executions kept in `store`'s database.
-    pub fn new(store: Arc<SqliteManagedInputStore>) -> Self {
+    pub fn new(store: Arc<DatabaseStore>) -> Self {
         let changes = DatabaseChanges::new(store.database().clone());
         let renewals = Arc::new(renewals::Renewals::new(store.clone()));
         Self {
@@ -73,7 +73,7 @@ impl Executions {
     }
 
     /// The store they live in.
-    pub fn store(&self) -> &Arc<SqliteManagedInputStore> {
+    pub fn store(&self) -> &Arc<DatabaseStore> {
         &self.store
     }
 
@@ -115,14 +115,14 @@ impl Executions {
         &self,
         prefix: &str,
         limit: u32,
-    ) -> StoreResult<crate::sqlite::id_prefix::IdMatches> {
-        crate::sqlite::id_prefix::ids_with_prefix(
+    ) -> StoreResult<crate::backend::id_prefix::IdMatches> {
+        crate::backend::id_prefix::ids_with_prefix(
             self.store.database(),
-            crate::sqlite::id_prefix::IdTable::Executions,
+            crate::backend::id_prefix::IdTable::Executions,
             prefix,
             limit,
         )
-        .map_err(crate::api::managed_input::storage_failure)
+        .map_err(crate::api::managed_input::store_failure)
     }
 
     /// A number that changes whenever another connection, in any process, commits to the
@@ -132,7 +132,7 @@ impl Executions {
         self.store
             .database()
             .data_version()
-            .map_err(crate::api::managed_input::storage_failure)
+            .map_err(crate::api::managed_input::store_failure)
     }
 
     /// The execution's state.
@@ -195,15 +195,10 @@ impl Executions {
 
     /// The ids of every execution, oldest first, read without decoding the rows.
     fn execution_ids(&self) -> StoreResult<Vec<String>> {
-        let failure = crate::api::managed_input::storage_failure;
-        let conn = self.store.database().connect().map_err(failure)?;
-        let mut statement = conn
-            .prepare("SELECT execution_id FROM executions ORDER BY created_at_ns, execution_id")
-            .map_err(failure)?;
-        statement
-            .query_map([], |r| r.get::<_, String>(0))
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(failure)
+        self.store
+            .database()
+            .execution_ids()
+            .map_err(crate::api::managed_input::store_failure)
     }
 
     /// Executions with `status` (all when `None`), oldest first, at most `limit` (paged through

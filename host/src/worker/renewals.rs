@@ -6,7 +6,7 @@
 //! renewed for: one that is running (or frozen in a loop) is not, and its leases still expire.
 
 use super::parking::Parking;
-use crate::api::managed_input::SqliteManagedInputStore;
+use crate::api::managed_input::DatabaseStore;
 use crate::component::bindings::m3::managed_input::types::HeldLeases;
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +16,7 @@ const MAX_HELD: usize = 256;
 /// The renewer of one [`Executions`](super::Executions) and the workers it serves.
 #[derive(Debug)]
 pub struct Renewals {
-    store: Arc<SqliteManagedInputStore>,
+    store: Arc<DatabaseStore>,
     parking: Arc<Parking>,
     crew: Arc<Mutex<Crew>>,
 }
@@ -30,7 +30,7 @@ struct Crew {
 
 impl Renewals {
     /// Renewals on `store`'s database.
-    pub fn new(store: Arc<SqliteManagedInputStore>) -> Self {
+    pub fn new(store: Arc<DatabaseStore>) -> Self {
         let parking = Arc::new(Parking::new(store.options().clock.clone()));
         Self {
             store,
@@ -81,11 +81,7 @@ impl Drop for Enlisted {
 }
 
 /// Renews what is due, group by group, until no worker runs.
-async fn renewer(
-    store: Arc<SqliteManagedInputStore>,
-    parking: Arc<Parking>,
-    crew: Arc<Mutex<Crew>>,
-) {
+async fn renewer(store: Arc<DatabaseStore>, parking: Arc<Parking>, crew: Arc<Mutex<Crew>>) {
     // However the task ends (its runtime shut down included), the next worker starts another.
     let mut running = Running {
         crew: crew.clone(),

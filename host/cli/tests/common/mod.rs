@@ -419,6 +419,17 @@ impl Sandbox {
         Self { dir, db }
     }
 
+    /// A fresh directory whose `--db` is a fresh database of this process's throwaway
+    /// PostgreSQL server (its URL).
+    pub fn postgres() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let database = m3_tests::postgres_server::PostgresServer::shared().fresh_database();
+        Self {
+            dir,
+            db: PathBuf::from(database.url),
+        }
+    }
+
     /// Adds `broken-round`, a copy of `round_id` (in `execution_id`, or the same execution)
     /// whose document is not the component's: an unreadable record, with its version row.
     pub fn insert_unreadable_round(&self, round_id: &str, execution_id: Option<&str>) {

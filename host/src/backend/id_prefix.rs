@@ -1,8 +1,11 @@
 //! Ids by prefix: the rounds or executions whose id starts with what a person typed, read with
 //! one indexed range query (`id >= prefix AND id < successor(prefix)`) on the primary key, so
-//! no input (`%`, `_`, anything) widens it and nothing is listed in full.
+//! no input (`%`, `_`, anything) widens it and nothing is listed in full. Both backends compare
+//! ids byte by byte, so the bound is the same on each.
 
-use super::database::Database;
+use super::Backend;
+use crate::component::bindings::m3::managed_input::store::StoreError;
+use crate::postgres::connection::params;
 use rusqlite::OptionalExtension;
 
 /// The ids that start with a prefix (see [`crate::SqliteManagedInputStore::round_ids_with_prefix`]).
@@ -54,15 +57,81 @@ fn successor(prefix: &str) -> Option<String> {
 /// The ids of `table` that start with `prefix` (the first `limit` of them); a full id is found
 /// by a point lookup first. An empty prefix matches nothing.
 pub(crate) fn ids_with_prefix(
-    db: &Database,
+    backend: &Backend,
     table: IdTable,
     prefix: &str,
     limit: u32,
-) -> rusqlite::Result<IdMatches> {
+) -> Result<IdMatches, StoreError> {
     if prefix.is_empty() {
         return Ok(IdMatches::default());
     }
     let (table, column) = table.table_and_column();
+    match backend {
+        Backend::Sqlite(db) => sqlite_ids(db, table, column, prefix, limit)
+            .map_err(|e| StoreError::Failure(e.to_string())),
+        Backend::Postgres(db) => postgres_ids(db, table, column, prefix, limit),
+    }
+}
+
+fn postgres_ids(
+    db: &crate::postgres::database::Database,
+    table: &str,
+    column: &str,
+    prefix: &str,
+    limit: u32,
+) -> Result<IdMatches, StoreError> {
+    use crate::postgres::store_error::store_error;
+    let conn = db.connect().map_err(store_error)?;
+    let exact = conn
+        .query(
+            &format!("SELECT {column} FROM {table} WHERE {column} = $1"),
+            params![prefix.to_string()],
+        )
+        .map_err(store_error)?;
+    if let Some(row) = exact.first() {
+        return Ok(IdMatches {
+            exact: true,
+            ids: vec![row.get(0)],
+            total: 1,
+        });
+    }
+    let upper = successor(prefix);
+    let bound = if upper.is_some() {
+        format!("{column} >= $1 AND {column} < $2")
+    } else {
+        format!("{column} >= $1 AND $2::TEXT IS NULL")
+    };
+    let ids = conn
+        .query(
+            &format!("SELECT {column} FROM {table} WHERE {bound} ORDER BY {column} LIMIT $3"),
+            params![prefix.to_string(), upper.clone(), i64::from(limit)],
+        )
+        .map_err(store_error)?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let total = conn
+        .query(
+            &format!("SELECT count(*) FROM {table} WHERE {bound}"),
+            params![prefix.to_string(), upper],
+        )
+        .map_err(store_error)?
+        .first()
+        .map_or(0, |r| r.get::<_, i64>(0));
+    Ok(IdMatches {
+        exact: false,
+        ids,
+        total: total.max(0) as u64,
+    })
+}
+
+fn sqlite_ids(
+    db: &crate::sqlite::database::Database,
+    table: &str,
+    column: &str,
+    prefix: &str,
+    limit: u32,
+) -> rusqlite::Result<IdMatches> {
     let conn = db.connect()?;
     let exact: Option<String> = conn
         .query_row(

@@ -1,4 +1,4 @@
-//! Idle connections: an operation's connection, once the operation ended, waits here for the
+//! Idle connections (of either backend): an operation's connection, once the operation ended, waits here for the
 //! next operation of the same store object instead of being closed, so that the next one skips
 //! opening the file, setting the pragmas and parsing the schema, and finds its statements
 //! prepared. The store's contract stays: no two operations share a connection at the same time
@@ -7,7 +7,6 @@
 //! wait, so the store needs no `close()`, and none crosses a `fork`: in a child process the
 //! parent's idle connections are left untouched (never used, never closed) and nothing is kept.
 
-use rusqlite::Connection;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -19,23 +18,44 @@ pub const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// The most connections kept idle; more are closed at once.
 const MAX_IDLE: usize = 16;
 
-/// The idle connections of one store object.
-#[derive(Debug)]
-pub struct Idle {
-    /// The process the connections belong to.
-    owner: u32,
-    waiting: Mutex<Waiting>,
+/// A connection that can wait idle: whether it holds nothing of the operation that used it.
+pub trait Pooled: Send + 'static {
+    /// Whether the next operation may use it (no transaction open, not broken).
+    fn reusable(&self) -> bool;
 }
 
-#[derive(Debug, Default)]
-struct Waiting {
+impl Pooled for rusqlite::Connection {
+    fn reusable(&self) -> bool {
+        self.is_autocommit()
+    }
+}
+
+/// The idle connections of one store object.
+#[derive(Debug)]
+pub struct Idle<C> {
+    /// The process the connections belong to.
+    owner: u32,
+    waiting: Mutex<Waiting<C>>,
+}
+
+#[derive(Debug)]
+struct Waiting<C> {
     /// Most recently returned last.
-    connections: Vec<(Connection, Instant)>,
+    connections: Vec<(C, Instant)>,
     /// The reaper thread runs.
     reaper: bool,
 }
 
-impl Idle {
+impl<C> Default for Waiting<C> {
+    fn default() -> Self {
+        Self {
+            connections: Vec::new(),
+            reaper: false,
+        }
+    }
+}
+
+impl<C: Pooled> Idle<C> {
     /// None idle yet; they belong to this process.
     pub fn new() -> Arc<Self> {
         Self::owned_by(std::process::id())
@@ -48,7 +68,7 @@ impl Idle {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting<C>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -57,10 +77,7 @@ impl Idle {
     }
 
     /// An idle connection, or `open`'s new one; lent until the returned guard drops.
-    pub fn lend(
-        self: &Arc<Self>,
-        open: impl FnOnce() -> rusqlite::Result<Connection>,
-    ) -> rusqlite::Result<Lent> {
+    pub fn lend<E>(self: &Arc<Self>, open: impl FnOnce() -> Result<C, E>) -> Result<Lent<C>, E> {
         if self.forked() {
             // The parent's connections are its own: neither used nor closed here.
             std::mem::forget(std::mem::take(&mut self.lock().connections));
@@ -81,8 +98,8 @@ impl Idle {
     }
 
     /// Takes `connection` back when it holds no transaction (else it is closed, which rolls back).
-    fn give_back(self: &Arc<Self>, connection: Connection) {
-        if self.forked() || !connection.is_autocommit() {
+    fn give_back(self: &Arc<Self>, connection: C) {
+        if self.forked() || !connection.reusable() {
             return;
         }
         let start_reaper = {
@@ -134,7 +151,7 @@ impl Idle {
 }
 
 /// Closes idle connections as they age, until none waits (or the store object is gone).
-fn reaper(idle: Weak<Idle>) {
+fn reaper<C: Pooled>(idle: Weak<Idle<C>>) {
     loop {
         std::thread::sleep(LOOK_EVERY);
         let Some(idle) = idle.upgrade() else {
@@ -148,22 +165,22 @@ fn reaper(idle: Weak<Idle>) {
 
 /// A connection lent to one operation; back to the idle ones when dropped.
 #[derive(Debug)]
-pub struct Lent {
-    connection: Option<Connection>,
-    idle: Option<Arc<Idle>>,
+pub struct Lent<C: Pooled> {
+    connection: Option<C>,
+    idle: Option<Arc<Idle<C>>>,
 }
 
-impl Deref for Lent {
-    type Target = Connection;
+impl<C: Pooled> Deref for Lent<C> {
+    type Target = C;
 
-    fn deref(&self) -> &Connection {
+    fn deref(&self) -> &C {
         self.connection
             .as_ref()
             .expect("a lent connection is present until dropped")
     }
 }
 
-impl Lent {
+impl<C: Pooled> Lent<C> {
     /// Closes the connection instead of keeping it idle (for a connection whose state is in
     /// doubt).
     pub fn discard(mut self) {
@@ -171,7 +188,7 @@ impl Lent {
     }
 }
 
-impl Drop for Lent {
+impl<C: Pooled> Drop for Lent<C> {
     fn drop(&mut self) {
         if let (Some(connection), Some(idle)) = (self.connection.take(), self.idle.take()) {
             idle.give_back(connection);
@@ -182,6 +199,7 @@ impl Drop for Lent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::Connection;
 
     fn open(dir: &tempfile::TempDir) -> rusqlite::Result<Connection> {
         Connection::open(dir.path().join("db.sqlite"))
@@ -195,7 +213,7 @@ mod tests {
     #[test]
     fn a_connection_is_reused_by_the_next_operation_never_by_two_at_once() {
         let dir = tempfile::tempdir().unwrap();
-        let idle = Idle::new();
+        let idle = Idle::<Connection>::new();
         let first = idle.lend(|| open(&dir)).unwrap();
         let first_handle = handle(&first);
         // Lent: a second operation meanwhile gets another connection.
@@ -206,7 +224,7 @@ mod tests {
         assert_eq!(idle.len(), 2);
         // The most recently returned one first.
         let again = idle
-            .lend(|| panic!("an idle connection was waiting"))
+            .lend(|| -> rusqlite::Result<Connection> { panic!("an idle connection was waiting") })
             .unwrap();
         assert_eq!(handle(&again), first_handle);
     }
@@ -214,7 +232,7 @@ mod tests {
     #[test]
     fn a_connection_holding_a_transaction_or_discarded_is_closed() {
         let dir = tempfile::tempdir().unwrap();
-        let idle = Idle::new();
+        let idle = Idle::<Connection>::new();
         let lent = idle.lend(|| open(&dir)).unwrap();
         lent.execute_batch("BEGIN").unwrap();
         drop(lent);
@@ -231,7 +249,7 @@ mod tests {
     #[test]
     fn idle_connections_are_closed_within_a_second() {
         let dir = tempfile::tempdir().unwrap();
-        let idle = Idle::new();
+        let idle = Idle::<Connection>::new();
         drop(idle.lend(|| open(&dir)).unwrap());
         let returned = Instant::now();
         // The rule, on a clock of its own: kept before IDLE_FOR, closed from then on.
@@ -258,7 +276,7 @@ mod tests {
     fn in_a_forked_child_the_parent_s_connections_are_neither_used_nor_kept() {
         let dir = tempfile::tempdir().unwrap();
         // Owned by another process: what this one finds, as a fork's child does.
-        let idle = Idle::owned_by(std::process::id().wrapping_add(1));
+        let idle = Idle::<Connection>::owned_by(std::process::id().wrapping_add(1));
         idle.lock()
             .connections
             .push((open(&dir).unwrap(), Instant::now()));
@@ -272,8 +290,8 @@ mod tests {
     #[test]
     fn at_most_max_idle_connections_wait() {
         let dir = tempfile::tempdir().unwrap();
-        let idle = Idle::new();
-        let lent: Vec<Lent> = (0..MAX_IDLE + 4)
+        let idle = Idle::<Connection>::new();
+        let lent: Vec<Lent<Connection>> = (0..MAX_IDLE + 4)
             .map(|_| idle.lend(|| open(&dir)).unwrap())
             .collect();
         drop(lent);

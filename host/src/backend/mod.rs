@@ -1,0 +1,255 @@
+//! The database behind a store object: SQLite (`sqlite/`) or PostgreSQL (`postgres/`), chosen
+//! by how the database is named. Both run the same transactions for the same component; this
+//! module only dispatches to the one in use.
+
+pub mod id_prefix;
+pub mod idle;
+
+use crate::component::bindings::m3::managed_input::store::{
+    ExecutionRow, LeaseExpiry, RoundFilter, RoundRow, StoreError, TransactionMode,
+};
+use crate::component::bindings::m3::managed_input::types::{Cursor, ExecutionStatus, Timestamp};
+use crate::sqlite::wakeups::Waiters;
+use std::sync::Arc;
+
+/// A store object's database.
+#[derive(Debug)]
+pub enum Backend {
+    /// A SQLite file.
+    Sqlite(crate::sqlite::database::Database),
+    /// A PostgreSQL database.
+    Postgres(Box<crate::postgres::database::Database>),
+}
+
+/// One transaction of either backend: the resource behind the `store` import.
+pub enum Transaction {
+    /// On SQLite.
+    Sqlite(crate::sqlite::transaction::Transaction),
+    /// On PostgreSQL.
+    Postgres(crate::postgres::transaction::Transaction),
+}
+
+/// Calls the same method on whichever backend's transaction this is.
+macro_rules! each {
+    ($self:expr, $tx:ident => $call:expr) => {
+        match $self {
+            Transaction::Sqlite($tx) => $call,
+            Transaction::Postgres($tx) => $call,
+        }
+    };
+}
+
+impl Transaction {
+    /// Begins a transaction on `backend`.
+    pub fn begin(backend: &Backend, mode: TransactionMode) -> Result<Self, StoreError> {
+        Ok(match backend {
+            Backend::Sqlite(db) => {
+                Self::Sqlite(crate::sqlite::transaction::Transaction::begin(db, mode)?)
+            }
+            Backend::Postgres(db) => {
+                Self::Postgres(crate::postgres::transaction::Transaction::begin(db, mode)?)
+            }
+        })
+    }
+
+    /// The row of `round_id`.
+    pub fn get(&self, round_id: &str) -> Result<Option<RoundRow>, StoreError> {
+        each!(self, tx => tx.get(round_id))
+    }
+
+    /// Rows matching `filter`, oldest first.
+    pub fn list(&self, filter: &RoundFilter) -> Result<Vec<RoundRow>, StoreError> {
+        each!(self, tx => tx.list(filter))
+    }
+
+    /// Inserts a round; `false` if its id exists.
+    pub fn insert(&self, row: &RoundRow) -> Result<bool, StoreError> {
+        each!(self, tx => tx.insert(row))
+    }
+
+    /// Replaces a round's row if its version is still `expected_version`.
+    pub fn compare_and_set(&self, row: &RoundRow, expected: u64) -> Result<bool, StoreError> {
+        each!(self, tx => tx.compare_and_set(row, expected))
+    }
+
+    /// Moves an execution's (and a round's) lease expiry over their expected versions.
+    pub fn set_lease_expiries(
+        &self,
+        execution: &LeaseExpiry,
+        round: Option<&LeaseExpiry>,
+        updated_at: &Timestamp,
+    ) -> Result<bool, StoreError> {
+        each!(self, tx => tx.set_lease_expiries(execution, round, updated_at))
+    }
+
+    /// The execution `execution_id`.
+    pub fn get_execution(&self, execution_id: &str) -> Result<Option<ExecutionRow>, StoreError> {
+        each!(self, tx => tx.get_execution(execution_id))
+    }
+
+    /// Executions with `status`, oldest first, after `after`.
+    pub fn list_executions(
+        &self,
+        status: Option<ExecutionStatus>,
+        limit: Option<u32>,
+        after: Option<&Cursor>,
+    ) -> Result<Vec<ExecutionRow>, StoreError> {
+        each!(self, tx => tx.list_executions(status, limit, after))
+    }
+
+    /// Inserts an execution; `false` if its id exists.
+    pub fn insert_execution(&self, row: &ExecutionRow) -> Result<bool, StoreError> {
+        each!(self, tx => tx.insert_execution(row))
+    }
+
+    /// Replaces an execution's row if its version is still `expected`.
+    pub fn compare_and_set_execution(
+        &self,
+        row: &ExecutionRow,
+        expected: u64,
+    ) -> Result<bool, StoreError> {
+        each!(self, tx => tx.compare_and_set_execution(row, expected))
+    }
+
+    /// Appends an item to an execution; returns its number.
+    pub fn append_execution_item(
+        &self,
+        execution_id: &str,
+        kind: &str,
+        document: &str,
+    ) -> Result<u64, StoreError> {
+        each!(self, tx => tx.append_execution_item(execution_id, kind, document))
+    }
+
+    /// An execution's items of `kind`, oldest first.
+    pub fn list_execution_items(
+        &self,
+        execution_id: &str,
+        kind: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        each!(self, tx => tx.list_execution_items(execution_id, kind))
+    }
+
+    /// Stamps an execution's wake-up row.
+    pub fn wake_execution(&mut self, execution_id: &str) -> Result<(), StoreError> {
+        each!(self, tx => tx.wake_execution(execution_id))
+    }
+
+    /// Commits.
+    pub fn commit(&mut self) -> Result<(), StoreError> {
+        each!(self, tx => tx.commit())
+    }
+}
+
+impl Backend {
+    /// This process's waiters on the executions of this database.
+    pub fn waiters(&self) -> &Arc<Waiters> {
+        match self {
+            Self::Sqlite(db) => db.waiters(),
+            Self::Postgres(db) => db.waiters(),
+        }
+    }
+
+    /// A number that moves when another connection commits (`PRAGMA data_version` on SQLite,
+    /// notifications heard on PostgreSQL).
+    pub fn data_version(&self) -> Result<i64, StoreError> {
+        match self {
+            Self::Sqlite(db) => db
+                .data_version()
+                .map_err(|e| StoreError::Failure(e.to_string())),
+            Self::Postgres(db) => db.data_version(),
+        }
+    }
+
+    /// The highest wake-up number so far.
+    pub fn latest_wakeup(&self) -> Result<i64, StoreError> {
+        match self {
+            Self::Sqlite(db) => db
+                .latest_wakeup()
+                .map_err(|e| StoreError::Failure(e.to_string())),
+            Self::Postgres(db) => db.latest_wakeup(),
+        }
+    }
+
+    /// The executions woken after `seq`, and the highest number among them.
+    pub fn wakeups_since(&self, seq: i64) -> Result<(Vec<String>, i64), StoreError> {
+        match self {
+            Self::Sqlite(db) => db
+                .wakeups_since(seq)
+                .map_err(|e| StoreError::Failure(e.to_string())),
+            Self::Postgres(db) => db.wakeups_since(seq),
+        }
+    }
+
+    /// The ids of the rounds of `execution_id` and `status` (each when given), oldest first, at
+    /// most `limit`, read without decoding the rows.
+    pub fn round_ids(
+        &self,
+        execution_id: Option<&str>,
+        status: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Vec<String>, StoreError> {
+        match self {
+            Self::Sqlite(db) => {
+                let failure = |e: rusqlite::Error| StoreError::Failure(e.to_string());
+                let conn = db.connect().map_err(failure)?;
+                let mut statement = conn
+                    .prepare(
+                        "SELECT round_id FROM managed_input_rounds WHERE \
+                         (?1 IS NULL OR execution_id = ?1) AND (?2 IS NULL OR status = ?2) \
+                         ORDER BY created_at_ns, round_id LIMIT ?3",
+                    )
+                    .map_err(failure)?;
+                statement
+                    .query_map(
+                        rusqlite::params![execution_id, status, limit.map_or(-1, i64::from)],
+                        |r| r.get::<_, String>(0),
+                    )
+                    .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                    .map_err(failure)
+            }
+            Self::Postgres(db) => {
+                use crate::postgres::connection::params;
+                use crate::postgres::store_error::store_error;
+                let conn = db.connect().map_err(store_error)?;
+                let rows = conn
+                    .query(
+                        "SELECT round_id FROM managed_input_rounds WHERE \
+                         ($1::TEXT IS NULL OR execution_id = $1) AND \
+                         ($2::TEXT IS NULL OR status = $2) \
+                         ORDER BY created_at_ns, round_id LIMIT $3",
+                        params![
+                            execution_id.map(str::to_string),
+                            status.map(str::to_string),
+                            limit.map(i64::from)
+                        ],
+                    )
+                    .map_err(store_error)?;
+                Ok(rows.iter().map(|r| r.get(0)).collect())
+            }
+        }
+    }
+
+    /// The ids of every execution, oldest first, read without decoding the rows.
+    pub fn execution_ids(&self) -> Result<Vec<String>, StoreError> {
+        const SQL: &str =
+            "SELECT execution_id FROM executions ORDER BY created_at_ns, execution_id";
+        match self {
+            Self::Sqlite(db) => {
+                let failure = |e: rusqlite::Error| StoreError::Failure(e.to_string());
+                let conn = db.connect().map_err(failure)?;
+                let mut statement = conn.prepare(SQL).map_err(failure)?;
+                statement
+                    .query_map([], |r| r.get::<_, String>(0))
+                    .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                    .map_err(failure)
+            }
+            Self::Postgres(db) => {
+                use crate::postgres::store_error::store_error;
+                let conn = db.connect().map_err(store_error)?;
+                let rows = conn.query(SQL, vec![]).map_err(store_error)?;
+                Ok(rows.iter().map(|r| r.get(0)).collect())
+            }
+        }
+    }
+}

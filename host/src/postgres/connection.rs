@@ -1,0 +1,172 @@
+//! One PostgreSQL connection, called synchronously from any thread.
+//!
+//! The store import's functions are synchronous and run on whatever thread calls the component
+//! (a caller's, a tokio worker's); a client library's own blocking wrapper would start a runtime
+//! inside the caller's and panic. So every connection is driven on the backend's own small
+//! runtime ([`io`]), and a call hands it the statement and waits for the answer on a plain
+//! channel, as a SQLite call waits on its file.
+
+use crate::backend::idle::Pooled;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
+
+/// A statement's parameter, owned so that it can cross to the I/O runtime.
+pub type Param = Box<dyn ToSql + Send + Sync>;
+
+/// The runtime that drives every PostgreSQL connection of this process: one thread, started on
+/// first use.
+fn io() -> &'static tokio::runtime::Runtime {
+    static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    IO.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("m3-postgres")
+            .enable_all()
+            .build()
+            .expect("the PostgreSQL I/O runtime starts")
+    })
+}
+
+/// Runs `future` on the I/O runtime and waits for its output on this thread.
+pub fn block<T: Send + 'static>(future: impl Future<Output = T> + Send + 'static) -> T {
+    let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+    io().spawn(async move {
+        let _ = sender.send(future.await);
+    });
+    receiver
+        .recv()
+        .expect("the PostgreSQL I/O runtime answers every call")
+}
+
+/// What a connection hears besides the answers to its statements.
+pub type OnNotification = Box<dyn Fn(&str, &str) + Send + Sync>;
+
+/// An open connection: its client, the statements it has prepared, and whether it is broken or
+/// inside a transaction (then it is never reused).
+pub struct Connection {
+    client: Arc<Client>,
+    statements: Mutex<HashMap<String, Statement>>,
+    /// The driving task ended: the server or the socket went away.
+    closed: Arc<AtomicBool>,
+    /// A transaction was begun and not yet ended.
+    in_transaction: AtomicBool,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").finish_non_exhaustive()
+    }
+}
+
+impl Pooled for Connection {
+    fn reusable(&self) -> bool {
+        !self.closed.load(Ordering::Acquire)
+            && !self.client.is_closed()
+            && !self.in_transaction.load(Ordering::Acquire)
+    }
+}
+
+impl Connection {
+    /// Connects with `config`; notifications (`LISTEN`) go to `on_notification` (channel,
+    /// payload), or are dropped.
+    pub fn open(
+        config: &Config,
+        on_notification: Option<OnNotification>,
+    ) -> Result<Self, tokio_postgres::Error> {
+        let config = config.clone();
+        let (client, mut connection) = block(async move { config.connect(NoTls).await })?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let ended = closed.clone();
+        io().spawn(async move {
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(AsyncMessage::Notification(note))) => {
+                        if let Some(on) = &on_notification {
+                            on(note.channel(), note.payload());
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => break,
+                }
+            }
+            ended.store(true, Ordering::Release);
+        });
+        Ok(Self {
+            client: Arc::new(client),
+            statements: Mutex::default(),
+            closed,
+            in_transaction: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the connection is gone.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire) || self.client.is_closed()
+    }
+
+    /// Marks whether a transaction is open on it (a connection inside one is never reused).
+    pub fn set_in_transaction(&self, open: bool) {
+        self.in_transaction.store(open, Ordering::Release);
+    }
+
+    /// Runs statements without parameters (simple protocol).
+    pub fn batch(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
+        let client = self.client.clone();
+        let sql = sql.to_string();
+        block(async move { client.batch_execute(&sql).await })
+    }
+
+    /// The statement for `sql`, prepared once per connection.
+    fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = self
+            .statements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sql)
+        {
+            return Ok(statement.clone());
+        }
+        let client = self.client.clone();
+        let text = sql.to_string();
+        let statement = block(async move { client.prepare(&text).await })?;
+        self.statements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(sql.to_string(), statement.clone());
+        Ok(statement)
+    }
+
+    /// The rows `sql` returns with `params`.
+    pub fn query(&self, sql: &str, params: Vec<Param>) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.statement(sql)?;
+        let client = self.client.clone();
+        block(async move { client.query(&statement, &references(&params)).await })
+    }
+
+    /// How many rows `sql` changed with `params`.
+    pub fn execute(&self, sql: &str, params: Vec<Param>) -> Result<u64, tokio_postgres::Error> {
+        let statement = self.statement(sql)?;
+        let client = self.client.clone();
+        block(async move { client.execute(&statement, &references(&params)).await })
+    }
+}
+
+/// The parameters as the client takes them.
+fn references(params: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect()
+}
+
+/// Owned parameters for a statement: `params![a, b]`.
+macro_rules! params {
+    ($($value:expr),* $(,)?) => {
+        vec![$(Box::new($value) as $crate::postgres::connection::Param),*]
+    };
+}
+pub(crate) use params;

@@ -1,0 +1,166 @@
+//! Versioned schema migrations of a PostgreSQL database, tracked in the table `m3_schema`.
+//!
+//! The tables are those of the SQLite schema at its version 6 (`sqlite/migrations.rs`): wide
+//! rows with the indexed columns and the component's document, narrow version rows with the
+//! columns every write changes, wake-up rows and execution items. Ids and statuses compare
+//! byte by byte (`COLLATE "C"`), as SQLite's do, so listings and cursors order alike on both.
+
+use super::connection::Connection;
+use super::store_error::describe;
+use crate::api::error::OpenError;
+
+/// The name `m3_schema` carries for an m3 database.
+pub const APPLICATION: &str = "m3-managed-input";
+
+/// Migrations in order; index `i` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: everything the SQLite schema holds at its version 6.
+    r#"CREATE TABLE managed_input_rounds (
+        round_id      TEXT COLLATE "C" PRIMARY KEY,
+        execution_id  TEXT COLLATE "C" NOT NULL,
+        status        TEXT COLLATE "C" NOT NULL,
+        owner_id      TEXT,
+        deadline_ns   BIGINT,
+        created_at_ns BIGINT NOT NULL,
+        document      TEXT NOT NULL
+    );
+    CREATE INDEX managed_input_rounds_by_execution
+        ON managed_input_rounds (execution_id, created_at_ns);
+    CREATE INDEX managed_input_rounds_by_status
+        ON managed_input_rounds (status, created_at_ns);
+    CREATE INDEX managed_input_rounds_by_execution_status
+        ON managed_input_rounds (execution_id, status, created_at_ns);
+    CREATE TABLE managed_input_round_versions (
+        round_id            TEXT COLLATE "C" PRIMARY KEY,
+        execution_id        TEXT COLLATE "C" NOT NULL,
+        version             BIGINT NOT NULL,
+        lease_expires_at_ns BIGINT,
+        updated_at_ns       BIGINT NOT NULL
+    );
+    CREATE TABLE executions (
+        execution_id  TEXT COLLATE "C" PRIMARY KEY,
+        status        TEXT COLLATE "C" NOT NULL,
+        owner_id      TEXT,
+        created_at_ns BIGINT NOT NULL,
+        document      TEXT NOT NULL
+    );
+    CREATE INDEX executions_by_status ON executions (status, created_at_ns);
+    CREATE TABLE execution_versions (
+        execution_id        TEXT COLLATE "C" PRIMARY KEY,
+        version             BIGINT NOT NULL,
+        lease_expires_at_ns BIGINT,
+        updated_at_ns       BIGINT NOT NULL
+    );
+    CREATE TABLE execution_wakeups (
+        execution_id TEXT COLLATE "C" PRIMARY KEY,
+        seq          BIGINT NOT NULL
+    );
+    CREATE INDEX execution_wakeups_by_seq ON execution_wakeups (seq);
+    CREATE TABLE execution_items (
+        execution_id TEXT COLLATE "C" NOT NULL,
+        seq          BIGINT NOT NULL,
+        kind         TEXT COLLATE "C" NOT NULL,
+        document     TEXT NOT NULL,
+        PRIMARY KEY (execution_id, seq)
+    );"#,
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The advisory lock a migration holds (per database), so that two processes opening a new
+/// database at once do not both create its tables.
+const MIGRATION_LOCK: i64 = 0x4d33_4d47;
+
+/// Brings the database to [`SCHEMA_VERSION`], in one transaction under [`MIGRATION_LOCK`]:
+/// refuses a database of another application (tables but no `m3_schema`) or a schema version
+/// this build does not know, and changes nothing then.
+pub fn migrate(conn: &Connection, lock_timeout_ms: u64) -> Result<(), OpenError> {
+    let failed = |e: tokio_postgres::Error| OpenError::Postgres(describe(&e));
+    conn.batch(&format!(
+        "BEGIN; SET LOCAL lock_timeout = '{lock_timeout_ms}ms'; \
+         SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"
+    ))
+    .map_err(failed)?;
+    conn.set_in_transaction(true);
+    let outcome = apply(conn);
+    let end = if outcome.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    let ended = conn.batch(end);
+    conn.set_in_transaction(false);
+    outcome?;
+    ended.map_err(failed)
+}
+
+/// The schema version a database is at (0: no m3 tables yet), refusing a foreign one.
+pub fn version(conn: &Connection) -> Result<i64, OpenError> {
+    let failed = |e: tokio_postgres::Error| OpenError::Postgres(describe(&e));
+    let marked = conn
+        .query(
+            "SELECT count(*) FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name = 'm3_schema'",
+            vec![],
+        )
+        .map_err(failed)?;
+    let marked: i64 = marked.first().map_or(0, |r| r.get(0));
+    if marked == 0 {
+        let tables = conn
+            .query(
+                "SELECT count(*) FROM information_schema.tables \
+                 WHERE table_schema = current_schema()",
+                vec![],
+            )
+            .map_err(failed)?;
+        let tables: i64 = tables.first().map_or(0, |r| r.get(0));
+        if tables > 0 {
+            return Err(OpenError::Incompatible(
+                "the database's schema holds tables of another application (left as it is)".into(),
+            ));
+        }
+        return Ok(0);
+    }
+    let rows = conn
+        .query("SELECT application, version FROM m3_schema", vec![])
+        .map_err(failed)?;
+    let [row] = rows.as_slice() else {
+        return Err(OpenError::Incompatible(
+            "m3_schema does not hold exactly one row".into(),
+        ));
+    };
+    let application: String = row.get(0);
+    let version: i64 = row.get(1);
+    if application != APPLICATION {
+        return Err(OpenError::Incompatible(
+            "the database belongs to another application (left as it is)".into(),
+        ));
+    }
+    if !(1..=SCHEMA_VERSION).contains(&version) {
+        return Err(OpenError::Incompatible(format!(
+            "schema version {version} is not one this build knows (1 to {SCHEMA_VERSION})"
+        )));
+    }
+    Ok(version)
+}
+
+fn apply(conn: &Connection) -> Result<(), OpenError> {
+    let failed = |e: tokio_postgres::Error| OpenError::Postgres(describe(&e));
+    let from = version(conn)?;
+    if from == SCHEMA_VERSION {
+        return Ok(());
+    }
+    if from == 0 {
+        conn.batch(
+            "CREATE TABLE m3_schema (application TEXT NOT NULL, version BIGINT NOT NULL); \
+             INSERT INTO m3_schema VALUES ('m3-managed-input', 0)",
+        )
+        .map_err(failed)?;
+    }
+    for migration in MIGRATIONS.get(from as usize..).unwrap_or_default() {
+        conn.batch(migration).map_err(failed)?;
+    }
+    conn.batch(&format!("UPDATE m3_schema SET version = {SCHEMA_VERSION}"))
+        .map_err(failed)
+}
