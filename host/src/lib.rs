@@ -67,7 +67,7 @@ mod sqlite;
 pub mod testing;
 mod worker;
 
-pub use api::clock::{Clock, ManualClock, SystemClock};
+pub use api::clock::{Clock, ManualClock, SystemClock, TimeSource};
 pub use api::error::{
     EngineError, EngineErrorKind, ErrorCode, ErrorDetail, ManagedInputConflict, ManagedInputError,
     ManagedInputRecoveryError, ManagedInputStateError, ManagedInputValidationError, OpenError,

@@ -819,6 +819,7 @@ const CONFIGURATION: &[(&str, &str)] = &[
     ("0.5 s", "how long a connection waits idle"),
     ("2 s", "the probe's wait; the cache's settle time"),
     ("5 s", "the busy timeout; the lease renewal period"),
+    ("10 s", "how old a PostgreSQL store's server-time offset grows"),
     ("15 s", "the lease; the event stream's keep-alive"),
     (
         "30 s",

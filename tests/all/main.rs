@@ -1,5 +1,6 @@
 //! One test binary for the whole suite (every binary links wasmtime; one keeps builds small).
 
+mod clock_skew;
 mod codex;
 mod codex_models;
 mod codex_transcripts;

@@ -4,7 +4,7 @@
 
 use crate::TempDb;
 use crate::postgres_server::{PostgresDatabase, PostgresServer};
-use m3::{DatabaseStore, ManualClock, PostgresManagedInputStore, StoreOptions};
+use m3::{DatabaseStore, ManualClock, PostgresManagedInputStore, StoreOptions, TimeSource};
 use std::sync::Arc;
 
 /// A fresh database for one test: a SQLite file in a temporary directory, or a database of its
@@ -41,7 +41,12 @@ impl Db {
     }
 
     /// A store on this database with `options`, panicking with the error if it cannot open.
-    pub fn open(&self, options: StoreOptions) -> DatabaseStore {
+    /// The tests' clocks are read as they are on both backends (a manual clock stands where it
+    /// is set) unless `options.time` asks for the server's time.
+    pub fn open(&self, mut options: StoreOptions) -> DatabaseStore {
+        if options.time == TimeSource::Default {
+            options.time = TimeSource::Clock;
+        }
         match self {
             Self::Sqlite(db) => crate::open(&db.path, options).into_inner(),
             Self::Postgres(db) => PostgresManagedInputStore::open(&db.url, options)

@@ -10,6 +10,24 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> DateTime<Utc>;
 }
 
+/// Where a store's time comes from. SQLite stores always read their `clock` as it is; on
+/// PostgreSQL, whose workers may run on machines whose clocks disagree, the default is the
+/// database server's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeSource {
+    /// The backend's default: [`TimeSource::Clock`] on SQLite, [`TimeSource::DatabaseServer`] on
+    /// PostgreSQL.
+    #[default]
+    Default,
+    /// The store's `clock` as it is.
+    Clock,
+    /// The store's `clock` corrected by its offset from the database server's clock, measured
+    /// when the store opens and again every few seconds: every machine sharing the database
+    /// then reads the server's time, within half a query's round trip, whatever its own clock
+    /// says (PostgreSQL only).
+    DatabaseServer,
+}
+
 /// The system's clock (the default).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;

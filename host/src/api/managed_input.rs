@@ -4,7 +4,7 @@
 //! transaction through the host's `store` import. This module only converts types and enforces
 //! size limits at the edge.
 
-use crate::api::clock::{Clock, SystemClock};
+use crate::api::clock::{Clock, SystemClock, TimeSource};
 use crate::api::error::{ErrorCode, ManagedInputError, OpenError};
 use crate::api::record::{FailureCode, ManagedInputLease, ManagedInputRecord, RoundFilter};
 use crate::api::response::{ElicitationResponse, RedactedResponse};
@@ -132,6 +132,9 @@ pub struct StoreOptions {
     pub synchronous: Synchronous,
     /// The clock (default: system UTC time).
     pub clock: Arc<dyn Clock>,
+    /// Whether `clock` is read as it is or corrected to the database server's time (default:
+    /// the backend's; see [`TimeSource`]).
+    pub time: TimeSource,
     /// Limits of each component instance.
     pub guest_limits: GuestLimits,
     /// Largest response map accepted, in bytes of JSON; larger ones are refused before they reach
@@ -147,6 +150,7 @@ impl Default for StoreOptions {
             busy_timeout_ms: 5000,
             synchronous: Synchronous::Full,
             clock: Arc::new(SystemClock),
+            time: TimeSource::Default,
             guest_limits: GuestLimits::default(),
             max_responses_bytes: 1024 * 1024,
             max_round_bytes: 4 * 1024 * 1024,
@@ -159,6 +163,7 @@ impl std::fmt::Debug for StoreOptions {
         f.debug_struct("StoreOptions")
             .field("busy_timeout_ms", &self.busy_timeout_ms)
             .field("synchronous", &self.synchronous)
+            .field("time", &self.time)
             .field("guest_limits", &self.guest_limits)
             .field("max_responses_bytes", &self.max_responses_bytes)
             .field("max_round_bytes", &self.max_round_bytes)
@@ -184,13 +189,20 @@ impl SqliteManagedInputStore {
         options: StoreOptions,
         runtime: Arc<ComponentRuntime>,
     ) -> Result<Self, OpenError> {
+        if options.time == TimeSource::DatabaseServer {
+            return Err(OpenError::Incompatible(
+                "a SQLite store reads its clock as it is: the database server's time is \
+                 PostgreSQL's"
+                    .into(),
+            ));
+        }
         let db = crate::sqlite::database::Database::open(
             path.as_ref(),
             Duration::from_millis(options.busy_timeout_ms),
             options.synchronous,
         )?;
         Ok(Self(DatabaseStore::on(
-            Backend::Sqlite(db),
+            Arc::new(Backend::Sqlite(db)),
             options,
             runtime,
         )))
@@ -226,8 +238,21 @@ impl PostgresManagedInputStore {
             url,
             Duration::from_millis(options.busy_timeout_ms),
         )?;
+        let db = Arc::new(Backend::Postgres(Box::new(db)));
+        let mut options = options;
+        if options.time != TimeSource::Clock {
+            let corrected =
+                crate::postgres::server_clock::ServerClock::new(options.clock.clone(), db.clone())
+                    .map_err(|e| {
+                        OpenError::Postgres(format!(
+                            "the server's time could not be read: {}",
+                            crate::postgres::store_error::describe(&e)
+                        ))
+                    })?;
+            options.clock = Arc::new(corrected);
+        }
         Ok(Self(DatabaseStore::on(
-            Backend::Postgres(Box::new(db)),
+            db,
             options,
             ComponentRuntime::shared()?,
         )))
@@ -282,8 +307,7 @@ impl DatabaseStore {
         }
     }
 
-    fn on(backend: Backend, options: StoreOptions, runtime: Arc<ComponentRuntime>) -> Self {
-        let db = Arc::new(backend);
+    fn on(db: Arc<Backend>, options: StoreOptions, runtime: Arc<ComponentRuntime>) -> Self {
         let pool = InstancePool::new(
             runtime,
             options.clock.clone(),

@@ -10,5 +10,6 @@
 pub mod connection;
 pub mod database;
 pub mod migrations;
+pub mod server_clock;
 pub(crate) mod store_error;
 pub mod transaction;
