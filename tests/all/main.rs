@@ -18,6 +18,7 @@ mod lifecycle_model;
 mod malformed_input;
 mod mutations;
 mod peers;
+mod postgres_faults;
 mod postgres_server;
 mod process;
 mod random_kills;

@@ -52,7 +52,7 @@ const TERMINAL_REFUSAL: Mutation = Mutation {
         "lifecycle_model::sqlite::the_store_follows_the_reference_lifecycle_model",
         "lease_fencing::eight_workers_contend_for_rounds_and_paused_workers_are_fenced_off",
         "execution_edges::a_server_that_exits_or_does_not_wait_ends_its_round",
-        "crash::killed_after_the_round_insert_the_round_survives_and_recovery_fails_it_once",
+        "crash::sqlite::killed_after_the_round_insert_the_round_survives_and_recovery_fails_it_once",
         "executions::cancel_fails_the_open_round_and_tells_the_server",
         "codex_transcripts::a_late_answer_after_interrupt_is_refused_and_never_sent",
     ],

@@ -20,11 +20,12 @@
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use m3::{
-    ElicitationResponse, ErrorCode, FailureCode, ManagedInputError, ManagedInputRecord,
-    ManagedInputStatus, ManagedInputStore, NewRound, OwnerClaim, RoundFilter,
-    SqliteManagedInputStore, StoreOptions, Synchronous,
+    DatabaseStore, ElicitationResponse, ErrorCode, FailureCode, ManagedInputError,
+    ManagedInputRecord, ManagedInputStatus, ManagedInputStore, NewRound, OwnerClaim, RoundFilter,
+    StoreOptions, Synchronous,
 };
-use m3_tests::{TempDb, address_requests, integrity_check, open, soak_factor};
+use m3_tests::backends::{Db, integrity, open_named};
+use m3_tests::{address_requests, soak_factor};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -183,7 +184,7 @@ fn ack(round_id: &str, step: Step) {
 }
 
 /// One round of a worker, acknowledging each step as the store returns it.
-fn run_round(store: &SqliteManagedInputStore, worker: &str, round_id: &str) -> Result<()> {
+fn run_round(store: &DatabaseStore, worker: &str, round_id: &str) -> Result<()> {
     let expect = |record: &ManagedInputRecord, status: ManagedInputStatus| {
         ensure!(
             record.status == status,
@@ -227,7 +228,7 @@ fn worker_child() -> Result<()> {
     };
     let worker = env(ENV_WORKER)?;
     let rounds: usize = env(ENV_ROUNDS)?.parse()?;
-    let store = open(Path::new(&db), fast_options());
+    let store = open_named(&db.to_string_lossy(), fast_options());
     // Instantiate the component before saying ready, so that kills land under load.
     store.get_round("warm-up")?;
     say(READY);
@@ -284,7 +285,7 @@ struct Life {
     acks: Vec<(String, Step)>,
 }
 
-fn spawn_worker(exe: &Path, db: &Path, worker: &str, rounds: usize) -> Result<Worker> {
+fn spawn_worker(exe: &Path, db: &str, worker: &str, rounds: usize) -> Result<Worker> {
     let child = Command::new(exe)
         .args([
             "--exact",
@@ -304,7 +305,7 @@ fn spawn_worker(exe: &Path, db: &Path, worker: &str, rounds: usize) -> Result<Wo
 }
 
 /// Where a killed worker's kill landed: the status of its last round (read from the database).
-fn place_of(store: &SqliteManagedInputStore, worker: &str) -> Result<String> {
+fn place_of(store: &DatabaseStore, worker: &str) -> Result<String> {
     let mut last = None;
     for i in 0.. {
         match store.get_round(&round_id(worker, i))? {
@@ -323,7 +324,7 @@ fn place_of(store: &SqliteManagedInputStore, worker: &str) -> Result<String> {
 /// some place of [`PLACES`] has no kill yet), then one that runs to the end.
 fn run_slot(
     exe: &Path,
-    db: &Path,
+    db: &str,
     slot: usize,
     kills: usize,
     seed: u64,
@@ -331,7 +332,7 @@ fn run_slot(
 ) -> Result<Vec<Life>> {
     let mut rng = SplitMix64(seed ^ (slot as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f));
     let mut lives = Vec::new();
-    let reader = open(db, fast_options());
+    let reader = open_named(db, fast_options());
     for generation in 0.. {
         let worker = format!("w{slot}-g{generation}");
         let every_place_hit = {
@@ -485,25 +486,24 @@ fn show<T>(result: &Result<T, ManagedInputError>) -> String {
     }
 }
 
-#[test]
-fn random_kills_under_load() -> Result<()> {
+/// The run on `db`.
+fn random_kills_on(db: &Db) -> Result<()> {
     let seed = m3_tests::seed("random_kills::random_kills_under_load");
     let kills_per_slot = KILLS_PER_SLOT * soak_factor();
     println!(
         "random kills: {SLOTS} slots x {kills_per_slot} kills (or more, until every place is hit), lease {LEASE:?}"
     );
     let landed_places = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
-    let db = TempDb::new();
     // Create the file and schema before the crowd arrives.
-    drop(open(&db.path, fast_options()));
+    drop(db.open(fast_options()));
     let exe = std::env::current_exe()?;
     let started = Instant::now();
 
     let slots: Vec<_> = (0..SLOTS)
         .map(|slot| {
-            let (exe, path): (PathBuf, PathBuf) = (exe.clone(), db.path.clone());
+            let (exe, name): (PathBuf, String) = (exe.clone(), db.name());
             let landed = landed_places.clone();
-            thread::spawn(move || run_slot(&exe, &path, slot, kills_per_slot, seed, &landed))
+            thread::spawn(move || run_slot(&exe, &name, slot, kills_per_slot, seed, &landed))
         })
         .collect();
     let mut lives = Vec::new();
@@ -519,8 +519,8 @@ fn random_kills_under_load() -> Result<()> {
     let load_time = started.elapsed();
 
     // --- What the store holds, on a fresh store object.
-    assert_eq!(integrity_check(&db.path), "ok", "after the kills");
-    let store = open(&db.path, fast_options());
+    assert_eq!(integrity(db), "ok", "after the kills");
+    let store = db.open(fast_options());
     let records: BTreeMap<String, ManagedInputRecord> = store
         .list_rounds(&RoundFilter::default())?
         .into_iter()
@@ -797,7 +797,7 @@ fn random_kills_under_load() -> Result<()> {
         after.iter().all(|r| r.delivery_attempts <= 1),
         "a round was delivered twice"
     );
-    assert_eq!(integrity_check(&db.path), "ok", "after recovery");
+    assert_eq!(integrity(db), "ok", "after recovery");
 
     let kill_delays: Vec<u128> = lives
         .iter()
@@ -819,4 +819,11 @@ fn random_kills_under_load() -> Result<()> {
         started.elapsed()
     );
     Ok(())
+}
+
+// The run on SQLite and on PostgreSQL alike.
+m3_tests::on_both_backends! {
+    fn random_kills_under_load(db) {
+        random_kills_on(db).unwrap();
+    }
 }

@@ -27,6 +27,14 @@ impl Db {
         Self::Postgres(PostgresServer::shared().fresh_database())
     }
 
+    /// A fresh database of the same backend.
+    pub fn another(&self) -> Self {
+        match self {
+            Self::Sqlite(_) => Self::sqlite(),
+            Self::Postgres(_) => Self::postgres(),
+        }
+    }
+
     /// How the database is named: the SQLite file's path or the PostgreSQL URL.
     pub fn name(&self) -> String {
         match self {

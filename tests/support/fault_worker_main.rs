@@ -1,5 +1,5 @@
 //! A worker process for crash tests: runs one round through its lifecycle on the database given
-//! as the first argument, printing `acknowledged <operation>` after each acknowledged step. Run
+//! as the first argument (a SQLite file's path or a PostgreSQL URL), printing `acknowledged <operation>` after each acknowledged step. Run
 //! with `M3_FAULT_POINT` (and `M3_FAULT_HIT`) it is killed with SIGKILL at that point.
 //!
 //! Usage: `m3-test-fault-worker DB LEASE_TTL_MS` (with `M3_FAULT_RENEW` set it also renews its
@@ -10,10 +10,7 @@
 //! or on the codex harness when CODEX is given): it prints `pending ROUND EXECUTION` once the
 //! round is pending, then waits (renewing its lease) until it is killed.
 
-use m3::{
-    ElicitationResponse, ManagedInputStore, NewRound, OwnerClaim, SqliteManagedInputStore,
-    StoreOptions,
-};
+use m3::{ElicitationResponse, ManagedInputStore, NewRound, OwnerClaim, StoreOptions};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -26,7 +23,15 @@ fn kit(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
     let server = args.next().ok_or_else(usage)?;
     let codex = args.next();
     let model_url = args.next();
-    let store = std::sync::Arc::new(m3::SqliteExecutionStore::open(&db)?);
+    let store: std::sync::Arc<dyn m3::ExecutionStore> =
+        if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+            std::sync::Arc::new(m3::PostgresExecutionStore::open(
+                &db,
+                StoreOptions::default(),
+            )?)
+        } else {
+            std::sync::Arc::new(m3::SqliteExecutionStore::open(&db)?)
+        };
     let options = m3::KitOptions {
         lease_ttl: ttl,
         lease_renew: ttl / 4,
@@ -85,7 +90,7 @@ fn main() -> anyhow::Result<()> {
         .next()
         .ok_or_else(|| anyhow::anyhow!("usage: DB LEASE_TTL_MS"))?
         .parse()?;
-    let store = SqliteManagedInputStore::open(&db, StoreOptions::default())?;
+    let store = m3::DatabaseStore::open(&db, StoreOptions::default())?;
     let acknowledged = |op: &str| {
         println!("acknowledged {op}");
         let _ = std::io::stdout().flush();

@@ -86,7 +86,15 @@ impl<C: Pooled> Idle<C> {
                 idle: None,
             });
         }
-        let reused = self.lock().connections.pop().map(|(c, _)| c);
+        // One that broke while it waited (its server closed it, or restarted) is closed here,
+        // not lent: an operation never starts on a connection already known to be gone.
+        let reused = loop {
+            match self.lock().connections.pop() {
+                Some((connection, _)) if connection.reusable() => break Some(connection),
+                Some(_) => continue,
+                None => break None,
+            }
+        };
         let connection = match reused {
             Some(connection) => connection,
             None => open()?,
