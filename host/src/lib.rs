@@ -100,6 +100,9 @@ pub use api::round::{
 pub use api::server::{McpEra, StdioServer};
 pub use api::submission::{HumanInput, ModelValidationError, Submission};
 pub use backend::id_prefix::IdMatches;
+pub use backend::migrate::{
+    MigrateError, MigratedTable, MigrationReport, migrate_sqlite_to_postgres,
+};
 pub use component::instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
 pub use component::sandbox::{ImportBinding, ImportProvider, SandboxProbe};
 pub use kit::codex::{sign_in as codex_sign_in, user_codex_home};

@@ -122,6 +122,14 @@ pub const RECOVER: &str = "\
 Examples:
   m3 recover";
 
+/// `m3 migrate --help`.
+pub const MIGRATE: &str = "\
+Examples:
+  m3 migrate --from sqlite:executions.sqlite --to postgres://m3@db.example/m3
+  m3 migrate --from executions.sqlite --to postgres://m3@db.example/m3 --json
+
+Stop the workers first: a live lease in the source refuses the copy, as does a target that holds rows.";
+
 /// `m3 example-server --help`.
 pub const EXAMPLE_SERVER: &str = "\
 Examples:

@@ -18,6 +18,7 @@ mod ids;
 mod inspect;
 mod interrupt;
 mod json;
+mod migrate;
 mod pending;
 mod policy_check;
 mod respond;
@@ -179,6 +180,10 @@ enum Command {
     /// Fail with `recovery_unavailable` the unresolved rounds whose worker is gone.
     #[command(after_help = examples::RECOVER)]
     Recover,
+    /// Copy every round and execution of a SQLite database into an empty PostgreSQL one,
+    /// verified by counts and a digest (refused while a lease is live).
+    #[command(after_help = examples::MIGRATE)]
+    Migrate(migrate::MigrateArgs),
     /// Run the bundled example MCP server (shipping) on stdio: the demo's and the walkthrough's
     /// server. Start it through `m3 run --server-command m3 --server-arg example-server`.
     #[command(alias = "shipping-server", after_help = examples::EXAMPLE_SERVER)]
@@ -316,6 +321,7 @@ fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Component { world, file } => component::write(cli, *world, file),
         Command::Doctor => doctor::doctor(cli),
         Command::Recover => inspect::recover(cli),
+        Command::Migrate(args) => migrate::migrate(cli, args),
         Command::ExampleServer { args } => {
             let argv = std::iter::once("example-server".to_string()).chain(args.iter().cloned());
             match m3_shipping_server::run_from(argv) {

@@ -4,6 +4,7 @@
 
 pub mod id_prefix;
 pub mod idle;
+pub mod migrate;
 
 use crate::component::bindings::m3::managed_input::store::{
     ExecutionRow, LeaseExpiry, RoundFilter, RoundRow, StoreError, TransactionMode,
