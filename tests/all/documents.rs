@@ -21,7 +21,7 @@ fn read(relative: &str) -> Result<String> {
 }
 
 /// Where the workspace keeps source: `.rs` and `.wit` files under these folders.
-const SOURCE_DIRS: [&str; 10] = [
+const SOURCE_DIRS: [&str; 11] = [
     "wit",
     "guest/src",
     "host/src",
@@ -31,6 +31,7 @@ const SOURCE_DIRS: [&str; 10] = [
     "host/cli",
     "tests/all",
     "tests/support",
+    "tests/benches",
     "examples",
 ];
 
@@ -819,7 +820,10 @@ const CONFIGURATION: &[(&str, &str)] = &[
     ("0.5 s", "how long a connection waits idle"),
     ("2 s", "the probe's wait; the cache's settle time"),
     ("5 s", "the busy timeout; the lease renewal period"),
-    ("10 s", "how old a PostgreSQL store's server-time offset grows"),
+    (
+        "10 s",
+        "how old a PostgreSQL store's server-time offset grows",
+    ),
     ("15 s", "the lease; the event stream's keep-alive"),
     (
         "30 s",

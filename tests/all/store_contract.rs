@@ -95,28 +95,6 @@ fn nested_arrays(levels: usize) -> Value {
 // Reopening a store and recovery boundary
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn a_new_store_object_on_the_same_path_reads_rounds_written_by_another() {
-    let db = TempDb::new();
-    let written = {
-        let writer = db.store();
-        fresh_address_round(&writer, "r1");
-        fresh_address_round(&writer, "r2");
-        writer
-            .submit_responses("r1", &address("1 Main Street", "Pune"), "address-r1")
-            .unwrap()
-    };
-    let reader = db.store();
-    let read = reader.get_round("r1").unwrap().unwrap();
-    assert_eq!(read, written);
-    assert_eq!(read.status, ManagedInputStatus::ResponseValidated);
-    assert_eq!(
-        reader.get_round("r2").unwrap().unwrap().status,
-        ManagedInputStatus::Pending
-    );
-    assert_eq!(integrity_check(&db.path), "ok");
-}
-
 // ---------------------------------------------------------------------------------------------
 // Typed errors
 // ---------------------------------------------------------------------------------------------
@@ -285,6 +263,26 @@ fn an_unreadable_record_is_a_storage_error_and_is_left_as_it_is() {
 // ---------------------------------------------------------------------------------------------
 
 m3_tests::on_both_backends! {
+    fn a_new_store_object_on_the_same_path_reads_rounds_written_by_another(db) {
+        let written = {
+            let writer = db.store();
+            fresh_address_round(&writer, "r1");
+            fresh_address_round(&writer, "r2");
+            writer
+                .submit_responses("r1", &address("1 Main Street", "Pune"), "address-r1")
+                .unwrap()
+        };
+        let reader = db.store();
+        let read = reader.get_round("r1").unwrap().unwrap();
+        assert_eq!(read, written);
+        assert_eq!(read.status, ManagedInputStatus::ResponseValidated);
+        assert_eq!(
+            reader.get_round("r2").unwrap().unwrap().status,
+            ManagedInputStatus::Pending
+        );
+        assert_eq!(m3_tests::backends::integrity(db), "ok");
+    }
+
     fn response_map_must_contain_exactly_the_pending_request_keys(db) {
         let store = db.store();
         fresh_address_round(&store, "r1");
@@ -1786,5 +1784,70 @@ m3_tests::on_both_backends! {
         assert!(store.get_round("far").unwrap().is_none());
         round.deadline = Deadline::At(chrono::Utc::now() + chrono::Duration::days(365));
         store.create_round(&round).unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Opening a PostgreSQL database: the counterparts of the SQLite file checks above
+// ---------------------------------------------------------------------------------------------
+
+/// A PostgreSQL database's schema is versioned like a SQLite file's: a newer version is refused
+/// and left as it is, a database holding another application's tables is refused and nothing is
+/// created in it, and an m3 database at this build's version opens without change.
+#[test]
+fn a_postgres_database_of_a_newer_schema_or_of_another_application_is_refused() {
+    use m3_tests::postgres_server::PostgresServer;
+    let server = PostgresServer::shared();
+    let database = server.fresh_database();
+    let open = |url: &str| PostgresManagedInputStore::open(url, StoreOptions::default());
+    let store = open(&database.url).unwrap();
+    fresh_address_round(&store, "r1");
+    drop(store);
+    let version = |name: &str| {
+        server
+            .psql(name, "SELECT version FROM m3_schema")
+            .trim()
+            .to_string()
+    };
+    assert_eq!(
+        version(&database.name),
+        m3::health::SCHEMA_VERSION_POSTGRES.to_string()
+    );
+    server.psql(&database.name, "UPDATE m3_schema SET version = 99");
+    let err = open(&database.url).unwrap_err();
+    assert_eq!(err.code(), Some("incompatible_database"), "{err}");
+    assert_eq!(version(&database.name), "99", "left as it is");
+    server.psql(&database.name, "UPDATE m3_schema SET version = 1");
+    assert_eq!(
+        open(&database.url)
+            .unwrap()
+            .get_round("r1")
+            .unwrap()
+            .unwrap()
+            .status,
+        ManagedInputStatus::Pending
+    );
+
+    let foreign = server.fresh_database();
+    server.psql(&foreign.name, "CREATE TABLE invoices (id INT PRIMARY KEY)");
+    let err = open(&foreign.url).unwrap_err();
+    assert_eq!(err.code(), Some("incompatible_database"), "{err}");
+    let tables = server.psql(
+        &foreign.name,
+        "SELECT string_agg(table_name, ',') FROM information_schema.tables \
+         WHERE table_schema = 'public'",
+    );
+    assert_eq!(tables.trim(), "invoices", "nothing was created beside them");
+
+    for url in [
+        "postgres://",
+        "mysql://x/y",
+        "postgres://u@%2Fno-such-dir/db",
+    ] {
+        let err = open(url).unwrap_err();
+        assert!(
+            matches!(err.code(), Some("invalid_database_url" | "storage_failure")),
+            "{url}: {err}"
+        );
     }
 }

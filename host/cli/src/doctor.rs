@@ -355,7 +355,7 @@ fn postgres_database(cli: &Cli, url: &str, healthy: &mut bool) -> Value {
                 "database_name": null,
                 "m3_database": null,
                 "schema_version": null,
-                "supported_schema_version": m3::health::SCHEMA_VERSION,
+                "supported_schema_version": m3::health::SCHEMA_VERSION_POSTGRES,
                 "unreadable_records": [],
                 "error": e.to_string(),
             })

@@ -154,6 +154,20 @@ fn cases(sb: &Sandbox, rng: &mut Rng, per_command: usize) -> Vec<Vec<String>> {
         out.push(s(&["--db", &p, "recover"]));
         out.push(s(&["serve", "--listen", &t]));
         out.push(s(&["serve", "--listen", "0.0.0.0:0", "--token-file", &p]));
+        out.push(s(&["migrate", "--from", &p, "--to", &t]));
+        out.push(s(&[
+            "migrate",
+            "--from",
+            &format!("sqlite:{p}"),
+            "--to",
+            "postgres://",
+        ]));
+        out.push(s(&["--db", &t, "pending"]));
+        out.push(s(&[
+            "--db",
+            &format!("postgres://m3@%2Fno-such-dir/{t}"),
+            "doctor",
+        ]));
         out.push(s(&["completions", &t]));
         out.push(s(&["example-server", "--era", &t]));
     }

@@ -6,6 +6,8 @@ use crate::api::error::EngineError;
 use std::path::{Path, PathBuf};
 
 pub use crate::component::cache::CacheOutcome;
+/// The PostgreSQL schema version this build writes (`m3_schema.version`).
+pub use crate::postgres::migrations::SCHEMA_VERSION as SCHEMA_VERSION_POSTGRES;
 pub use crate::sqlite::database::Health as DatabaseHealth;
 pub use crate::sqlite::migrations::SCHEMA_VERSION;
 
