@@ -20,7 +20,17 @@ use std::time::{Duration, Instant};
 /// says the round's whole life, in order.
 #[test]
 fn the_api_answers_a_run_and_streams_its_changes() {
-    let sb = Sandbox::new();
+    api_answers_a_run_and_streams_its_changes(Sandbox::new());
+}
+
+/// The same on a PostgreSQL database: the server hears the run's commits through the
+/// database's notifications.
+#[test]
+fn the_api_answers_a_run_and_streams_its_changes_on_postgres() {
+    api_answers_a_run_and_streams_its_changes(Sandbox::postgres());
+}
+
+fn api_answers_a_run_and_streams_its_changes(sb: Sandbox) {
     sb.create_database();
     let server = Server::start(&sb, &[], None);
     let stream = server.subscribe();

@@ -475,7 +475,13 @@ impl Sandbox {
     /// refuse a database that does not exist).
     pub fn create_database(&self) {
         use m3::ExecutionStore;
-        let store = m3::SqliteExecutionStore::open(&self.db).expect("opening the database");
+        let store: Box<dyn ExecutionStore> = match self.db.to_str() {
+            Some(url) if url.starts_with("postgres://") => Box::new(
+                m3::PostgresExecutionStore::open(url, m3::StoreOptions::default())
+                    .expect("opening the database"),
+            ),
+            _ => Box::new(m3::SqliteExecutionStore::open(&self.db).expect("opening the database")),
+        };
         store
             .managed_input_store()
             .expect("creating the database")
