@@ -60,7 +60,7 @@ postgres=$2
 port=$3
 start() {
   "$postgres" -D "$dir/data" -k "$dir" -p "$port" -c listen_addresses= \
-    -c unix_socket_permissions=0777 -c fsync=on </dev/null >&2 &
+    -c unix_socket_permissions=0777 -c fsync=on -c max_connections=300 </dev/null >&2 &
   pid=$!
   echo "started $pid"
 }
