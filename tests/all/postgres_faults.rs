@@ -105,7 +105,11 @@ fn contend_child() -> Result<()> {
 fn contend(db: &Db) -> Result<()> {
     let setup = db.store();
     for i in 0..ROUNDS {
-        setup.create_round(&address_round(&round_id(i)))?;
+        // Unowned: the workers race to claim each.
+        setup.create_round(&NewRound {
+            owner: None,
+            ..address_round(&round_id(i))
+        })?;
     }
     let exe = std::env::current_exe()?;
     let children: Vec<_> = (0..WORKERS)
