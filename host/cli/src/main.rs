@@ -389,6 +389,10 @@ pub fn execution_store(cli: &Cli) -> anyhow::Result<std::sync::Arc<dyn m3::Execu
 /// The executions on `--db`, which must exist: the commands that read or answer never create a
 /// database (a typo in `--db` would otherwise show an empty one).
 pub fn executions(cli: &Cli) -> anyhow::Result<std::sync::Arc<m3::Executions>> {
+    // A PostgreSQL server that cannot be reached says so, rather than that nothing is there.
+    if let Some(url) = postgres_url(cli) {
+        m3::health::postgres_health(url, std::time::Duration::from_secs(5))?;
+    }
     if !database_exists(cli) {
         anyhow::bail!(
             "StorageError: there is no database at {}; nothing was created (`m3 run` and \

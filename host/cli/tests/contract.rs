@@ -1762,6 +1762,24 @@ fn doctor_reports_the_postgres_server_its_version_and_the_schema() {
     );
     assert!(!pending.stderr.contains("s3cret-pass"));
 
+    // A server that cannot be reached is a storage failure, not a missing database.
+    let mut cmd = sb.bare();
+    cmd.args([
+        "--db",
+        "postgres://u:s3cret-pass@%2Fno-such-dir/x",
+        "pending",
+        "--json",
+    ]);
+    let unreachable = finish(cmd, None, COMMAND_TIMEOUT);
+    assert!(!unreachable.status.success());
+    assert!(
+        format!("{}{}", unreachable.stdout, unreachable.stderr).contains("storage_failure"),
+        "{unreachable:?}"
+    );
+    assert!(
+        !unreachable.stdout.contains("s3cret-pass") && !unreachable.stderr.contains("s3cret-pass")
+    );
+
     m3::PostgresManagedInputStore::open(&url, m3::StoreOptions::default())
         .expect("opening creates the tables");
     let after = doctor(&url);

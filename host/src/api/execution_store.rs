@@ -83,9 +83,7 @@ impl SqliteExecutionStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
-}
 
-impl SqliteExecutionStore {
     /// Closes the store: its connections are released and later use is an error. Rounds and
     /// records stay in the database.
     pub fn close(&self) {
@@ -162,9 +160,7 @@ impl PostgresExecutionStore {
             state: Mutex::new(State::Open(None)),
         })
     }
-}
 
-impl PostgresExecutionStore {
     /// Closes the store: its connections are released and later use is an error. Rounds and
     /// records stay in the database.
     pub fn close(&self) {
