@@ -15,6 +15,8 @@ wit_bindgen::generate!({
     world: "engine",
     path: "../wit",
     additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
+    // The pollables of `wasi:http` exchanges, as the `wasip2` bindings make them.
+    with: { "wasi:io/poll@0.2.12": wasip2::io::poll },
 });
 
 #[cfg(not(feature = "engine"))]

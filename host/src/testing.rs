@@ -213,6 +213,7 @@ pub fn run_as_worker(
         owner_id,
         std::collections::BTreeMap::new(),
         std::collections::BTreeMap::new(),
+        crate::imports::network::NetworkGrant::none(),
         std::sync::Arc::new(tokio::sync::Notify::new()),
     ))?;
     Ok(crate::api::execution::state_back(&state))

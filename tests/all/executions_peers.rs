@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 /// How long a pending round or a result may take to appear (peers answer in milliseconds; the
 /// margin covers a loaded machine, node's and Python's start-up, and the era probe).
-const WAIT: Duration = Duration::from_secs(60);
+pub(crate) const WAIT: Duration = Duration::from_secs(60);
 
 /// The request key of a legacy `elicitation/create` round.
-const LEGACY_KEY: &str = "elicitation";
+pub(crate) const LEGACY_KEY: &str = "elicitation";
 /// The request key the Python SDK gives its `Resolve(ask_booking)` parameter (MRTR).
-const MRTR_KEY: &str = "__main__:ask_booking";
+pub(crate) const MRTR_KEY: &str = "__main__:ask_booking";
 
 /// The environment of every child. Empty on purpose: the peer programs are absolute paths
 /// (`node` and the venv's `python`), `server-everything` is given as an absolute script path,
@@ -61,18 +61,19 @@ fn booking(era: McpEra) -> Result<StdioServer> {
     Ok(binding("booking", &peers::booking_server()?)?.era(era))
 }
 
-/// One execution under test: its database, store, kit and handle.
-struct Run {
-    db: TempDb,
-    store: Arc<SqliteExecutionStore>,
-    kit: McpTestKit,
-    handle: ExecutionHandle,
+/// One execution under test: its database, store, kit and handle (also used by the HTTP peer
+/// tests, `http_peers`).
+pub(crate) struct Run {
+    pub(crate) db: TempDb,
+    pub(crate) store: Arc<SqliteExecutionStore>,
+    pub(crate) kit: McpTestKit,
+    pub(crate) handle: ExecutionHandle,
 }
 
 impl Run {
     /// Submits `script` against `server` with managed human input, allowing exactly the
     /// script's tools.
-    fn start(server: StdioServer, script: Script) -> Result<Self> {
+    pub(crate) fn start(server: impl Into<ServerBinding>, script: Script) -> Result<Self> {
         let db = TempDb::new();
         let store = Arc::new(SqliteExecutionStore::open(&db.path)?);
         let kit = McpTestKit::new(store.clone(), kit_env())?;
@@ -99,7 +100,7 @@ impl Run {
     }
 
     /// Waits for the execution's pending round; fails if the execution finishes first.
-    fn pending(&self) -> Result<PendingElicitationRound> {
+    pub(crate) fn pending(&self) -> Result<PendingElicitationRound> {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(pending) = self.handle.pending_elicitation()? {
@@ -129,7 +130,7 @@ impl Run {
     }
 
     /// Waits for the next pending round that is not `previous`.
-    fn next_pending(&self, previous: &str) -> Result<PendingElicitationRound> {
+    pub(crate) fn next_pending(&self, previous: &str) -> Result<PendingElicitationRound> {
         let deadline = Instant::now() + WAIT;
         loop {
             let pending = self.pending()?;
@@ -146,7 +147,7 @@ impl Run {
     }
 
     /// Answers the round's one request `key` with `response`.
-    fn answer(
+    pub(crate) fn answer(
         &self,
         round: &PendingElicitationRound,
         key: &str,
@@ -160,7 +161,7 @@ impl Run {
     }
 
     /// The terminal result; it must have succeeded.
-    fn succeeded(&self) -> Result<ExecutionResult> {
+    pub(crate) fn succeeded(&self) -> Result<ExecutionResult> {
         let result = self.handle.result(Some(WAIT))?;
         ensure!(
             result.succeeded(),
@@ -176,7 +177,7 @@ impl Run {
     }
 
     /// The round as stored, read through a separate store on the same file.
-    fn record(&self, round_id: &str) -> Result<ManagedInputRecord> {
+    pub(crate) fn record(&self, round_id: &str) -> Result<ManagedInputRecord> {
         self.db
             .store()
             .get_round(round_id)?
@@ -184,7 +185,7 @@ impl Run {
     }
 
     /// Asserts the round ended `resolved` with its answer delivered exactly once.
-    fn assert_resolved(&self, round_id: &str) -> Result<ManagedInputRecord> {
+    pub(crate) fn assert_resolved(&self, round_id: &str) -> Result<ManagedInputRecord> {
         let record = self.record(round_id)?;
         ensure!(
             record.status == ManagedInputStatus::Resolved,
@@ -201,7 +202,7 @@ impl Run {
         Ok(record)
     }
 
-    fn close(self) {
+    pub(crate) fn close(self) {
         drop(self.handle);
         drop(self.kit);
         self.store.close();
@@ -209,7 +210,7 @@ impl Run {
 }
 
 /// The one request of a round, which must be keyed `key`.
-fn only_request<'a>(
+pub(crate) fn only_request<'a>(
     round: &'a PendingElicitationRound,
     key: &str,
 ) -> Result<&'a ElicitationRequest> {
@@ -222,7 +223,10 @@ fn only_request<'a>(
 }
 
 /// The round's one form request `key`.
-fn form<'a>(round: &'a PendingElicitationRound, key: &str) -> Result<&'a FormElicitationRequest> {
+pub(crate) fn form<'a>(
+    round: &'a PendingElicitationRound,
+    key: &str,
+) -> Result<&'a FormElicitationRequest> {
     match only_request(round, key)? {
         ElicitationRequest::Form(form) => Ok(form),
         other => bail!("expected a form request, got {other:?}"),
@@ -230,7 +234,7 @@ fn form<'a>(round: &'a PendingElicitationRound, key: &str) -> Result<&'a FormEli
 }
 
 /// The text of a tool result's `Raw result:` part (server-everything echoes what it received).
-fn raw_result(result: &ToolResult) -> Result<Value> {
+pub(crate) fn raw_result(result: &ToolResult) -> Result<Value> {
     let text = result.text();
     let raw = text
         .split_once("Raw result:")
@@ -241,7 +245,7 @@ fn raw_result(result: &ToolResult) -> Result<Value> {
 
 /// A valid value for one property of an MCP form schema, read from the property itself
 /// (preferring values that are not the property's default, so the echo proves they are ours).
-fn value_for(name: &str, property: &Value) -> Result<Value> {
+pub(crate) fn value_for(name: &str, property: &Value) -> Result<Value> {
     let last_const = |options: &Value| -> Result<Value> {
         options
             .as_array()
@@ -304,7 +308,7 @@ fn value_for(name: &str, property: &Value) -> Result<Value> {
 }
 
 /// A valid answer to a form schema: a value for every property.
-fn answer_for(schema: &Value) -> Result<Value> {
+pub(crate) fn answer_for(schema: &Value) -> Result<Value> {
     let properties = schema["properties"]
         .as_object()
         .with_context(|| format!("no properties in {schema}"))?;
@@ -669,20 +673,20 @@ fn server_everything_invalid_answers_are_rejected_locally_and_the_round_stays_pe
 // ---- the Python SDK (mcp 2.3.0), booking_server.py ----
 
 /// The script of one booking.
-fn book_table() -> Script {
+pub(crate) fn book_table() -> Script {
     Script::call("booking:book_table", json!({"restaurant": "Chez M3"}))
 }
 
 /// The answer given to the booking form.
-fn booking_answer() -> Value {
+pub(crate) fn booking_answer() -> Value {
     json!({"name": "Asha", "guests": 3, "seating": "terrace", "deposit": 12.5, "high_chair": true})
 }
 
-const BOOKED: &str =
+pub(crate) const BOOKED: &str =
     "booked Chez M3 for Asha: guests=3 seating=terrace deposit=12.5 high_chair=True";
 
 /// Checks the booking form of `round` under `key`.
-fn check_booking_form(round: &PendingElicitationRound, key: &str) -> Result<()> {
+pub(crate) fn check_booking_form(round: &PendingElicitationRound, key: &str) -> Result<()> {
     assert_eq!(round.server, "booking");
     assert_eq!(round.operation_name, "book_table");
     let form = form(round, key)?;
@@ -695,7 +699,7 @@ fn check_booking_form(round: &PendingElicitationRound, key: &str) -> Result<()> 
 }
 
 /// The one tool result's text.
-fn only_text(result: &ExecutionResult) -> Result<String> {
+pub(crate) fn only_text(result: &ExecutionResult) -> Result<String> {
     let [tool] = result.outcome.tool_results.as_slice() else {
         bail!(
             "one tool result expected: {:?}",

@@ -10,13 +10,21 @@ The tool `book_table_quickly` (legacy era: `ctx.elicit` works on legacy only) wr
 `asyncio.wait_for` with a one-second timeout, as a server that will not wait for a person does: it
 completes the call while the elicitation is still open.
 
-Run: `python booking_server.py` (stdio; logs on stderr).
+Run: `python booking_server.py` (stdio; logs on stderr), or over Streamable HTTP on loopback:
+`python booking_server.py --http PORT [--event-store] [--retry-ms N]` (endpoint
+`http://127.0.0.1:PORT/mcp`, sessions and SSE responses, the SDK's defaults). `--event-store` keeps
+every stream's events in memory, so SSE events carry ids and a broken stream can be resumed with
+`Last-Event-ID`; `--retry-ms` is the reconnection delay the server announces then.
 """
 
+import argparse
 import asyncio
+import itertools
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
+
+from mcp.server.streamable_http import EventMessage, EventStore
 
 from mcp.server.mcpserver import (
     AcceptedElicitation,
@@ -74,5 +82,49 @@ async def book_table_quickly(restaurant: str, ctx: Context) -> str:
     return f"not booked: {booking.action}"
 
 
+class MemoryEventStore(EventStore):
+    """Every stream's events in memory, for resumption (the SDK defines the interface only).
+
+    Event ids are `<stream>:<n>`; a replay sends the events of that stream after the given id.
+    """
+
+    def __init__(self):
+        self.events = {}  # stream id -> [(event id, message)]
+        self.counter = itertools.count(1)
+
+    async def store_event(self, stream_id, message):
+        event_id = f"{stream_id}:{next(self.counter)}"
+        self.events.setdefault(stream_id, []).append((event_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id, send_callback):
+        stream_id = last_event_id.rsplit(":", 1)[0]
+        events = self.events.get(stream_id)
+        if events is None or all(e != last_event_id for e, _ in events):
+            return None
+        after = False
+        for event_id, message in events:
+            if after and message is not None:
+                await send_callback(EventMessage(message, event_id))
+            after = after or event_id == last_event_id
+        return stream_id
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, metavar="PORT")
+    parser.add_argument("--event-store", action="store_true")
+    parser.add_argument("--retry-ms", type=int)
+    args = parser.parse_args()
+    if args.http is None:
+        server.run("stdio")
+        return
+    options = {"host": "127.0.0.1", "port": args.http, "streamable_http_path": "/mcp"}
+    if args.event_store:
+        options["event_store"] = MemoryEventStore()
+        options["retry_interval"] = args.retry_ms
+    server.run("streamable-http", **options)
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    main()

@@ -227,6 +227,32 @@ pub fn booking_server() -> Result<PeerCommand> {
     })
 }
 
+/// `tests/peers/booking_server.py` on the venv's Python over Streamable HTTP on
+/// `127.0.0.1:{port}` (the `{port}` argument is filled in by [`crate::http_server::HttpServer`]),
+/// endpoint `/mcp`; with `event_store`, its SSE events carry ids and broken streams can be
+/// resumed (announcing `retry_ms`).
+pub fn booking_http_server(event_store: bool, retry_ms: u64) -> Result<PeerCommand> {
+    let mut command = booking_server()?;
+    command.args.extend(["--http".into(), "{port}".into()]);
+    if event_store {
+        command.args.extend([
+            "--event-store".into(),
+            "--retry-ms".into(),
+            retry_ms.to_string().into(),
+        ]);
+    }
+    Ok(command)
+}
+
+/// `server-everything` in its Streamable HTTP mode (port from `PORT`, endpoint `/mcp`; every
+/// session keeps its events, so SSE events carry ids).
+pub fn server_everything_http() -> Result<PeerCommand> {
+    let mut command = server_everything()?;
+    command.args.pop();
+    command.args.push("streamableHttp".into());
+    Ok(command)
+}
+
 /// The pinned TypeScript SDK 1.x version (must match `tests/peers/package.json`).
 pub const TYPESCRIPT_SDK_VERSION: &str = "1.32.2";
 

@@ -50,8 +50,8 @@ pub struct Submission {
     /// The prompt (the scripted harness keeps it with the execution; its script decides the
     /// calls).
     pub prompt: String,
-    /// The MCP server binding.
-    pub server: crate::api::server::StdioServer,
+    /// The MCP server binding (stdio or Streamable HTTP).
+    pub server: crate::api::server::ServerBinding,
     /// The `server:tool` allow-list: the only tools the agent may call.
     pub tools: Vec<String>,
     /// How elicitations are handled (default [`HumanInput::Fail`]).
@@ -66,11 +66,15 @@ pub struct Submission {
 pub const DEFAULT_ROUND_LIMIT: u32 = 10;
 
 impl Submission {
-    /// `prompt` against `server`, no tools allowed yet, human input `fail`.
-    pub fn new(prompt: impl Into<String>, server: crate::api::server::StdioServer) -> Self {
+    /// `prompt` against `server` (a [`crate::StdioServer`] or a [`crate::HttpServer`]), no
+    /// tools allowed yet, human input `fail`.
+    pub fn new(
+        prompt: impl Into<String>,
+        server: impl Into<crate::api::server::ServerBinding>,
+    ) -> Self {
         Self {
             prompt: prompt.into(),
-            server,
+            server: server.into(),
             tools: Vec::new(),
             human_input: HumanInput::Fail,
             round_limit: DEFAULT_ROUND_LIMIT,

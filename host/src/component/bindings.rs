@@ -21,6 +21,7 @@ wasmtime::component::bindgen!({
     },
     with: {
         "m3:managed-input/store.transaction": crate::backend::Transaction,
+        "wasi:io/poll": wasmtime_wasi::p2::bindings::io::poll,
     },
 });
 

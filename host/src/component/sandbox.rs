@@ -1,7 +1,11 @@
-//! What the component may reach: the m3 imports, `wasi:random`, and nothing else.
+//! What the component may reach: the m3 imports, `wasi:random`, and (for an execution) the
+//! `wasi:http` requests its grant allows, and nothing else.
 //!
 //! Every other import (environment, stdio, clocks, filesystem, sockets) is defined as a function
-//! that traps, so the component has no ambient authority.
+//! that traps, so the component has no ambient authority. `wasi:http` is linked only for
+//! executions: its requests go to the execution's server origin alone (see
+//! [`crate::imports::network`]); in every other store (the store API, policy checks,
+//! submissions) it traps like the rest.
 
 use crate::component::bindings;
 use crate::imports::HostState;
@@ -16,6 +20,10 @@ pub enum ImportProvider {
     M3Host,
     /// Host randomness (`wasi:random/*`).
     WasiRandom,
+    /// `wasi:http/*` in executions (requests to the server's origin alone); traps elsewhere.
+    WasiHttp,
+    /// `wasi:io/*` (the streams and pollables of `wasi:http`) in executions; traps elsewhere.
+    WasiIo,
     /// Nothing: calling it traps.
     Trap,
 }
@@ -47,6 +55,9 @@ pub enum SandboxProbe {
     Spin,
     /// Allocate the given number of bytes: traps above the memory limit.
     Allocate,
+    /// Send an HTTP request to `127.0.0.1` at the given port: traps (no network outside an
+    /// execution granted its server's origin).
+    Network,
 }
 
 impl From<SandboxProbe> for bindings::exports::m3::managed_input::sandbox_probe::Probe {
@@ -60,6 +71,7 @@ impl From<SandboxProbe> for bindings::exports::m3::managed_input::sandbox_probe:
             SandboxProbe::Random => Probe::Random,
             SandboxProbe::Spin => Probe::Spin,
             SandboxProbe::Allocate => Probe::Allocate,
+            SandboxProbe::Network => Probe::Network,
         }
     }
 }
@@ -70,6 +82,10 @@ pub fn provider_for(name: &str) -> ImportProvider {
         ImportProvider::M3Host
     } else if name.starts_with("wasi:random/") {
         ImportProvider::WasiRandom
+    } else if name.starts_with("wasi:http/") {
+        ImportProvider::WasiHttp
+    } else if name.starts_with("wasi:io/") {
+        ImportProvider::WasiIo
     } else {
         ImportProvider::Trap
     }
@@ -80,17 +96,31 @@ pub fn provider_for(name: &str) -> ImportProvider {
 /// linker are called with `call_async`).
 pub fn link(linker: &mut Linker<HostState>, component: &Component) -> wasmtime::Result<()> {
     use bindings::m3::managed_input::{events, process};
+    use wasmtime::component::ResourceTable;
+    use wasmtime_wasi::p2::bindings::io;
     link_clock_and_store(linker)?;
     process::add_to_linker::<HostState, HasSelf<ProcessContext>>(linker, HostState::for_process)?;
     events::add_to_linker::<HostState, HasSelf<ProcessContext>>(linker, HostState::for_process)?;
-    link_random_and_traps(linker, component)
+    io::error::add_to_linker::<HostState, HasSelf<ResourceTable>>(linker, HostState::for_io)?;
+    io::poll::add_to_linker::<HostState, HasSelf<ResourceTable>>(linker, HostState::for_io)?;
+    io::streams::add_to_linker::<HostState, HasSelf<ResourceTable>>(linker, HostState::for_io)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+    link_random_and_traps(linker, component, &|name| {
+        provider_for(name) != ImportProvider::Trap
+    })
 }
 
 /// Like [`link`] for stores that only make synchronous calls (the store API, policy checks,
-/// submissions): `clock` and `store` are linked; `process` and `events` trap if called.
+/// submissions): `clock` and `store` are linked; `process`, `events`, `wasi:http` and
+/// `wasi:io` trap if called.
 pub fn link_sync(linker: &mut Linker<HostState>, component: &Component) -> wasmtime::Result<()> {
     link_clock_and_store(linker)?;
-    link_random_and_traps(linker, component)
+    link_random_and_traps(linker, component, &|name| {
+        provider_for(name) == ImportProvider::WasiRandom
+            || ["clock@", "store@", "types@"]
+                .iter()
+                .any(|i| name.starts_with(&format!("m3:managed-input/{i}")))
+    })
 }
 
 /// The `clock` and `store` imports, each linked to its own context by a projection of
@@ -104,9 +134,12 @@ fn link_clock_and_store(linker: &mut Linker<HostState>) -> wasmtime::Result<()> 
     Ok(())
 }
 
+/// Links `wasi:random`, and makes every function of an import that is not `linked` (by the
+/// caller, or randomness) trap.
 fn link_random_and_traps(
     linker: &mut Linker<HostState>,
     component: &Component,
+    linked: &dyn Fn(&str) -> bool,
 ) -> wasmtime::Result<()> {
     use wasmtime_wasi::p2::bindings::random;
     random::random::add_to_linker::<HostState, WasiRandom>(linker, |s| &mut s.random)?;
@@ -114,37 +147,63 @@ fn link_random_and_traps(
     random::insecure_seed::add_to_linker::<HostState, WasiRandom>(linker, |s| &mut s.random)?;
     // Every function of a forbidden interface traps and records which one was called, so a
     // trap is told to be a forbidden import by the host's state, not by its message.
+    use wasmtime::component::types::ComponentItem;
     let engine = linker.engine().clone();
-    for (name, item) in component.component_type().imports(&engine) {
-        if provider_for(name) != ImportProvider::Trap {
+    let imports: Vec<(String, ComponentItem)> = component
+        .component_type()
+        .imports(&engine)
+        .map(|(name, item)| (name.to_string(), item.ty))
+        .collect();
+    // The resources the linked interfaces define: a forbidden interface that names one of them
+    // (`use`, as `wasi:cli/stdout` names `wasi:io`'s `output-stream`) must not define it again.
+    let mut linked_resources = Vec::new();
+    for (name, item) in &imports {
+        if let ComponentItem::ComponentInstance(instance) = item
+            && linked(name)
+        {
+            for (_, export) in instance.exports(&engine) {
+                if let ComponentItem::Resource(resource) = export.ty {
+                    linked_resources.push(resource);
+                }
+            }
+        }
+    }
+    for (name, item) in &imports {
+        if linked(name) {
             continue;
         }
-        let wasmtime::component::types::ComponentItem::ComponentInstance(instance) = item.ty else {
+        let ComponentItem::ComponentInstance(instance) = item else {
             continue;
         };
         let mut defined = linker.instance(name)?;
-        for (function, export) in instance.exports(&engine) {
-            if !matches!(
-                export.ty,
-                wasmtime::component::types::ComponentItem::ComponentFunc(_)
-            ) {
-                continue;
+        for (export_name, export) in instance.exports(&engine) {
+            match export.ty {
+                ComponentItem::ComponentFunc(_) => {
+                    let called = format!("{name}#{export_name}");
+                    defined.func_new(export_name, move |mut ctx, _, _, _| {
+                        ctx.data_mut().forbidden_import = Some(called.clone());
+                        Err(wasmtime::Error::msg(format!(
+                            "forbidden import `{called}`: the sandbox gives the component no \
+                             such capability"
+                        )))
+                    })?;
+                }
+                // A resource of its own is defined inertly (nothing can make one).
+                ComponentItem::Resource(resource) if !linked_resources.contains(&resource) => {
+                    defined.resource(
+                        export_name,
+                        wasmtime::component::ResourceType::host::<()>(),
+                        |_, _| Ok(()),
+                    )?;
+                }
+                _ => {}
             }
-            let called = format!("{name}#{function}");
-            defined.func_new(function, move |mut ctx, _, _, _| {
-                ctx.data_mut().forbidden_import = Some(called.clone());
-                Err(wasmtime::Error::msg(format!(
-                    "forbidden import `{called}`: the sandbox gives the component no such capability"
-                )))
-            })?;
         }
     }
-    // What is left (resource types of those interfaces) is defined inertly.
-    linker.define_unknown_imports_as_traps(component)?;
     Ok(())
 }
 
-/// Every import of `component`, with what the sandbox binds it to.
+/// Every import of `component`, with what the sandbox binds it to in an execution.
 pub fn imports(engine: &wasmtime::Engine, component: &Component) -> Vec<ImportBinding> {
     component
         .component_type()

@@ -1,9 +1,11 @@
 //! What the host gives the component: the per-instance state, holding one context per
-//! capability (`clock`, `store`, `process` and `events`), each import linked to its own context
-//! by a projection. Pure I/O: the host tells the time, runs transactions and reports what its
-//! child process does; it decides nothing.
+//! capability (`clock`, `store`, `process` and `events`, and `wasi:http` for an execution whose
+//! server is reached over HTTP), each import linked to its own context by a projection. Pure
+//! I/O: the host tells the time, runs transactions, reports what its child process does and
+//! carries the HTTP requests it is allowed to; it decides nothing.
 
 pub mod clock;
+pub mod network;
 pub mod process;
 pub mod store;
 
@@ -111,5 +113,25 @@ impl HostState {
     pub(crate) fn for_process(&mut self) -> &mut process::ProcessContext {
         self.returning();
         &mut self.process
+    }
+
+    /// The resources of `wasi:io` (pollables and streams of the execution's HTTP exchanges).
+    /// Not an m3 import: returning from it does not refill the compute budget.
+    pub(crate) fn for_io(&mut self) -> &mut wasmtime::component::ResourceTable {
+        &mut self.process.table
+    }
+}
+
+impl wasmtime_wasi_http::WasiHttpView for HostState {
+    /// `wasi:http`, limited to the execution's [`network::NetworkGrant`] (nothing outside an
+    /// execution whose server is reached over HTTP). Not an m3 import: returning from it does
+    /// not refill the compute budget.
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        let process = &mut self.process;
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut process.http,
+            table: &mut process.table,
+            hooks: &mut process.network,
+        }
     }
 }

@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi::p2::DynPollable;
+use wasmtime_wasi::p2::bindings::io::poll;
 
 /// Most bytes of a child's stderr tail handed to the component (the WIT's 4 KiB).
 const STDERR_TAIL_LIMIT: usize = 4096;
@@ -168,15 +171,23 @@ impl ExecutionIo {
     }
 
     /// [`ExecutionIo::next`] while the worker's leases are parked with the renewer: it also
-    /// ends when the renewer needs the worker to look. Returns the leases as renewed.
-    async fn next_holding(&mut self, timeout: Duration, held: HeldLeases) -> (Event, HeldLeases) {
+    /// ends when the renewer needs the worker to look, or when `watched` (the component's
+    /// pollables) is ready. Returns the leases as renewed.
+    async fn next_holding(
+        &mut self,
+        timeout: Duration,
+        held: HeldLeases,
+        watched: Option<impl Future<Output = wasmtime::Result<Vec<u32>>>>,
+    ) -> wasmtime::Result<(Event, HeldLeases)> {
         let holding = self.parking.park(held.clone());
         let event = tokio::select! {
             biased;
-            event = self.next(timeout) => event,
-            event = holding.signalled() => event,
+            event = self.next(timeout) => Ok(event),
+            event = holding.signalled() => Ok(event),
+            ready = ready(watched) => ready.map(Event::Ready),
         };
-        (event, holding.finish().unwrap_or(held))
+        let held = holding.finish().unwrap_or(held);
+        Ok((event?, held))
     }
 
     fn output_event(&mut self, event: ProcessEvent) -> Event {
@@ -191,6 +202,16 @@ impl ExecutionIo {
                 Event::Exited(code)
             }
         }
+    }
+}
+
+/// The indices of the watched pollables that are ready; never, when nothing is watched.
+async fn ready(
+    watched: Option<impl Future<Output = wasmtime::Result<Vec<u32>>>>,
+) -> wasmtime::Result<Vec<u32>> {
+    match watched {
+        Some(watched) => watched.await,
+        None => std::future::pending().await,
     }
 }
 
@@ -212,11 +233,18 @@ async fn wait(child: Option<&mut ChildProcess>) -> Option<i32> {
 }
 
 /// The `process` and `events` capabilities of one instance (linked by projection from the
-/// instance's state): an execution's I/O in a worker's instance, nothing in any other.
+/// instance's state): an execution's I/O in a worker's instance, nothing in any other. It also
+/// holds the instance's `wasi:http` state, whose pollables `events` waits on.
 #[derive(Default)]
 pub struct ProcessContext {
     /// The execution's I/O, in a worker's instance.
     pub io: Option<ExecutionIo>,
+    /// The resources of `wasi:http` and `wasi:io` (requests, responses, streams, pollables).
+    pub table: ResourceTable,
+    /// `wasi:http`'s own settings.
+    pub http: wasmtime_wasi_http::WasiHttpCtx,
+    /// Where the component's HTTP requests may go: the execution's server origin, or nowhere.
+    pub network: super::network::NetworkGrant,
 }
 
 impl ProcessContext {
@@ -287,23 +315,34 @@ impl process::Host for ProcessContext {
 }
 
 impl events::Host for ProcessContext {
-    async fn next(&mut self, timeout_ms: u64) -> wasmtime::Result<Event> {
-        let event = match self.io() {
-            Ok(io) => io.next(Duration::from_millis(timeout_ms)).await,
-            Err(_) => Event::Timeout,
+    async fn next(
+        &mut self,
+        timeout_ms: u64,
+        watch: Vec<Resource<DynPollable>>,
+    ) -> wasmtime::Result<Event> {
+        let timeout = Duration::from_millis(timeout_ms);
+        let Some(io) = self.io.as_mut() else {
+            return Ok(Event::Timeout);
         };
-        Ok(event)
+        let watched = (!watch.is_empty()).then(|| poll::Host::poll(&mut self.table, watch));
+        tokio::select! {
+            biased;
+            event = io.next(timeout) => Ok(event),
+            ready = ready(watched) => ready.map(Event::Ready),
+        }
     }
 
     async fn next_holding(
         &mut self,
         timeout_ms: u64,
         held: HeldLeases,
+        watch: Vec<Resource<DynPollable>>,
     ) -> wasmtime::Result<(Event, HeldLeases)> {
         let timeout = Duration::from_millis(timeout_ms);
-        Ok(match self.io() {
-            Ok(io) => io.next_holding(timeout, held).await,
-            Err(_) => (Event::Timeout, held),
-        })
+        let Some(io) = self.io.as_mut() else {
+            return Ok((Event::Timeout, held));
+        };
+        let watched = (!watch.is_empty()).then(|| poll::Host::poll(&mut self.table, watch));
+        io.next_holding(timeout, held, watched).await
     }
 }

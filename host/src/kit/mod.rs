@@ -26,7 +26,7 @@ pub use codex::CodexSignIn;
 pub use error::ExecutionError;
 pub use handle::{AsyncExecutionHandle, ExecutionHandle};
 
-use crate::api::server::McpEra;
+use crate::api::server::{McpEra, ServerBinding};
 
 use crate::api::execution_store::ExecutionStore;
 use crate::api::policy::Policy;
@@ -310,7 +310,8 @@ impl AsyncMcpTestKit {
         submission: Submission,
     ) -> Result<AsyncExecutionHandle, ExecutionError> {
         let env = self.inner.env.clone();
-        let server_env = submission.server.env.clone();
+        let server_env = server_env(&submission);
+        let network = network_grant(&submission)?;
         let kit = self.clone();
         let agent = agent.clone();
         let model = model.map(str::to_string);
@@ -333,7 +334,7 @@ impl AsyncMcpTestKit {
         let owner = self.inner.owner_id.clone();
         tokio::spawn(async move {
             let ended = executions
-                .run(&execution_id, &owner, env, server_env, wake)
+                .run(&execution_id, &owner, env, server_env, network, wake)
                 .await
                 .map(|_| ());
             let _ = report.send(Some(ended));
@@ -360,7 +361,16 @@ impl AsyncMcpTestKit {
             agent.elicitation_plan.is_some(),
             resolves,
         )??;
-        policy.check_tool_allow_list(&submission.server.name, &submission.tools)??;
+        policy.check_tool_allow_list(submission.server.name(), &submission.tools)??;
+        if agent.harness == Harness::Codex && submission.server.as_http().is_some() {
+            return Err(ModelValidationError {
+                message: "the codex harness reaches only stdio servers: Codex would connect to an \
+                          HTTP server itself, outside the kit's network grant (use the scripted \
+                          harness, whose MCP client is the kit's)"
+                    .into(),
+            }
+            .into());
+        }
         let resolved = resolve_programs(agent, submission, env, None)?;
         let executions = self.executions()?;
         let plan = match &agent.elicitation_plan {
@@ -404,18 +414,7 @@ impl AsyncMcpTestKit {
             model,
             prompt: submission.prompt.clone(),
             script,
-            server: wit::ServerBinding {
-                name: submission.server.name.clone(),
-                command: resolved.server_command,
-                args: submission.server.args.clone(),
-                cwd: resolved.server_cwd,
-                era: match submission.server.era {
-                    McpEra::Auto => wit::EraChoice::Auto,
-                    McpEra::Legacy => wit::EraChoice::Legacy,
-                    McpEra::Modern => wit::EraChoice::Modern,
-                },
-                env_names: submission.server.env.keys().cloned().collect(),
-            },
+            server: server_binding(&submission.server, &resolved),
             tools: submission.tools.clone(),
             human_input: match submission.human_input {
                 HumanInput::Fail => wit::HumanInputMode::Fail,
@@ -439,10 +438,72 @@ impl AsyncMcpTestKit {
     }
 }
 
+/// The environment a submission's server adds to the kit's (none for an HTTP server).
+fn server_env(submission: &Submission) -> BTreeMap<String, String> {
+    submission
+        .server
+        .as_stdio()
+        .map(|s| s.env.clone())
+        .unwrap_or_default()
+}
+
+/// Where a submission's execution may send HTTP requests: its HTTP server's origin, with the
+/// binding's headers; nowhere for a stdio server. A URL or header the host cannot grant is a
+/// [`ModelValidationError`] (never naming a header's value).
+fn network_grant(
+    submission: &Submission,
+) -> Result<crate::imports::network::NetworkGrant, ModelValidationError> {
+    use crate::imports::network::NetworkGrant;
+    let Some(server) = submission.server.as_http() else {
+        return Ok(NetworkGrant::none());
+    };
+    let headers: Vec<(String, String)> = server
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    NetworkGrant::to_server(&server.url, &headers).map_err(|e| ModelValidationError {
+        message: format!("the server `{}`: {e}", server.name),
+    })
+}
+
+/// The WIT binding of a submission's server: names of its secrets only.
+fn server_binding(server: &ServerBinding, resolved: &ResolvedPrograms) -> wit::ServerBinding {
+    let era = match server.era() {
+        McpEra::Auto => wit::EraChoice::Auto,
+        McpEra::Legacy => wit::EraChoice::Legacy,
+        McpEra::Modern => wit::EraChoice::Modern,
+    };
+    match server {
+        ServerBinding::Stdio(stdio) => wit::ServerBinding {
+            name: stdio.name.clone(),
+            command: resolved.server_command.clone(),
+            args: stdio.args.clone(),
+            cwd: resolved.server_cwd.clone(),
+            era,
+            env_names: stdio.env.keys().cloned().collect(),
+            url: None,
+            header_names: Vec::new(),
+        },
+        ServerBinding::Http(http) => wit::ServerBinding {
+            name: http.name.clone(),
+            command: String::new(),
+            args: Vec::new(),
+            cwd: None,
+            era,
+            env_names: Vec::new(),
+            url: resolved.server_url.clone(),
+            header_names: http.headers.keys().cloned().collect(),
+        },
+    }
+}
+
 /// A submission's programs and working directory, resolved.
 struct ResolvedPrograms {
     server_command: String,
     server_cwd: Option<String>,
+    /// An HTTP server's URL, checked.
+    server_url: Option<String>,
     codex: Option<String>,
     /// The Codex home whose sign-in is copied (absolute).
     credentials_from: Option<String>,
@@ -450,7 +511,8 @@ struct ResolvedPrograms {
 
 /// Resolves the server's program and working directory (and the `codex` program) for a child
 /// whose environment is `env`, relative paths against `base` (the caller's working directory
-/// when `None`); anything missing is a [`ModelValidationError`].
+/// when `None`), and checks an HTTP server's URL and headers; anything missing or malformed is
+/// a [`ModelValidationError`].
 fn resolve_programs(
     agent: &AgentSpec,
     submission: &Submission,
@@ -462,16 +524,25 @@ fn resolve_programs(
         message: e.to_string(),
     };
     let text = |p: std::path::PathBuf| p.display().to_string();
-    let server_command = resolve::program(
-        &format!("the server `{}`'s program", submission.server.name),
-        &submission.server.command,
-        env,
-        base,
-    )
-    .map_err(refused)?;
-    let server_cwd = match &submission.server.cwd {
-        Some(dir) => Some(text(resolve::directory(dir, base).map_err(refused)?)),
-        None => None,
+    let (server_command, server_cwd, server_url) = match &submission.server {
+        ServerBinding::Stdio(stdio) => {
+            let command = resolve::program(
+                &format!("the server `{}`'s program", stdio.name),
+                &stdio.command,
+                env,
+                base,
+            )
+            .map_err(refused)?;
+            let cwd = match &stdio.cwd {
+                Some(dir) => Some(text(resolve::directory(dir, base).map_err(refused)?)),
+                None => None,
+            };
+            (text(command), cwd, None)
+        }
+        ServerBinding::Http(http) => {
+            network_grant(submission)?;
+            (String::new(), None, Some(http.url.trim().to_string()))
+        }
     };
     let (codex, credentials_from) = match agent.harness {
         Harness::Codex => {
@@ -484,8 +555,9 @@ fn resolve_programs(
         Harness::Scripted => (None, None),
     };
     Ok(ResolvedPrograms {
-        server_command: text(server_command),
+        server_command,
         server_cwd,
+        server_url,
         codex,
         credentials_from,
     })
@@ -626,7 +698,7 @@ impl Agent {
     pub(crate) fn store_only(&self, submission: Submission) -> Result<String, ExecutionError> {
         let kit = &self.inner.kit;
         let mut env = kit.inner.env.clone();
-        env.extend(submission.server.env.clone());
+        env.extend(server_env(&submission));
         let (_, execution_id) = kit.store_submission(
             &self.inner.spec,
             self.inner.model.clone(),

@@ -331,6 +331,7 @@ impl Executions {
         owner_id: &str,
         env: BTreeMap<String, String>,
         server_env: BTreeMap<String, String>,
+        network: crate::imports::network::NetworkGrant,
         wake: Arc<Notify>,
     ) -> StoreResult<wit::ExecutionState> {
         let pool = self.store.pool();
@@ -346,6 +347,8 @@ impl Executions {
         let enlisted = self.renewals.enlist();
         let parking = self.renewals.parking().clone();
         state.process.io = Some(ExecutionIo::new(env, server_env, wake, parking));
+        // Its HTTP requests may go to its server's origin alone (none for a stdio server).
+        state.process.network = network;
         let mut store = bounded_store(&runtime.engine, state, pool.limits());
         let bindings = runtime
             .execution_pre

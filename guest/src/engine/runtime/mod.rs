@@ -7,13 +7,15 @@
 //! - `scripted`: one MCP server connection driven by the scripted harness: era probe,
 //!   handshake, the script's tool calls in order, and elicitation rounds in both eras.
 //! - `codex`: one `codex app-server` connection driven by the codex harness.
-//! - `worker`: `run-execution`: claim, spawn, wait, deliver, renew, finish.
+//! - `worker`: `run-execution`: claim, spawn (or connect), wait, deliver, renew, finish.
+//! - `http_link`: the Streamable HTTP transport of a server reached over HTTP (`wasi:http`).
 //! - `execution`: the executions table (submit, snapshot, cancel requests, leases, outcome).
 //! - `plan`: elicitation plans for human input mode `fail`.
 //! - `recovery`: `recover`.
 
 pub mod codex;
 pub mod execution;
+pub mod http_link;
 pub mod plan;
 pub mod recovery;
 pub mod scripted;

@@ -12,6 +12,7 @@
 
 use super::codex::{CodexConfig, CodexSession};
 use super::execution::{self, Claim, ExecutionLease};
+use super::http_link::{HttpLink, LinkEvent};
 use super::plan::Plan;
 use super::scripted::{ScriptedSession, SessionConfig, Step};
 use super::session::{Action, Finished, Input, Mode};
@@ -36,6 +37,8 @@ use std::collections::VecDeque;
 
 /// How long the era probe (`server/discover`) may go unanswered before the legacy fallback.
 pub const PROBE_TIMEOUT_MS: u64 = 2_000;
+/// The same for a server reached over HTTP (a remote server's round trip, TLS included).
+pub const HTTP_PROBE_TIMEOUT_MS: u64 = 10_000;
 /// How soon a renewal the database refused (busy) is tried again.
 pub const RENEW_RETRY_MS: u64 = 250;
 /// The longest a Codex turn may be given (time spent waiting for answers does not count).
@@ -222,8 +225,23 @@ pub fn check_spec(spec: &ExecutionSpec) -> Result<(), String> {
             crate::round_protocol::MAX_DEADLINE_MS / 86_400_000
         ));
     }
-    if spec.server.command.is_empty() {
-        return Err("the server binding needs a command".into());
+    match &spec.server.url {
+        Some(url) => {
+            if spec.harness != "scripted" {
+                return Err(
+                    "a server reached over HTTP can be used with the scripted harness only".into(),
+                );
+            }
+            if !spec.server.command.is_empty() {
+                return Err("a server binding has either a command or a URL, not both".into());
+            }
+            crate::mcp::endpoint::Endpoint::parse(url)
+                .map_err(|e| format!("the server URL is not usable: {}", e.0))?;
+        }
+        None if spec.server.command.is_empty() => {
+            return Err("the server binding needs a command".into());
+        }
+        None => {}
     }
     Ok(())
 }
@@ -477,6 +495,10 @@ struct Worker {
     held: ExecutionLease,
     spec: ExecutionSpec,
     session: Session,
+    /// The server's Streamable HTTP transport, when it is reached over HTTP (else its stdio).
+    link: Option<Box<HttpLink>>,
+    /// An answer went out over HTTP and the server has not accepted it yet.
+    delivering: bool,
     lines: LineBuffer,
     plan: Option<Plan>,
     slot: Option<Slot>,
@@ -529,6 +551,7 @@ impl Worker {
                 )
             }
         };
+        let mut link = None;
         let session = match (&spec.codex, spec.harness.as_str()) {
             (Some(codex), "codex") => {
                 let home_files = codex
@@ -575,16 +598,26 @@ impl Worker {
                     WitEra::Legacy => EraChoice::Legacy,
                     WitEra::Modern => EraChoice::Modern,
                 };
-                let spawned = process::spawn(&SpawnSpec {
-                    program: spec.server.command.clone(),
-                    args: spec.server.args.clone(),
-                    cwd: spec.server.cwd.clone(),
-                    home_env: None,
-                    home_files: Vec::new(),
-                    server_env_table: None,
-                })
-                .map_err(not_started(&spec.server.command))?;
-                record_spawned(&held, &spawned)?;
+                match &spec.server.url {
+                    Some(url) => {
+                        link =
+                            Some(Box::new(HttpLink::new(url).map_err(|m| {
+                                failed(FailureKind::InvalidSubmission, None, m)
+                            })?));
+                    }
+                    None => {
+                        let spawned = process::spawn(&SpawnSpec {
+                            program: spec.server.command.clone(),
+                            args: spec.server.args.clone(),
+                            cwd: spec.server.cwd.clone(),
+                            home_env: None,
+                            home_files: Vec::new(),
+                            server_env_table: None,
+                        })
+                        .map_err(not_started(&spec.server.command))?;
+                        record_spawned(&held, &spawned)?;
+                    }
+                }
                 Session::Scripted(Box::new(ScriptedSession::new(SessionConfig {
                     era,
                     steps,
@@ -601,6 +634,8 @@ impl Worker {
             held,
             spec,
             session,
+            link,
+            delivering: false,
             lines: LineBuffer::default(),
             plan,
             slot: None,
@@ -660,9 +695,20 @@ impl Worker {
             // Parked: the host renews the leases while the worker waits (with those of its other
             // parked workers, in one transaction) and hands back what it renewed.
             let timeout = self.park_ms();
-            let (event, renewed) = events::next_holding(timeout, &self.held_leases());
+            let held = self.held_leases();
+            let (event, renewed) = match &self.link {
+                Some(link) => events::next_holding(timeout, &held, &link.pollables()),
+                None => events::next_holding(timeout, &held, &[]),
+            };
             self.take_back(renewed);
+            if self.link.is_some() {
+                match self.link_progress() {
+                    Ok(more) => inputs.extend(more),
+                    Err(Stop(outcome)) => return outcome,
+                }
+            }
             match event {
+                Event::Ready(_) => {}
                 Event::Stdout(bytes) => {
                     self.output_bytes = self.output_bytes.saturating_add(bytes.len() as u64);
                     if self.output_bytes > MAX_OUTPUT_BYTES {
@@ -721,8 +767,23 @@ impl Worker {
         }
     }
 
-    /// Closes the server's stdin and gives it a moment to exit; the caller kills it after.
+    /// Closes the server's stdin and gives it a moment to exit; the caller kills it after. Over
+    /// HTTP: ends the session (`DELETE`, given a moment) and stops every exchange.
     fn shut_down(&mut self) {
+        if let Some(link) = self.link.as_mut() {
+            link.close();
+            let until = time::add_millis(&time::now(), EXIT_GRACE_MS);
+            while !link.is_idle() {
+                let left = millis_until(&time::now(), &until);
+                if left == 0 {
+                    break;
+                }
+                events::next(left, &link.pollables());
+                link.progress();
+            }
+            self.link = None;
+            return;
+        }
         process::close_stdin();
         if self.stdout_closed {
             return;
@@ -733,7 +794,10 @@ impl Worker {
             if left == 0 {
                 return;
             }
-            if matches!(events::next(left), Event::StdoutClosed | Event::Exited(_)) {
+            if matches!(
+                events::next(left, &[]),
+                Event::StdoutClosed | Event::Exited(_)
+            ) {
                 return;
             }
         }
@@ -755,7 +819,7 @@ impl Worker {
             if left == 0 {
                 return "closed its output".into();
             }
-            if let Event::Exited(code) = events::next(left) {
+            if let Event::Exited(code) = events::next(left, &[]) {
                 return exit_phrase(code);
             }
         }
@@ -769,6 +833,9 @@ impl Worker {
         self.server_gone = true;
         self.stdout_closed = true;
         process::kill();
+        if let Some(link) = self.link.as_mut() {
+            link.close();
+        }
         Some(Input::ServerFault(what))
     }
 
@@ -809,6 +876,9 @@ impl Worker {
         {
             wait = wait.min(millis_until(&now, deadline));
         }
+        if let Some(due) = self.link.as_ref().and_then(|l| l.next_due()) {
+            wait = wait.min(millis_until(&now, &due));
+        }
         if let Some(since) = &self.input_broken_at
             && !self.server_gone
         {
@@ -843,10 +913,17 @@ impl Worker {
     fn perform(&mut self, action: Action) -> Result<Vec<Input>, Stop> {
         let mut more = Vec::new();
         match action {
-            Action::Send(message) => {
-                self.write(&message.to_string());
-            }
-            Action::StartProbeTimer => self.arm(PROBE_TIMEOUT_MS),
+            Action::Send(message) => match self.link.as_mut() {
+                Some(link) => link.send(message, false),
+                None => {
+                    self.write(&message.to_string());
+                }
+            },
+            Action::StartProbeTimer => self.arm(if self.link.is_some() {
+                HTTP_PROBE_TIMEOUT_MS
+            } else {
+                PROBE_TIMEOUT_MS
+            }),
             Action::ArmTimer(ms) => self.arm(ms),
             Action::FinalMessage(message) => self.final_message = Some(message),
             Action::OpenRound {
@@ -855,7 +932,7 @@ impl Worker {
                 requests,
                 request_state,
             } => more.extend(self.open_round(operation, round_index, requests, request_state)),
-            Action::Deliver(line) => self.deliver(&line.to_string())?,
+            Action::Deliver(message) => self.deliver(message)?,
             Action::ResolveRound => {
                 if let Some(slot) = self.take_slot() {
                     store_protocol::resolve(&slot.round_id, slot.lease)
@@ -980,16 +1057,20 @@ impl Worker {
     }
 
     /// Delivers the open round's answer at most once; in mode `fail` writes the kit's `cancel`.
-    fn deliver(&mut self, line: &str) -> Result<(), Stop> {
-        let Some(slot) = self.slot.clone() else {
-            self.write(line);
+    /// Over stdio the answer is delivered once written; over HTTP once the server accepted it
+    /// (`mark-delivered` then waits for [`LinkEvent::Delivered`]).
+    fn deliver(&mut self, message: Value) -> Result<(), Stop> {
+        let line = message.to_string();
+        let Some(slot) = self.slot.clone().filter(|slot| slot.answered) else {
+            // Mode `fail`: the kit's own `cancel`, not a stored answer.
+            match self.link.as_mut() {
+                Some(link) => link.send(message, false),
+                None => {
+                    self.write(&line);
+                }
+            }
             return Ok(());
         };
-        if !slot.answered {
-            // Mode `fail`: the kit's own `cancel`, not a stored answer.
-            self.write(line);
-            return Ok(());
-        }
         let key = format!("delivery-{}", slot.round_id);
         let record = store_protocol::start_delivery(&slot.round_id, slot.lease.clone(), key)
             .map_err(|e| {
@@ -1006,7 +1087,13 @@ impl Worker {
                 "the answer was already sent once",
             )));
         }
-        if !self.write(line) {
+        if let Some(link) = self.link.as_mut() {
+            // Sent once; marked delivered when the server accepts it, failed if it does not.
+            self.delivering = true;
+            link.send(message, true);
+            return Ok(());
+        }
+        if !self.write(&line) {
             // Not written: never marked delivered; the round fails when the server's end is
             // reported.
             return Ok(());
@@ -1014,6 +1101,67 @@ impl Worker {
         store_protocol::mark_delivered(&slot.round_id, slot.lease)
             .map_err(|e| lost_write("mark-delivered", &slot.round_id, &e))?;
         Ok(())
+    }
+
+    /// What the HTTP transport did since the last look: the server's messages, the answer
+    /// accepted (marked delivered), the server lost, a destination refused.
+    fn link_progress(&mut self) -> Result<Vec<Input>, Stop> {
+        let Some(link) = self.link.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let events = link.progress();
+        let received = link.received();
+        let mut inputs = Vec::new();
+        for event in events {
+            match event {
+                LinkEvent::Message(text) => {
+                    if !text.trim_start().starts_with('{') {
+                        self.junk_lines += 1;
+                    }
+                    inputs.push(Input::Line(text));
+                }
+                LinkEvent::Delivered => {
+                    if std::mem::take(&mut self.delivering)
+                        && let Some(slot) = self.slot.clone()
+                    {
+                        store_protocol::mark_delivered(&slot.round_id, slot.lease)
+                            .map_err(|e| lost_write("mark-delivered", &slot.round_id, &e))?;
+                    }
+                }
+                LinkEvent::Lost(how) => {
+                    self.delivering = false;
+                    inputs.extend(self.server_lost(how));
+                }
+                LinkEvent::Refused(what) => {
+                    self.delivering = false;
+                    execution::record_events(&self.held, vec![("network".into(), what.clone())])
+                        .map_err(|e| {
+                            Stop(failed(
+                                FailureKind::ServerError,
+                                None,
+                                format!(
+                                    "the refused request could not be recorded: {}",
+                                    error_text(&e)
+                                ),
+                            ))
+                        })?;
+                    if !self.server_gone {
+                        self.server_gone = true;
+                        inputs.push(Input::ServerFault(what));
+                    }
+                }
+            }
+        }
+        if received > MAX_OUTPUT_BYTES {
+            inputs.extend(
+                self.server_fault(format!("it sent more than {} MiB", MAX_OUTPUT_BYTES >> 20)),
+            );
+        } else if self.junk_lines > MAX_JUNK_LINES {
+            inputs.extend(self.server_fault(format!(
+                "it sent more than {MAX_JUNK_LINES} events that are not JSON-RPC messages"
+            )));
+        }
+        Ok(inputs)
     }
 
     /// What changed: the probe timer, lease renewal, a cancel request, the open round's answer
@@ -1304,6 +1452,8 @@ mod tests {
                 cwd: None,
                 era: WitEra::Auto,
                 env_names: Vec::new(),
+                url: None,
+                header_names: Vec::new(),
             },
             tools: vec!["s:t".into()],
             human_input: rt::HumanInputMode::Fail,

@@ -126,6 +126,12 @@ pub struct ServerBinding {
     pub cwd: Option<String>,
     pub era: EraChoice,
     pub env_names: Vec<String>,
+    /// A Streamable HTTP server's URL (absent in early documents and for stdio servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The names of the headers the host adds (absent in early documents).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub header_names: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -237,6 +243,8 @@ impl From<&wit::ExecutionSpec> for ExecutionSpec {
                     wit::EraChoice::Modern => EraChoice::Modern,
                 },
                 env_names: s.server.env_names.clone(),
+                url: s.server.url.clone(),
+                header_names: s.server.header_names.clone(),
             },
             tools: s.tools.clone(),
             human_input: match s.human_input {
@@ -289,6 +297,8 @@ impl From<ExecutionSpec> for wit::ExecutionSpec {
                     EraChoice::Modern => wit::EraChoice::Modern,
                 },
                 env_names: s.server.env_names,
+                url: s.server.url,
+                header_names: s.server.header_names,
             },
             tools: s.tools,
             human_input: match s.human_input {

@@ -236,6 +236,8 @@ mod tests {
                 cwd: Some("/tmp".into()),
                 era: rt::EraChoice::Modern,
                 env_names: vec!["KEY".into()],
+                url: None,
+                header_names: Vec::new(),
             },
             tools: vec!["s:t".into()],
             human_input: rt::HumanInputMode::Fail,

@@ -1,0 +1,1198 @@
+//! The MCP client's Streamable HTTP transport, over `wasi:http` (which the host grants for the
+//! server's origin alone).
+//!
+//! Every outgoing JSON-RPC message is one `POST` to the endpoint. A request's answer comes back
+//! on its own exchange, as one JSON body or as a stream of Server-Sent Events that may also
+//! carry the server's own requests and notifications before the answer; a response or a
+//! notification is accepted with `202`. In the legacy era the server's `Mcp-Session-Id` (from
+//! `initialize`) and the negotiated `MCP-Protocol-Version` go on every later request, and a
+//! standalone `GET` stream is opened for what the server sends outside any request. In the
+//! 2026-07-28 era there is no session: each request names its version (`MCP-Protocol-Version`,
+//! as its `_meta` does) and its method (`Mcp-Method`, `Mcp-Name`). A stream that breaks before
+//! its answer is resumed with `GET` and `Last-Event-ID` when the server gave event ids (after
+//! its `retry` delay); otherwise the server is lost.
+//!
+//! Nothing here blocks: the worker passes [`HttpLink::pollables`] to `events.next-holding` and
+//! calls [`HttpLink::progress`] after each wait. An answer's delivery is reported once the
+//! server accepted it ([`LinkEvent::Delivered`]); what arrives meanwhile on other exchanges is
+//! held until then, so a reply to the answer is never seen before its delivery.
+
+use crate::m3::managed_input::types::Timestamp;
+use crate::mcp::endpoint::{Endpoint, Scheme};
+use crate::mcp::framing::MAX_LINE_BYTES;
+use crate::mcp::sse::SseDecoder;
+use crate::time;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use wasip2::http::{outgoing_handler, types as wasi};
+use wasip2::io::poll::Pollable;
+use wasip2::io::streams::{InputStream, OutputStream, StreamError};
+
+/// How long connecting to the server (TCP and TLS) may take.
+pub const CONNECT_TIMEOUT_MS: u64 = 30_000;
+/// How long a response may take to begin, and a stream may stay silent: a stream of a call that
+/// waits for a person may be silent for as long as a round may wait (the deadline ends it).
+pub const STREAM_SILENCE_MS: u64 = crate::round_protocol::MAX_DEADLINE_MS + 60 * 60 * 1000;
+/// Most redirects followed for one message (each to the server's origin, or refused by the
+/// host).
+pub const MAX_REDIRECTS: u8 = 5;
+/// Most failed attempts in a row to resume a broken stream before the server is lost.
+pub const MAX_RESUME_ATTEMPTS: u32 = 5;
+/// The resumption delay when the server named none (`retry`).
+pub const DEFAULT_RETRY_MS: u64 = 1_000;
+/// Most bytes of an error response's body read (for its JSON-RPC error).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Bytes read from one stream in one read.
+const READ_CHUNK: u64 = 64 * 1024;
+/// Most bytes read in one [`HttpLink::progress`] before the worker gets to look around.
+const READ_BUDGET: usize = 4 * 1024 * 1024;
+/// The protocol version that speaks without sessions and names each request's method.
+const MODERN_VERSION: &str = crate::mcp::MODERN_VERSION;
+
+/// What the transport reports to the worker.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LinkEvent {
+    /// A JSON-RPC message from the server (one line's worth).
+    Message(String),
+    /// The server accepted the message carrying the round's answer.
+    Delivered,
+    /// The server is lost: how, as a phrase after "the server" (it cannot be reached, it broke
+    /// a stream that cannot be resumed, it refused the answer).
+    Lost(String),
+    /// The server led the kit somewhere it may not go (the host refused the request): what
+    /// happened, as a phrase after "the server was stopped: ".
+    Refused(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Get,
+    Post,
+    Delete,
+}
+
+/// What an exchange is for.
+#[derive(Debug, Clone, PartialEq)]
+enum Purpose {
+    /// A JSON-RPC request; its answer comes back on this exchange.
+    Call { id: Value, method: String },
+    /// A response or a notification, accepted with `202`.
+    Reply,
+    /// The standalone `GET` stream.
+    Listen,
+    /// `DELETE` of the session.
+    Close,
+}
+
+/// The request an exchange sends (again after a redirect).
+#[derive(Debug, Clone)]
+struct Outgoing {
+    method: Method,
+    target: Endpoint,
+    headers: Vec<(String, Vec<u8>)>,
+    body: Vec<u8>,
+}
+
+/// Writing a request's body.
+struct Writing {
+    // Field order is drop order: a pollable before its stream, a stream before its body.
+    pollable: Option<Pollable>,
+    stream: Option<OutputStream>,
+    body: Option<wasi::OutgoingBody>,
+    written: usize,
+}
+
+impl Writing {
+    /// Writes what the stream takes now; `Ok(true)` once the whole body is written and
+    /// finished.
+    fn advance(&mut self, bytes: &[u8]) -> Result<bool, String> {
+        let Some(stream) = &self.stream else {
+            return Ok(true);
+        };
+        while self.written < bytes.len() {
+            let room = stream
+                .check_write()
+                .map_err(|e| stream_error("writing the request", e))?;
+            if room == 0 {
+                if self.pollable.is_none() {
+                    self.pollable = Some(stream.subscribe());
+                }
+                return Ok(false);
+            }
+            let end = bytes
+                .len()
+                .min(self.written + usize::try_from(room).unwrap_or(usize::MAX));
+            stream
+                .write(&bytes[self.written..end])
+                .map_err(|e| stream_error("writing the request", e))?;
+            self.written = end;
+        }
+        let _ = stream.flush();
+        self.pollable = None;
+        self.stream = None;
+        if let Some(body) = self.body.take() {
+            wasi::OutgoingBody::finish(body, None)
+                .map_err(|e| format!("the request could not be finished ({})", describe(&e)))?;
+        }
+        Ok(true)
+    }
+}
+
+/// Waiting for the response's head (and writing the body meanwhile).
+struct Sending {
+    pollable: Pollable,
+    writing: Writing,
+    future: wasi::FutureIncomingResponse,
+}
+
+/// How a body is read.
+#[derive(Debug)]
+enum BodyKind {
+    /// Server-Sent Events (the decoder is the exchange's).
+    Events,
+    /// One JSON-RPC message (or a batch).
+    Json(Vec<u8>),
+    /// An error response's body, kept up to [`MAX_ERROR_BODY`].
+    Error(Vec<u8>),
+    /// Read and dropped.
+    Discard,
+}
+
+/// Reading the response's body.
+struct Reading {
+    // Field order is drop order: the pollable, the stream, then the body it belongs to.
+    pollable: Pollable,
+    stream: InputStream,
+    _body: wasi::IncomingBody,
+    kind: BodyKind,
+    status: u16,
+}
+
+enum Phase {
+    Sending(Box<Sending>),
+    Reading(Box<Reading>),
+    /// Waiting until then to resume a broken stream (`GET` with `Last-Event-ID`).
+    Resting(Timestamp),
+    Done,
+}
+
+struct Exchange {
+    purpose: Purpose,
+    /// It carries the round's answer.
+    delivery: bool,
+    outgoing: Outgoing,
+    redirects: u8,
+    /// The `GET` resuming this exchange's stream is under way.
+    resuming: bool,
+    /// Failed resumption attempts in a row.
+    resume_failures: u32,
+    decoder: SseDecoder,
+    /// Ids of the events seen (the latest ones): a resumed stream that replays them is not
+    /// taken twice.
+    seen: VecDeque<String>,
+    /// A call's answer arrived.
+    answered: bool,
+    phase: Phase,
+}
+
+/// Most event ids remembered per exchange.
+const MAX_SEEN_IDS: usize = 1024;
+
+/// What happened to one exchange during a progress pass.
+enum Step {
+    Nothing,
+    Head(wasi::IncomingResponse),
+    Failed(wasi::ErrorCode),
+    Bytes(Vec<u8>),
+    Ended,
+    Broke(String),
+    Due,
+}
+
+/// The transport of one server connection.
+pub struct HttpLink {
+    endpoint: Endpoint,
+    session_id: Option<String>,
+    /// The version `initialize` negotiated (legacy).
+    negotiated: Option<String>,
+    /// The ids of `initialize` requests sent.
+    initialize_ids: Vec<Value>,
+    exchanges: Vec<Exchange>,
+    /// The standalone stream: not asked for yet, being opened (requests wait), or settled.
+    listen: Listen,
+    /// Messages waiting for the standalone stream to open.
+    queued: VecDeque<(Value, bool)>,
+    /// The answer's exchange has not been accepted yet: what arrives meanwhile waits.
+    delivering: bool,
+    held: VecDeque<LinkEvent>,
+    events: VecDeque<LinkEvent>,
+    /// Bytes received in all.
+    received: u64,
+    closing: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listen {
+    NotYet,
+    Opening,
+    Settled,
+}
+
+impl HttpLink {
+    /// A transport to `url` (checked by the host at submission).
+    pub fn new(url: &str) -> Result<Self, String> {
+        let endpoint =
+            Endpoint::parse(url).map_err(|e| format!("the server URL is not usable: {}", e.0))?;
+        Ok(Self {
+            endpoint,
+            session_id: None,
+            negotiated: None,
+            initialize_ids: Vec::new(),
+            exchanges: Vec::new(),
+            listen: Listen::NotYet,
+            queued: VecDeque::new(),
+            delivering: false,
+            held: VecDeque::new(),
+            events: VecDeque::new(),
+            received: 0,
+            closing: false,
+        })
+    }
+
+    /// Bytes received from the server so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// Sends one JSON-RPC message; `delivery` when it carries the round's answer (then
+    /// [`LinkEvent::Delivered`] or [`LinkEvent::Lost`] follows).
+    pub fn send(&mut self, message: Value, delivery: bool) {
+        if delivery {
+            self.delivering = true;
+        }
+        if self.listen == Listen::Opening {
+            self.queued.push_back((message, delivery));
+            return;
+        }
+        self.post(message, delivery);
+    }
+
+    fn post(&mut self, message: Value, delivery: bool) {
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let id = message.get("id").filter(|id| !id.is_null()).cloned();
+        let purpose = match (&method, id) {
+            (Some(method), Some(id)) => {
+                if method == "initialize" {
+                    self.initialize_ids.push(id.clone());
+                }
+                Purpose::Call {
+                    id,
+                    method: method.clone(),
+                }
+            }
+            _ => Purpose::Reply,
+        };
+        let version = message
+            .pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| self.negotiated.clone());
+        let mut headers = vec![
+            header("content-type", "application/json"),
+            header("accept", "application/json, text/event-stream"),
+        ];
+        if let Some(version) = &version {
+            headers.push(header("mcp-protocol-version", version));
+        }
+        if version.as_deref() == Some(MODERN_VERSION) {
+            if let Some(method) = &method {
+                headers.push(header_value("mcp-method", method));
+                let name = match method.as_str() {
+                    "tools/call" | "prompts/get" => message.pointer("/params/name"),
+                    "resources/read" => message.pointer("/params/uri"),
+                    _ => None,
+                };
+                if let Some(name) = name.and_then(Value::as_str) {
+                    headers.push(header_value("mcp-name", name));
+                }
+            }
+        } else if let Some(session) = &self.session_id {
+            headers.push(header("mcp-session-id", session));
+        }
+        let body = message.to_string().into_bytes();
+        self.start(
+            purpose,
+            delivery,
+            Outgoing {
+                method: Method::Post,
+                target: self.endpoint.clone(),
+                headers,
+                body,
+            },
+        );
+    }
+
+    /// The headers of a `GET` or `DELETE` in the session.
+    fn session_headers(&self) -> Vec<(String, Vec<u8>)> {
+        let mut headers = Vec::new();
+        if let Some(session) = &self.session_id {
+            headers.push(header("mcp-session-id", session));
+        }
+        if let Some(version) = &self.negotiated {
+            headers.push(header("mcp-protocol-version", version));
+        }
+        headers
+    }
+
+    fn start(&mut self, purpose: Purpose, delivery: bool, outgoing: Outgoing) {
+        let mut exchange = Exchange {
+            purpose,
+            delivery,
+            outgoing,
+            redirects: 0,
+            resuming: false,
+            resume_failures: 0,
+            decoder: SseDecoder::default(),
+            seen: VecDeque::new(),
+            answered: false,
+            phase: Phase::Done,
+        };
+        match begin(&exchange.outgoing) {
+            Ok(sending) => {
+                exchange.phase = Phase::Sending(Box::new(sending));
+                self.exchanges.push(exchange);
+            }
+            Err(code) => {
+                self.exchange_failed(&mut exchange, &code);
+                if !matches!(exchange.phase, Phase::Done) {
+                    self.exchanges.push(exchange);
+                }
+            }
+        }
+    }
+
+    /// Ends the session: `DELETE` when the server gave one (the caller waits for
+    /// [`HttpLink::is_idle`] a moment), and stops listening and reading everything else.
+    pub fn close(&mut self) {
+        if self.closing {
+            return;
+        }
+        self.closing = true;
+        self.exchanges.clear();
+        self.queued.clear();
+        if self.session_id.is_some() {
+            let outgoing = Outgoing {
+                method: Method::Delete,
+                target: self.endpoint.clone(),
+                headers: self.session_headers(),
+                body: Vec::new(),
+            };
+            self.start(Purpose::Close, false, outgoing);
+        }
+    }
+
+    /// Nothing is under way.
+    pub fn is_idle(&self) -> bool {
+        self.exchanges.is_empty()
+    }
+
+    /// The pollables to wait on.
+    pub fn pollables(&self) -> Vec<&Pollable> {
+        let mut out = Vec::new();
+        for exchange in &self.exchanges {
+            match &exchange.phase {
+                Phase::Sending(sending) => {
+                    out.push(&sending.pollable);
+                    if let Some(p) = &sending.writing.pollable {
+                        out.push(p);
+                    }
+                }
+                Phase::Reading(reading) => out.push(&reading.pollable),
+                Phase::Resting(_) | Phase::Done => {}
+            }
+        }
+        out
+    }
+
+    /// When a resting exchange is due to resume, if any.
+    pub fn next_due(&self) -> Option<Timestamp> {
+        self.exchanges
+            .iter()
+            .filter_map(|e| match e.phase {
+                Phase::Resting(at) => Some(at),
+                _ => None,
+            })
+            .min_by(|a, b| time::to_nanos(a).cmp(&time::to_nanos(b)))
+    }
+
+    /// Moves every exchange on as far as it goes without waiting; returns what happened.
+    pub fn progress(&mut self) -> Vec<LinkEvent> {
+        let mut budget = READ_BUDGET;
+        let mut index = 0;
+        while index < self.exchanges.len() {
+            self.advance(index, &mut budget);
+            index += 1;
+        }
+        self.exchanges.retain(|e| !matches!(e.phase, Phase::Done));
+        if self.listen == Listen::Opening
+            && !self
+                .exchanges
+                .iter()
+                .any(|e| e.purpose == Purpose::Listen && matches!(e.phase, Phase::Sending(_)))
+        {
+            self.listen = Listen::Settled;
+        }
+        if self.listen == Listen::Settled {
+            while let Some((message, delivery)) = self.queued.pop_front() {
+                self.post(message, delivery);
+            }
+        }
+        self.events.drain(..).collect()
+    }
+
+    fn advance(&mut self, index: usize, budget: &mut usize) {
+        loop {
+            let step = poll_exchange(&mut self.exchanges[index], budget);
+            match step {
+                Step::Nothing => return,
+                Step::Head(response) => self.head(index, response),
+                Step::Failed(code) => {
+                    let mut exchange = self.take(index);
+                    self.exchange_failed(&mut exchange, &code);
+                    self.exchanges[index] = exchange;
+                }
+                Step::Bytes(bytes) => self.bytes(index, bytes),
+                Step::Ended => self.ended(index, None),
+                Step::Broke(why) => self.ended(index, Some(why)),
+                Step::Due => self.resume(index),
+            }
+        }
+    }
+
+    /// Takes the exchange out of the list for a moment (its place keeps a finished one).
+    fn take(&mut self, index: usize) -> Exchange {
+        let placeholder = Exchange {
+            purpose: Purpose::Reply,
+            delivery: false,
+            outgoing: Outgoing {
+                method: Method::Get,
+                target: self.endpoint.clone(),
+                headers: Vec::new(),
+                body: Vec::new(),
+            },
+            redirects: 0,
+            resuming: false,
+            resume_failures: 0,
+            decoder: SseDecoder::default(),
+            seen: VecDeque::new(),
+            answered: false,
+            phase: Phase::Done,
+        };
+        std::mem::replace(&mut self.exchanges[index], placeholder)
+    }
+
+    fn head(&mut self, index: usize, response: wasi::IncomingResponse) {
+        let status = response.status();
+        let headers = response.headers();
+        let get = |name: &str| -> Option<String> {
+            headers
+                .get(name)
+                .into_iter()
+                .next()
+                .and_then(|v| String::from_utf8(v).ok())
+        };
+        let content_type = get("content-type").unwrap_or_default().to_ascii_lowercase();
+        let location = get("location");
+        let session = get("mcp-session-id");
+        drop(headers);
+        let exchange = &mut self.exchanges[index];
+        if (300..400).contains(&status)
+            && let Some(location) = location
+        {
+            exchange.phase = Phase::Done;
+            self.redirect(index, status, &location);
+            return;
+        }
+        let ok = (200..300).contains(&status);
+        if ok
+            && session.is_some()
+            && self.session_id.is_none()
+            && let Purpose::Call { id, .. } = &exchange.purpose
+            && self.initialize_ids.contains(id)
+        {
+            self.session_id = session;
+        }
+        if exchange.resuming && ok {
+            exchange.resume_failures = 0;
+        }
+        let events = content_type.starts_with("text/event-stream");
+        let kind = match (&exchange.purpose, ok) {
+            (Purpose::Call { .. } | Purpose::Listen, true) if events => BodyKind::Events,
+            (Purpose::Call { .. }, true) if exchange.resuming || status == 202 || status == 204 => {
+                BodyKind::Discard
+            }
+            (Purpose::Call { .. }, true) => BodyKind::Json(Vec::new()),
+            (_, true) => BodyKind::Discard,
+            (_, false) => BodyKind::Error(Vec::new()),
+        };
+        // An answer is delivered once the server took it: a response or notification with a
+        // success status, or the call carrying it (2026-07-28) answered with one.
+        let accepted = exchange.delivery
+            && ok
+            && match exchange.purpose {
+                Purpose::Reply => true,
+                Purpose::Call { .. } => !exchange.resuming,
+                Purpose::Listen | Purpose::Close => false,
+            };
+        if accepted {
+            exchange.delivery = false;
+            self.delivered();
+        }
+        let exchange = &mut self.exchanges[index];
+        let body = match response.consume() {
+            Ok(body) => body,
+            Err(()) => {
+                exchange.phase = Phase::Done;
+                return;
+            }
+        };
+        let Ok(stream) = body.stream() else {
+            exchange.phase = Phase::Done;
+            return;
+        };
+        let pollable = stream.subscribe();
+        exchange.phase = Phase::Reading(Box::new(Reading {
+            pollable,
+            stream,
+            _body: body,
+            kind,
+            status,
+        }));
+    }
+
+    fn redirect(&mut self, index: usize, status: u16, location: &str) {
+        let mut exchange = self.take(index);
+        let target = match exchange.outgoing.target.resolve(location) {
+            Ok(target) => target,
+            Err(e) => {
+                self.lost(
+                    &mut exchange,
+                    format!(
+                        "redirected (HTTP {status}) to a malformed location ({})",
+                        e.0
+                    ),
+                );
+                self.exchanges[index] = exchange;
+                return;
+            }
+        };
+        if exchange.redirects >= MAX_REDIRECTS {
+            self.lost(
+                &mut exchange,
+                format!("redirected the kit more than {MAX_REDIRECTS} times"),
+            );
+            self.exchanges[index] = exchange;
+            return;
+        }
+        exchange.redirects += 1;
+        exchange.outgoing.target = target;
+        match begin(&exchange.outgoing) {
+            Ok(sending) => exchange.phase = Phase::Sending(Box::new(sending)),
+            Err(code) => self.exchange_failed(&mut exchange, &code),
+        }
+        self.exchanges[index] = exchange;
+    }
+
+    fn bytes(&mut self, index: usize, bytes: Vec<u8>) {
+        self.received = self.received.saturating_add(bytes.len() as u64);
+        let exchange = &mut self.exchanges[index];
+        let Phase::Reading(reading) = &mut exchange.phase else {
+            return;
+        };
+        match &mut reading.kind {
+            BodyKind::Discard => {}
+            BodyKind::Error(kept) => {
+                let room = MAX_ERROR_BODY.saturating_sub(kept.len());
+                kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            BodyKind::Json(kept) => {
+                if kept.len() + bytes.len() > MAX_LINE_BYTES {
+                    exchange.phase = Phase::Done;
+                    let mut exchange = self.take(index);
+                    self.lost(
+                        &mut exchange,
+                        format!(
+                            "answered with a body longer than {} MiB",
+                            MAX_LINE_BYTES >> 20
+                        ),
+                    );
+                    self.exchanges[index] = exchange;
+                    return;
+                }
+                kept.extend_from_slice(&bytes);
+            }
+            BodyKind::Events => {
+                let events = match exchange.decoder.push(&bytes) {
+                    Ok(events) => events,
+                    Err(e) => {
+                        let what = match e {
+                            crate::mcp::sse::SseError::EventTooLong => format!(
+                                "sent an event longer than {} MiB",
+                                crate::mcp::sse::MAX_EVENT_BYTES >> 20
+                            ),
+                            crate::mcp::sse::SseError::NotUtf8 => {
+                                "sent an event stream that is not UTF-8".into()
+                            }
+                        };
+                        let mut exchange = self.take(index);
+                        exchange.phase = Phase::Done;
+                        self.lost(&mut exchange, what);
+                        self.exchanges[index] = exchange;
+                        return;
+                    }
+                };
+                let mut answered = false;
+                let mut messages = Vec::new();
+                for event in events {
+                    if let Some(id) = event.id.as_deref().filter(|id| !id.is_empty()) {
+                        if exchange.seen.iter().any(|seen| seen == id) {
+                            continue;
+                        }
+                        if exchange.seen.len() == MAX_SEEN_IDS {
+                            exchange.seen.pop_front();
+                        }
+                        exchange.seen.push_back(id.to_string());
+                    }
+                    if event.event != "message" || event.data.trim().is_empty() {
+                        continue;
+                    }
+                    if let Purpose::Call { id, .. } = &exchange.purpose
+                        && answers(&event.data, id)
+                    {
+                        answered = true;
+                    }
+                    messages.push(event.data);
+                }
+                if answered {
+                    exchange.answered = true;
+                    // The call is answered: its stream is done (a server may keep it open).
+                    exchange.phase = Phase::Done;
+                }
+                for message in messages {
+                    self.message(message);
+                }
+            }
+        }
+    }
+
+    /// A body or stream ended (`broke`: with an error).
+    fn ended(&mut self, index: usize, broke: Option<String>) {
+        let mut exchange = self.take(index);
+        let Phase::Reading(reading) = std::mem::replace(&mut exchange.phase, Phase::Done) else {
+            self.exchanges[index] = exchange;
+            return;
+        };
+        let Reading { kind, status, .. } = *reading;
+        match kind {
+            BodyKind::Events => match &exchange.purpose {
+                Purpose::Call { method, .. } if !exchange.answered => {
+                    let method = method.clone();
+                    self.stream_broke(&mut exchange, &method, broke);
+                }
+                Purpose::Listen if !self.closing => {
+                    // The server closed its stream (it may, and a client opens it again).
+                    self.rest(&mut exchange);
+                }
+                _ => {}
+            },
+            BodyKind::Json(bytes) => {
+                self.json_body(&mut exchange, &bytes, broke);
+            }
+            BodyKind::Error(bytes) => self.error_body(&mut exchange, status, &bytes),
+            BodyKind::Discard => {
+                if let Purpose::Call { method, .. } = &exchange.purpose {
+                    if exchange.resuming {
+                        // A resumption that did not stream: try again.
+                        let method = method.clone();
+                        self.stream_broke(&mut exchange, &method, None);
+                    } else {
+                        let reply = error_reply(
+                            &call_id(&exchange),
+                            -32603,
+                            &format!("the server answered HTTP {status} without a response"),
+                        );
+                        self.message(reply);
+                    }
+                }
+            }
+        }
+        self.exchanges[index] = exchange;
+    }
+
+    fn json_body(&mut self, exchange: &mut Exchange, bytes: &[u8], broke: Option<String>) {
+        let Purpose::Call { method, .. } = &exchange.purpose else {
+            return;
+        };
+        let method = method.clone();
+        if let Some(why) = broke {
+            self.lost(exchange, format!("broke its answer to `{method}` ({why})"));
+            return;
+        }
+        match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Array(batch)) => {
+                for message in batch {
+                    self.message(message.to_string());
+                }
+            }
+            Ok(Value::Object(_)) => {
+                // As written: numbers keep their digits, properties their order.
+                self.message(String::from_utf8_lossy(bytes).trim().to_string());
+            }
+            _ => self.lost(
+                exchange,
+                format!("answered `{method}` with a body that is not JSON"),
+            ),
+        }
+    }
+
+    /// An error status: the server's JSON-RPC error for the call, or one made of the status.
+    fn error_body(&mut self, exchange: &mut Exchange, status: u16, bytes: &[u8]) {
+        let session_gone = status == 404 && self.session_id.is_some();
+        let reason = if session_gone {
+            format!("HTTP {status}: the server no longer knows the session")
+        } else {
+            format!("HTTP {status}")
+        };
+        match &exchange.purpose {
+            Purpose::Call { method, .. } if exchange.resuming => {
+                let method = method.clone();
+                if status == 404 || status == 400 {
+                    self.lost(
+                        exchange,
+                        format!(
+                            "broke the stream of `{method}`, and refused to resume it ({reason})"
+                        ),
+                    );
+                } else {
+                    self.stream_broke(exchange, &method, Some(reason));
+                }
+            }
+            Purpose::Call { id, method } => {
+                let parsed = serde_json::from_slice::<Value>(bytes).ok();
+                let ours = parsed.as_ref().is_some_and(|m| answers_value(m, id));
+                if exchange.delivery {
+                    exchange.delivery = false;
+                    if ours {
+                        // The server took the answer and answered it (with an error).
+                        self.delivered();
+                    } else {
+                        let method = method.clone();
+                        self.lost(
+                            exchange,
+                            format!("did not take the answer to `{method}` ({reason})"),
+                        );
+                        return;
+                    }
+                }
+                let reply = match parsed {
+                    Some(mut message) if message.get("error").is_some_and(Value::is_object) => {
+                        message["id"] = id.clone();
+                        if !ours && let Some(text) = message.pointer_mut("/error/message") {
+                            *text = Value::String(format!(
+                                "{} ({reason})",
+                                text.as_str().unwrap_or_default()
+                            ));
+                        }
+                        message.to_string()
+                    }
+                    _ => error_reply(id, -32000, &format!("the server answered {reason}")),
+                };
+                self.message(reply);
+            }
+            Purpose::Reply => {
+                if exchange.delivery {
+                    exchange.delivery = false;
+                    self.lost(exchange, format!("did not take the answer ({reason})"));
+                } else {
+                    self.lost(exchange, format!("refused a message of the kit ({reason})"));
+                }
+            }
+            Purpose::Listen => {
+                if exchange.resuming
+                    && status != 405
+                    && !session_gone
+                    && exchange.resume_failures < MAX_RESUME_ATTEMPTS
+                {
+                    self.rest(exchange);
+                }
+            }
+            Purpose::Close => {}
+        }
+    }
+
+    /// A call's stream ended before its answer: resume it, or the server is lost.
+    fn stream_broke(&mut self, exchange: &mut Exchange, method: &str, broke: Option<String>) {
+        let resumable = exchange
+            .decoder
+            .last_event_id()
+            .is_some_and(|id| !id.is_empty());
+        if resumable && !self.closing {
+            if exchange.resuming && exchange.resume_failures >= MAX_RESUME_ATTEMPTS {
+                self.lost(
+                    exchange,
+                    format!(
+                        "broke the stream of `{method}` and it could not be resumed in \
+                         {MAX_RESUME_ATTEMPTS} attempts"
+                    ),
+                );
+                return;
+            }
+            self.rest(exchange);
+            return;
+        }
+        let why = broke.map(|w| format!(" ({w})")).unwrap_or_default();
+        self.lost(
+            exchange,
+            format!("ended the stream of `{method}` before answering it{why}, and gave no event id to resume it"),
+        );
+    }
+
+    /// Waits the server's `retry` delay, then resumes with `GET`.
+    fn rest(&mut self, exchange: &mut Exchange) {
+        let delay = exchange
+            .decoder
+            .retry_ms()
+            .unwrap_or(DEFAULT_RETRY_MS)
+            .max(1);
+        exchange.decoder.resume();
+        exchange.phase = Phase::Resting(time::add_millis(&time::now(), delay));
+    }
+
+    fn resume(&mut self, index: usize) {
+        let mut exchange = self.take(index);
+        let mut headers = vec![header("accept", "text/event-stream")];
+        headers.extend(self.session_headers());
+        if let Some(id) = exchange.decoder.last_event_id().filter(|id| !id.is_empty()) {
+            headers.push(header_value("last-event-id", id));
+        }
+        exchange.resuming = true;
+        exchange.resume_failures += 1;
+        exchange.redirects = 0;
+        exchange.outgoing = Outgoing {
+            method: Method::Get,
+            target: self.endpoint.clone(),
+            headers,
+            body: Vec::new(),
+        };
+        match begin(&exchange.outgoing) {
+            Ok(sending) => exchange.phase = Phase::Sending(Box::new(sending)),
+            Err(code) => self.exchange_failed(&mut exchange, &code),
+        }
+        self.exchanges[index] = exchange;
+    }
+
+    /// The request could not be sent or answered at all.
+    fn exchange_failed(&mut self, exchange: &mut Exchange, code: &wasi::ErrorCode) {
+        exchange.phase = Phase::Done;
+        if matches!(code, wasi::ErrorCode::HttpRequestDenied) {
+            let asked = exchange.outgoing.target.origin();
+            let what = if exchange.redirects > 0 {
+                format!(
+                    "it redirected the kit to {asked}, an origin the host does not grant (only the \
+                     server's own, {}, is)",
+                    self.endpoint.origin()
+                )
+            } else {
+                format!(
+                    "the host refused a request to {asked} (only the server's origin, {}, is \
+                     granted)",
+                    self.endpoint.origin()
+                )
+            };
+            if exchange.delivery {
+                exchange.delivery = false;
+                self.delivering = false;
+                self.release();
+            }
+            self.events.push_back(LinkEvent::Refused(what));
+            return;
+        }
+        let why = describe(code);
+        match &exchange.purpose {
+            Purpose::Listen => {
+                if !self.closing && exchange.resume_failures < MAX_RESUME_ATTEMPTS {
+                    self.rest(exchange);
+                }
+            }
+            Purpose::Close => {}
+            Purpose::Call { method, .. } if exchange.resuming => {
+                let method = method.clone();
+                self.stream_broke(exchange, &method, Some(why));
+            }
+            Purpose::Call { .. } | Purpose::Reply => {
+                let where_ = self.endpoint.url();
+                self.lost(
+                    exchange,
+                    format!("could not be reached at {where_} ({why})"),
+                );
+            }
+        }
+    }
+
+    fn lost(&mut self, exchange: &mut Exchange, how: String) {
+        exchange.phase = Phase::Done;
+        if exchange.delivery {
+            exchange.delivery = false;
+            self.delivering = false;
+            self.release();
+        }
+        self.events.push_back(LinkEvent::Lost(how));
+    }
+
+    fn delivered(&mut self) {
+        self.delivering = false;
+        self.events.push_back(LinkEvent::Delivered);
+        self.release();
+    }
+
+    fn release(&mut self) {
+        while let Some(event) = self.held.pop_front() {
+            self.events.push_back(event);
+        }
+    }
+
+    fn message(&mut self, text: String) {
+        self.note_message(&text);
+        let event = LinkEvent::Message(text);
+        if self.delivering {
+            self.held.push_back(event);
+        } else {
+            self.events.push_back(event);
+        }
+    }
+
+    /// What the transport learns from a message: the version `initialize` negotiated, then
+    /// it opens the standalone stream.
+    fn note_message(&mut self, text: &str) {
+        if self.initialize_ids.is_empty() || self.negotiated.is_some() {
+            return;
+        }
+        let Ok(message) = serde_json::from_str::<Value>(text) else {
+            return;
+        };
+        let Some(id) = message.get("id") else {
+            return;
+        };
+        if !self.initialize_ids.contains(id) {
+            return;
+        }
+        if let Some(version) = message
+            .pointer("/result/protocolVersion")
+            .and_then(Value::as_str)
+        {
+            self.negotiated = Some(version.to_string());
+            self.open_listen();
+        }
+    }
+
+    /// Opens the standalone `GET` stream (legacy): requests wait until it is open, so that
+    /// nothing the server sends there is missed.
+    fn open_listen(&mut self) {
+        if self.listen != Listen::NotYet || self.closing {
+            return;
+        }
+        self.listen = Listen::Opening;
+        let mut headers = vec![header("accept", "text/event-stream")];
+        headers.extend(self.session_headers());
+        self.start(
+            Purpose::Listen,
+            false,
+            Outgoing {
+                method: Method::Get,
+                target: self.endpoint.clone(),
+                headers,
+                body: Vec::new(),
+            },
+        );
+    }
+}
+
+/// Starts an exchange's request.
+fn begin(outgoing: &Outgoing) -> Result<Sending, wasi::ErrorCode> {
+    let mut headers = outgoing.headers.clone();
+    if outgoing.method == Method::Post {
+        headers.push(header("content-length", &outgoing.body.len().to_string()));
+    }
+    let fields = wasi::Fields::from_list(&headers)
+        .map_err(|e| wasi::ErrorCode::InternalError(Some(format!("a header: {e:?}"))))?;
+    let request = wasi::OutgoingRequest::new(fields);
+    let method = match outgoing.method {
+        Method::Get => wasi::Method::Get,
+        Method::Post => wasi::Method::Post,
+        Method::Delete => wasi::Method::Delete,
+    };
+    let bad = |what: &str| wasi::ErrorCode::InternalError(Some(format!("the request's {what}")));
+    request.set_method(&method).map_err(|()| bad("method"))?;
+    let scheme = match outgoing.target.scheme {
+        Scheme::Http => wasi::Scheme::Http,
+        Scheme::Https => wasi::Scheme::Https,
+    };
+    request
+        .set_scheme(Some(&scheme))
+        .map_err(|()| bad("scheme"))?;
+    request
+        .set_authority(Some(&outgoing.target.authority))
+        .map_err(|()| bad("authority"))?;
+    request
+        .set_path_with_query(Some(&outgoing.target.path_and_query))
+        .map_err(|()| bad("path"))?;
+    let body = if outgoing.method == Method::Post {
+        Some(request.body().map_err(|()| bad("body"))?)
+    } else {
+        None
+    };
+    let options = wasi::RequestOptions::new();
+    let nanos = |ms: u64| ms.saturating_mul(1_000_000);
+    let _ = options.set_connect_timeout(Some(nanos(CONNECT_TIMEOUT_MS)));
+    let _ = options.set_first_byte_timeout(Some(nanos(STREAM_SILENCE_MS)));
+    let _ = options.set_between_bytes_timeout(Some(nanos(STREAM_SILENCE_MS)));
+    let future = outgoing_handler::handle(request, Some(options))?;
+    let mut writing = Writing {
+        pollable: None,
+        stream: None,
+        body: None,
+        written: 0,
+    };
+    if let Some(body) = body {
+        writing.stream = Some(body.write().map_err(|()| bad("body stream"))?);
+        writing.body = Some(body);
+        // As much of the body as the stream takes now; the rest when it has room.
+        writing
+            .advance(&outgoing.body)
+            .map_err(|why| wasi::ErrorCode::InternalError(Some(why)))?;
+    }
+    let pollable = future.subscribe();
+    Ok(Sending {
+        pollable,
+        writing,
+        future,
+    })
+}
+
+/// One non-blocking step of an exchange.
+fn poll_exchange(exchange: &mut Exchange, budget: &mut usize) -> Step {
+    match &mut exchange.phase {
+        Phase::Done => Step::Nothing,
+        Phase::Resting(at) => {
+            if time::at_or_after(&time::now(), at) {
+                exchange.phase = Phase::Done;
+                Step::Due
+            } else {
+                Step::Nothing
+            }
+        }
+        Phase::Sending(sending) => {
+            if let Err(why) = sending.writing.advance(&exchange.outgoing.body) {
+                return Step::Failed(wasi::ErrorCode::InternalError(Some(why)));
+            }
+            if !sending.pollable.ready() {
+                return Step::Nothing;
+            }
+            let result = sending.future.get();
+            exchange.phase = Phase::Done;
+            match result {
+                Some(Ok(Ok(response))) => Step::Head(response),
+                Some(Ok(Err(code))) => Step::Failed(code),
+                Some(Err(())) | None => Step::Failed(wasi::ErrorCode::InternalError(Some(
+                    "the response was lost".into(),
+                ))),
+            }
+        }
+        Phase::Reading(reading) => {
+            if *budget == 0 {
+                return Step::Nothing;
+            }
+            match reading.stream.read(READ_CHUNK) {
+                Ok(bytes) if bytes.is_empty() => Step::Nothing,
+                Ok(bytes) => {
+                    *budget = budget.saturating_sub(bytes.len());
+                    Step::Bytes(bytes)
+                }
+                Err(StreamError::Closed) => Step::Ended,
+                Err(StreamError::LastOperationFailed(e)) => {
+                    let why = wasi::http_error_code(&e)
+                        .map(|code| describe(&code))
+                        .unwrap_or_else(|| e.to_debug_string());
+                    Step::Broke(why)
+                }
+            }
+        }
+    }
+}
+
+/// Whether `text` is the JSON-RPC response to request `id`.
+fn answers(text: &str, id: &Value) -> bool {
+    serde_json::from_str::<Value>(text).is_ok_and(|m| answers_value(&m, id))
+}
+
+fn answers_value(message: &Value, id: &Value) -> bool {
+    message.get("id") == Some(id)
+        && message.get("method").is_none()
+        && (message.get("result").is_some() || message.get("error").is_some())
+}
+
+fn call_id(exchange: &Exchange) -> Value {
+    match &exchange.purpose {
+        Purpose::Call { id, .. } => id.clone(),
+        _ => Value::Null,
+    }
+}
+
+/// A JSON-RPC error response to `id`, as the transport's own.
+fn error_reply(id: &Value, code: i64, message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+fn header(name: &str, value: &str) -> (String, Vec<u8>) {
+    (name.to_string(), value.as_bytes().to_vec())
+}
+
+/// A header carrying a value from a message: as it is when it is printable ASCII without
+/// surrounding spaces, else as `=?base64?...?=` (SEP-2243).
+fn header_value(name: &str, value: &str) -> (String, Vec<u8>) {
+    (
+        name.to_string(),
+        crate::mcp::param_headers::encode_text(value).into_bytes(),
+    )
+}
+
+fn stream_error(what: &str, e: StreamError) -> String {
+    match e {
+        StreamError::Closed => format!("{what}: the connection closed"),
+        StreamError::LastOperationFailed(e) => format!("{what}: {}", e.to_debug_string()),
+    }
+}
+
+/// What a `wasi:http` error means, in words.
+fn describe(code: &wasi::ErrorCode) -> String {
+    use wasi::ErrorCode as E;
+    match code {
+        E::ConnectionRefused => "connection refused".into(),
+        E::ConnectionTerminated => "the connection was closed".into(),
+        E::ConnectionTimeout => "connecting timed out".into(),
+        E::ConnectionReadTimeout | E::HttpResponseTimeout => "no answer in time".into(),
+        E::DnsTimeout | E::DnsError(_) => "its host name could not be resolved".into(),
+        E::DestinationNotFound | E::DestinationUnavailable => "unreachable".into(),
+        E::TlsProtocolError | E::TlsCertificateError | E::TlsAlertReceived(_) => {
+            "TLS failed (its certificate, or the handshake)".into()
+        }
+        E::HttpResponseIncomplete => "the response was cut short".into(),
+        E::HttpProtocolError => "the response is not valid HTTP".into(),
+        E::HttpRequestDenied => "the host refused the request".into(),
+        E::InternalError(Some(why)) => why.clone(),
+        other => format!("{other:?}"),
+    }
+}
