@@ -13,6 +13,7 @@ mod execution_edges;
 mod execution_store;
 mod executions;
 mod executions_peers;
+mod http_network;
 mod http_peers;
 mod lease_fencing;
 mod lifecycle_model;

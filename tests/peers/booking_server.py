@@ -10,6 +10,18 @@ The tool `book_table_quickly` (legacy era: `ctx.elicit` works on legacy only) wr
 `asyncio.wait_for` with a one-second timeout, as a server that will not wait for a person does: it
 completes the call while the elicitation is still open.
 
+The tool `book_table_confirmed` asks twice, the second question depending on the first answer:
+the booking form (the resolver `ask_booking`, as for `book_table`), then a confirmation form (one
+boolean `confirmed`) whose message names the booked person. Its resolver `ask_confirmation` depends
+on `ask_booking` through `Resolve`, so the SDK asks the two one after the other. On 2026-07-28 that
+is two rounds: the call answers `input_required` with key `__main__:ask_booking`, the retry answers
+`input_required` again with key `__main__:ask_confirmation` (its `requestState` carries the booking
+answer), and the second retry completes. On 2025-11-25 and older the call sends two
+`elicitation/create` requests one after the other, then completes. Result:
+`confirmed booking at <restaurant> for <name>`, or `not booked: <why>` (`booking <action>`,
+`confirmation <action>`, `<name> did not confirm`); the confirmation is not asked when the booking
+form was not accepted.
+
 Run: `python booking_server.py` (stdio; logs on stderr), or over Streamable HTTP on loopback:
 `python booking_server.py --http PORT [--event-store] [--retry-ms N]` (endpoint
 `http://127.0.0.1:PORT/mcp`, sessions and SSE responses, the SDK's defaults). `--event-store` keeps
@@ -80,6 +92,43 @@ async def book_table_quickly(restaurant: str, ctx: Context) -> str:
     if isinstance(booking, AcceptedElicitation):
         return f"booked {restaurant} for {booking.data.name}"
     return f"not booked: {booking.action}"
+
+
+class Confirmation(BaseModel):
+    """The second form: confirm the booking made with the first."""
+
+    confirmed: bool = Field(description="Yes, book it")
+
+
+def ask_confirmation(
+    restaurant: str,
+    booking: Annotated[ElicitationResult[Booking], Resolve(ask_booking)],
+) -> Elicit[Confirmation] | None:
+    # Depends on the booking form: asked only once that form was answered, and only if accepted
+    # (None = nothing to confirm; the tool then reports the booking form's outcome).
+    if not isinstance(booking, AcceptedElicitation):
+        return None
+    b = booking.data
+    return Elicit(
+        f"Confirm the table at {restaurant} for {b.name} ({b.guests} guests, {b.seating})?",
+        Confirmation,
+    )
+
+
+@server.tool()
+def book_table_confirmed(
+    restaurant: str,
+    booking: Annotated[ElicitationResult[Booking], Resolve(ask_booking)],
+    confirmation: Annotated[ElicitationResult[Confirmation], Resolve(ask_confirmation)],
+) -> str:
+    """Books a table after asking for the details, then for a confirmation of them."""
+    if not isinstance(booking, AcceptedElicitation):
+        return f"not booked: booking {booking.action}"
+    if not isinstance(confirmation, AcceptedElicitation):
+        return f"not booked: confirmation {confirmation.action}"
+    if not confirmation.data.confirmed:
+        return f"not booked: {booking.data.name} did not confirm"
+    return f"confirmed booking at {restaurant} for {booking.data.name}"
 
 
 class MemoryEventStore(EventStore):

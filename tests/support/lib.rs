@@ -14,6 +14,7 @@ use std::time::Duration;
 pub mod backends;
 pub mod fake_model;
 pub mod fixture;
+pub mod http_probe;
 pub mod http_server;
 pub mod peers;
 pub mod postgres_server;

@@ -287,6 +287,15 @@ pub fn withdrawing_server(timeout_ms: u64) -> Result<PeerCommand> {
     })
 }
 
+/// `tests/peers/withdrawing_server.mjs` over Streamable HTTP on `127.0.0.1:{port}` (the `{port}`
+/// argument is filled in by [`crate::http_server::HttpServer`]), endpoint `/mcp`: its
+/// elicitations travel on the session's standalone GET stream.
+pub fn withdrawing_http_server(timeout_ms: u64) -> Result<PeerCommand> {
+    let mut command = withdrawing_server(timeout_ms)?;
+    command.args.extend(["--http".into(), "{port}".into()]);
+    Ok(command)
+}
+
 /// The version of server-everything that is installed (from its `package.json`).
 pub fn installed_server_everything_version() -> Result<String> {
     let dir = install_root().join("npm");

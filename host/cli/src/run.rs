@@ -11,9 +11,9 @@ use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use indicatif::ProgressBar;
 use m3::{
-    AgentSpec, ExecutionError, ExecutionHandle, ExecutionResult, ExecutionStatus,
+    AgentSpec, ExecutionError, ExecutionHandle, ExecutionResult, ExecutionStatus, HttpServer,
     ManagedInputError, ManagedInputStatus, ManagedInputStore, McpTestKit, ModelValidationError,
-    OutcomeKind, Policy, RoundFilter, Script, StdioServer, Submission,
+    OutcomeKind, Policy, RoundFilter, Script, ServerBinding, StdioServer, Submission,
 };
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
@@ -91,8 +91,29 @@ pub struct RunArgs {
     server_name: String,
     /// The server's program: a path (relative to this directory), or a name looked up in the
     /// child's `PATH`.
-    #[arg(long, value_name = "CMD")]
-    server_command: String,
+    #[arg(
+        long,
+        value_name = "CMD",
+        required_unless_present = "server_url",
+        conflicts_with = "server_url"
+    )]
+    server_command: Option<String>,
+    /// A Streamable HTTP server instead: its MCP endpoint (`http://` or `https://`). The
+    /// execution may send requests to this URL's origin and nowhere else.
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with_all = ["server_arg", "server_env", "server_env_file", "server_cwd"]
+    )]
+    server_url: Option<String>,
+    /// `--server-url`: one header of every request to the server (repeatable), `NAME=VALUE`.
+    /// Its value is never stored or printed.
+    #[arg(long, value_name = "NAME=VALUE", requires = "server_url")]
+    server_header: Vec<String>,
+    /// `--server-url`: headers from a file, one `NAME: VALUE` per line (blank lines and lines
+    /// starting with `#` are skipped), so that a secret need not appear on a command line.
+    #[arg(long, value_name = "FILE", requires = "server_url")]
+    server_header_file: Option<PathBuf>,
     /// One argument of the server (repeatable).
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     server_arg: Vec<String>,
@@ -163,9 +184,56 @@ fn harness_env(spec: &AgentSpec) -> Result<BTreeMap<String, String>> {
     Ok(env)
 }
 
-fn server(args: &RunArgs) -> Result<StdioServer> {
-    let mut server = StdioServer::new(&args.server_name, &args.server_command)
-        .args(args.server_arg.iter().cloned());
+/// The era flag.
+fn era(args: &RunArgs) -> m3::McpEra {
+    match args.server_era {
+        None => m3::McpEra::Auto,
+        Some(crate::EraArg::Legacy) => m3::McpEra::Legacy,
+        Some(crate::EraArg::Modern) => m3::McpEra::Modern,
+    }
+}
+
+fn server(args: &RunArgs) -> Result<ServerBinding> {
+    match &args.server_url {
+        Some(url) => Ok(http_server(args, url)?.into()),
+        None => Ok(stdio_server(args)?.into()),
+    }
+}
+
+/// `--server-url`, with its headers (values checked by the kit at submission, never named in
+/// an error).
+fn http_server(args: &RunArgs, url: &str) -> Result<HttpServer> {
+    let mut server = HttpServer::new(&args.server_name, url).era(era(args));
+    if let Some(file) = &args.server_header_file {
+        let text = read_input(file).map_err(crate::invalid_submission)?;
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (name, value) = line.split_once(':').ok_or_else(|| {
+                crate::invalid_submission(format!(
+                    "{} line {}: expected NAME: VALUE",
+                    file.display(),
+                    number + 1
+                ))
+            })?;
+            server = server.header(name.trim(), value.trim());
+        }
+    }
+    for entry in &args.server_header {
+        let (name, value) = entry
+            .split_once('=')
+            .ok_or_else(|| crate::invalid_submission("--server-header takes NAME=VALUE"))?;
+        server = server.header(name.trim(), value);
+    }
+    Ok(server)
+}
+
+fn stdio_server(args: &RunArgs) -> Result<StdioServer> {
+    let command = args.server_command.clone().unwrap_or_default();
+    let mut server =
+        StdioServer::new(&args.server_name, command).args(args.server_arg.iter().cloned());
     if let Some(file) = &args.server_env_file {
         let text = read_input(file).map_err(crate::invalid_submission)?;
         for (number, line) in text.lines().enumerate() {
@@ -210,11 +278,7 @@ fn server(args: &RunArgs) -> Result<StdioServer> {
     if let Some(cwd) = &args.server_cwd {
         server = server.cwd(cwd.clone());
     }
-    server.era = match args.server_era {
-        None => m3::McpEra::Auto,
-        Some(crate::EraArg::Legacy) => m3::McpEra::Legacy,
-        Some(crate::EraArg::Modern) => m3::McpEra::Modern,
-    };
+    server.era = era(args);
     Ok(server)
 }
 

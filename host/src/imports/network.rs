@@ -104,9 +104,12 @@ const TRANSPORT_HEADERS: &[&str] = &[
 /// The normalised origin of a server URL (`http` or `https`, host lowercased, default port
 /// dropped), or why it is not one.
 pub fn server_origin(url: &str) -> Result<String, GrantError> {
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|_| GrantError(format!("`{}` is not a URL", bounded(url))))?;
+    let uri: http::Uri = url.parse().map_err(|_| {
+        GrantError(format!(
+            "`{}` is not an http:// or https:// URL",
+            bounded(url)
+        ))
+    })?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
         _ => {

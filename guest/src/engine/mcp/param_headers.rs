@@ -85,6 +85,7 @@ pub fn annotations(input_schema: &Value) -> Result<Vec<(String, String)>, String
         }
         out.push((parameter.clone(), name.to_string()));
     }
+    out.sort();
     Ok(out)
 }
 

@@ -8,7 +8,10 @@
 //! `initialize`) and the negotiated `MCP-Protocol-Version` go on every later request, and a
 //! standalone `GET` stream is opened for what the server sends outside any request. In the
 //! 2026-07-28 era there is no session: each request names its version (`MCP-Protocol-Version`,
-//! as its `_meta` does) and its method (`Mcp-Method`, `Mcp-Name`). A stream that breaks before
+//! as its `_meta` does) and its method (`Mcp-Method`, `Mcp-Name`), and a tool call carries the
+//! `Mcp-Param-*` headers its tool's schema asks for (`x-mcp-header`, SEP-2243): the transport
+//! lists the server's tools once before the first call to learn them, and does not call a tool
+//! whose annotations break the rules (the call gets an error instead). A stream that breaks before
 //! its answer is resumed with `GET` and `Last-Event-ID` when the server gave event ids (after
 //! its `retry` delay); otherwise the server is lost.
 //!
@@ -103,16 +106,23 @@ struct Writing {
 }
 
 impl Writing {
-    /// Writes what the stream takes now; `Ok(true)` once the whole body is written and
-    /// finished.
-    fn advance(&mut self, bytes: &[u8]) -> Result<bool, String> {
+    /// Writes what the stream takes now. A stream that fails (the request was refused or its
+    /// connection lost) is let go: the response's outcome says what happened.
+    fn advance(&mut self, bytes: &[u8]) {
+        if self.write(bytes).is_err() {
+            self.pollable = None;
+            self.stream = None;
+            self.body = None;
+        }
+    }
+
+    /// `Ok(true)` once the whole body is written and finished.
+    fn write(&mut self, bytes: &[u8]) -> Result<bool, StreamError> {
         let Some(stream) = &self.stream else {
             return Ok(true);
         };
         while self.written < bytes.len() {
-            let room = stream
-                .check_write()
-                .map_err(|e| stream_error("writing the request", e))?;
+            let room = stream.check_write()?;
             if room == 0 {
                 if self.pollable.is_none() {
                     self.pollable = Some(stream.subscribe());
@@ -122,17 +132,15 @@ impl Writing {
             let end = bytes
                 .len()
                 .min(self.written + usize::try_from(room).unwrap_or(usize::MAX));
-            stream
-                .write(&bytes[self.written..end])
-                .map_err(|e| stream_error("writing the request", e))?;
+            stream.write(&bytes[self.written..end])?;
             self.written = end;
         }
         let _ = stream.flush();
         self.pollable = None;
         self.stream = None;
         if let Some(body) = self.body.take() {
-            wasi::OutgoingBody::finish(body, None)
-                .map_err(|e| format!("the request could not be finished ({})", describe(&e)))?;
+            // A body that cannot be finished is a request the response's outcome reports.
+            let _ = wasi::OutgoingBody::finish(body, None);
         }
         Ok(true)
     }
@@ -229,7 +237,32 @@ pub struct HttpLink {
     /// Bytes received in all.
     received: u64,
     closing: bool,
+    /// What the transport knows of the server's tools (2026-07-28).
+    tools: ToolCatalog,
 }
+
+/// The server's tools as far as their headers go (2026-07-28, SEP-2243).
+#[derive(Debug, Default)]
+enum ToolCatalog {
+    /// Not listed yet.
+    #[default]
+    Unknown,
+    /// Being listed: the page request's id, the pages so far, the calls that wait.
+    Listing {
+        id: Value,
+        pages: u32,
+        tools: Vec<(String, Result<Vec<(String, String)>, String>)>,
+        waiting: VecDeque<(Value, bool)>,
+    },
+    /// Listed: each tool's annotated parameters, or why it may not be called.
+    Known(Vec<(String, Result<Vec<(String, String)>, String>)>),
+}
+
+/// Most pages of `tools/list` read.
+const MAX_TOOL_PAGES: u32 = 100;
+/// The id prefix of the transport's own `tools/list` requests (never the session's ids, which
+/// are numbers).
+const LISTING_ID_PREFIX: &str = "m3-tools-list-";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Listen {
@@ -256,6 +289,7 @@ impl HttpLink {
             events: VecDeque::new(),
             received: 0,
             closing: false,
+            tools: ToolCatalog::default(),
         })
     }
 
@@ -278,6 +312,103 @@ impl HttpLink {
     }
 
     fn post(&mut self, message: Value, delivery: bool) {
+        let modern = message
+            .pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+            .and_then(Value::as_str)
+            == Some(MODERN_VERSION);
+        if modern && message.get("method").and_then(Value::as_str) == Some("tools/call") {
+            match &mut self.tools {
+                ToolCatalog::Unknown => {
+                    let meta = message.pointer("/params/_meta").cloned();
+                    self.tools = ToolCatalog::Listing {
+                        id: Value::Null,
+                        pages: 0,
+                        tools: Vec::new(),
+                        waiting: VecDeque::from([(message, delivery)]),
+                    };
+                    self.list_tools(None, meta);
+                    return;
+                }
+                ToolCatalog::Listing { waiting, .. } => {
+                    waiting.push_back((message, delivery));
+                    return;
+                }
+                ToolCatalog::Known(_) => {}
+            }
+        }
+        self.post_now(message, delivery);
+    }
+
+    /// Asks for one page of the server's tools (the transport's own request).
+    fn list_tools(&mut self, cursor: Option<String>, meta: Option<Value>) {
+        let ToolCatalog::Listing { id, pages, .. } = &mut self.tools else {
+            return;
+        };
+        *pages += 1;
+        *id = Value::String(format!("{LISTING_ID_PREFIX}{pages}"));
+        let mut params = json!({});
+        if let Some(meta) = meta {
+            params["_meta"] = meta;
+        }
+        if let Some(cursor) = cursor {
+            params["cursor"] = Value::String(cursor);
+        }
+        let request =
+            json!({"jsonrpc": "2.0", "id": id.clone(), "method": "tools/list", "params": params});
+        self.post_now(request, false);
+    }
+
+    /// The answer to the transport's own `tools/list`: the next page, or the catalog complete
+    /// and the waiting calls sent (a call of a tool whose annotations break the rules is
+    /// answered with an error instead, and never sent).
+    fn listed(&mut self, answer: &Value, meta: Option<Value>) {
+        let ToolCatalog::Listing { tools, pages, .. } = &mut self.tools else {
+            return;
+        };
+        let mut next = None;
+        if let Some(result) = answer.get("result") {
+            for tool in result
+                .get("tools")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                    continue;
+                };
+                let schema = tool.get("inputSchema").cloned().unwrap_or(Value::Null);
+                tools.push((
+                    name.to_string(),
+                    crate::mcp::param_headers::annotations(&schema),
+                ));
+            }
+            next = result
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .filter(|_| *pages < MAX_TOOL_PAGES);
+        }
+        if next.is_some() {
+            self.list_tools(next, meta);
+            return;
+        }
+        let ToolCatalog::Listing { tools, waiting, .. } = std::mem::take(&mut self.tools) else {
+            return;
+        };
+        self.tools = ToolCatalog::Known(tools);
+        for (message, delivery) in waiting {
+            self.post(message, delivery);
+        }
+    }
+
+    fn post_now(&mut self, message: Value, delivery: bool) {
+        if let Some(refusal) = self.refused_tool(&message) {
+            if delivery {
+                self.delivering = false;
+            }
+            self.message(refusal);
+            return;
+        }
         let method = message
             .get("method")
             .and_then(Value::as_str)
@@ -318,6 +449,18 @@ impl HttpLink {
                 if let Some(name) = name.and_then(Value::as_str) {
                     headers.push(header_value("mcp-name", name));
                 }
+                if method == "tools/call"
+                    && let Some(annotations) = self.annotations_of(&message)
+                {
+                    let arguments = message
+                        .pointer("/params/arguments")
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    for (name, value) in crate::mcp::param_headers::headers(annotations, &arguments)
+                    {
+                        headers.push((name, value.into_bytes()));
+                    }
+                }
             }
         } else if let Some(session) = &self.session_id {
             headers.push(header("mcp-session-id", session));
@@ -333,6 +476,43 @@ impl HttpLink {
                 body,
             },
         );
+    }
+
+    /// The annotated parameters of the tool a `tools/call` names, when the catalog has them.
+    fn annotations_of(&self, message: &Value) -> Option<&[(String, String)]> {
+        let ToolCatalog::Known(tools) = &self.tools else {
+            return None;
+        };
+        let name = message.pointer("/params/name")?.as_str()?;
+        match tools.iter().find(|(tool, _)| tool == name) {
+            Some((_, Ok(annotations))) => Some(annotations),
+            _ => None,
+        }
+    }
+
+    /// The error answering a `tools/call` of a tool whose `x-mcp-header` annotations break the
+    /// rules: such a tool is never called.
+    fn refused_tool(&self, message: &Value) -> Option<String> {
+        let ToolCatalog::Known(tools) = &self.tools else {
+            return None;
+        };
+        if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+            return None;
+        }
+        let name = message.pointer("/params/name")?.as_str()?;
+        let (_, Err(why)) = tools.iter().find(|(tool, _)| tool == name)? else {
+            return None;
+        };
+        let id = message.get("id")?;
+        Some(error_reply(
+            id,
+            -32602,
+            &format!(
+                "the kit does not call the server's tool `{}`: its x-mcp-header annotations \
+                 break the rules of MCP 2026-07-28 ({why})",
+                crate::errors::bounded(name)
+            ),
+        ))
     }
 
     /// The headers of a `GET` or `DELETE` in the session.
@@ -965,6 +1145,16 @@ impl HttpLink {
     }
 
     fn message(&mut self, text: String) {
+        if let ToolCatalog::Listing { id, waiting, .. } = &self.tools
+            && let Ok(answer) = serde_json::from_str::<Value>(&text)
+            && answers_value(&answer, id)
+        {
+            let meta = waiting
+                .front()
+                .and_then(|(m, _)| m.pointer("/params/_meta").cloned());
+            self.listed(&answer, meta);
+            return;
+        }
         self.note_message(&text);
         let event = LinkEvent::Message(text);
         if self.delivering {
@@ -1070,9 +1260,7 @@ fn begin(outgoing: &Outgoing) -> Result<Sending, wasi::ErrorCode> {
         writing.stream = Some(body.write().map_err(|()| bad("body stream"))?);
         writing.body = Some(body);
         // As much of the body as the stream takes now; the rest when it has room.
-        writing
-            .advance(&outgoing.body)
-            .map_err(|why| wasi::ErrorCode::InternalError(Some(why)))?;
+        writing.advance(&outgoing.body);
     }
     let pollable = future.subscribe();
     Ok(Sending {
@@ -1095,9 +1283,7 @@ fn poll_exchange(exchange: &mut Exchange, budget: &mut usize) -> Step {
             }
         }
         Phase::Sending(sending) => {
-            if let Err(why) = sending.writing.advance(&exchange.outgoing.body) {
-                return Step::Failed(wasi::ErrorCode::InternalError(Some(why)));
-            }
+            sending.writing.advance(&exchange.outgoing.body);
             if !sending.pollable.ready() {
                 return Step::Nothing;
             }
@@ -1167,13 +1353,6 @@ fn header_value(name: &str, value: &str) -> (String, Vec<u8>) {
         name.to_string(),
         crate::mcp::param_headers::encode_text(value).into_bytes(),
     )
-}
-
-fn stream_error(what: &str, e: StreamError) -> String {
-    match e {
-        StreamError::Closed => format!("{what}: the connection closed"),
-        StreamError::LastOperationFailed(e) => format!("{what}: {}", e.to_debug_string()),
-    }
 }
 
 /// What a `wasi:http` error means, in words.
