@@ -20,13 +20,14 @@ example:
 soak factor="10":
     M3_SOAK={{factor}} cargo test --workspace --release -- --test-threads 2
 
-# Benchmarks: print tables, write target/bench/{engine,executions,component-size,cli,postgres}.json
+# Benchmarks: print tables, write target/bench/{engine,executions,component-size,cli,postgres,http_rounds}.json
 bench:
     cargo bench -p m3 --bench engine --features internals
     cargo bench -p m3 --bench executions
     cargo bench -p m3 --bench component_size
     cargo bench -p m3-cli --bench startup
     cargo bench -p m3-tests --bench postgres
+    cargo bench -p m3-tests --bench http_rounds
 
 # `m3 serve` under load: answers through the API by 50 clients, the event stream fanned out to
 # 200 subscribers; writes target/bench/serve.json (a release build of the command; see BENCHMARKS.md)

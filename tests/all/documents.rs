@@ -818,16 +818,20 @@ const CONFIGURATION: &[(&str, &str)] = &[
     ("5000 ms", "the busy timeout"),
     ("0.25 s", "the idle-connection reaper's look"),
     ("0.5 s", "how long a connection waits idle"),
+    (
+        "1 s",
+        "a stream's resumption delay when the server names none",
+    ),
     ("2 s", "the probe's wait; the cache's settle time"),
     ("5 s", "the busy timeout; the lease renewal period"),
     (
         "10 s",
-        "how old a PostgreSQL store's server-time offset grows",
+        "how old a PostgreSQL store's server-time offset grows; the probe's wait over HTTP",
     ),
     ("15 s", "the lease; the event stream's keep-alive"),
     (
         "30 s",
-        "the request timeout; a server's time to answer `initialize`",
+        "the request timeout; a server's time to answer `initialize`; connecting over HTTP",
     ),
     (
         "60 s",

@@ -366,3 +366,74 @@ fn typescript_sdk_over_http_elicitations_on_the_get_stream_are_answered_and_with
     run.close();
     Ok(())
 }
+
+/// A worker process killed with SIGKILL while its 2026-07-28 round over HTTP waits: the round
+/// holds no connection and its `requestState` is stored, yet it does not survive its worker
+/// (ARCHITECTURE.md, "A round over HTTP does not survive its worker"): once the lease expires,
+/// recovery fails it `recovery_unavailable`, a late answer is refused, and the server, which
+/// never knew, serves the next execution.
+#[test]
+fn python_sdk_over_http_a_killed_worker_s_modern_round_is_recovered_not_resumed() -> Result<()> {
+    let peer = booking_http(false)?;
+    let db = m3_tests::TempDb::new();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_m3-test-fault-worker"))
+        .args([
+            "kit",
+            db.path.to_str().context("a UTF-8 path")?,
+            "800",
+            &peer.url(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().context("stdout")?),
+        &mut line,
+    )?;
+    let round_id = line
+        .split_whitespace()
+        .nth(1)
+        .with_context(|| format!("no round in {line:?}"))?
+        .to_string();
+    let stored = db.store().get_round(&round_id)?.context("the round")?;
+    ensure!(
+        stored.pending.request_state.is_some(),
+        "a stored requestState"
+    );
+    child.kill()?;
+    child.wait()?;
+    std::thread::sleep(Duration::from_millis(1200));
+    let store = std::sync::Arc::new(SqliteExecutionStore::open(&db.path)?);
+    let kit = McpTestKit::new(
+        store.clone(),
+        std::collections::BTreeMap::<String, String>::new(),
+    )?;
+    assert_eq!(kit.recover()?, (1, 1));
+    let record = db.store().get_round(&round_id)?.context("the round")?;
+    assert_eq!(record.status, ManagedInputStatus::Failed);
+    assert_eq!(
+        record.failure.map(|f| f.code),
+        Some(FailureCode::RecoveryUnavailable)
+    );
+    let late = db.store().submit_responses(
+        &round_id,
+        &std::collections::BTreeMap::from([(
+            MRTR_KEY.to_string(),
+            ElicitationResponse::accept(booking_answer()),
+        )]),
+        "late",
+    );
+    assert!(
+        matches!(late, Err(ManagedInputError::Recovery(_))),
+        "{late:?}"
+    );
+    drop(kit);
+    store.close();
+    // The server is still there for the next one.
+    let run = Run::start(at(&peer, "booking", McpEra::Modern), book_table())?;
+    let round = run.pending()?;
+    run.answer(&round, MRTR_KEY, ElicitationResponse::decline())?;
+    run.succeeded()?;
+    run.close();
+    Ok(())
+}

@@ -53,12 +53,14 @@ fn expected_provider(name: &str) -> ImportProvider {
     match package {
         "m3:managed-input" => ImportProvider::M3Host,
         "wasi:random" => ImportProvider::WasiRandom,
+        "wasi:http" => ImportProvider::WasiHttp,
+        "wasi:io" => ImportProvider::WasiIo,
         _ => ImportProvider::Trap,
     }
 }
 
 #[test]
-fn linker_gives_the_guest_only_wasi_random_and_m3_imports() -> Result<()> {
+fn linker_gives_the_guest_only_m3_imports_wasi_random_and_granted_wasi_http() -> Result<()> {
     let policy = Policy::new()?;
     let imports = policy.imports();
     println!("imports of the component ({}):", imports.len());
@@ -108,7 +110,7 @@ fn linker_gives_the_guest_only_wasi_random_and_m3_imports() -> Result<()> {
             .any(|b| b.name.starts_with("wasi:random/") && b.provider == ImportProvider::WasiRandom),
         "the component should import wasi:random (jsonschema's hashing needs it)"
     );
-    for family in ["wasi:cli/", "wasi:io/", "wasi:clocks/"] {
+    for family in ["wasi:cli/", "wasi:clocks/", "wasi:filesystem/"] {
         ensure!(
             imports
                 .iter()
@@ -116,9 +118,19 @@ fn linker_gives_the_guest_only_wasi_random_and_m3_imports() -> Result<()> {
             "expected the component to import some {family}* (bound to a trap)"
         );
     }
-    // Nothing but these three providers exists, and anything ambient is a trap.
+    // `wasi:http` (for servers reached over HTTP, limited by each execution's grant) with its
+    // `wasi:io`; anything else ambient is a trap.
+    for interface in ["wasi:http/outgoing-handler", "wasi:io/poll"] {
+        ensure!(
+            imports.iter().any(|b| b.name.starts_with(interface)),
+            "the component should import {interface}"
+        );
+    }
     for binding in &imports {
-        if binding.name.starts_with("wasi:") && !binding.name.starts_with("wasi:random/") {
+        let granted = ["wasi:random/", "wasi:http/", "wasi:io/"]
+            .iter()
+            .any(|p| binding.name.starts_with(p));
+        if binding.name.starts_with("wasi:") && !granted {
             ensure!(binding.provider == ImportProvider::Trap, "{}", binding.name);
         }
     }
@@ -135,6 +147,8 @@ fn every_other_wasi_import_traps() -> Result<()> {
         (Probe::WallClock, "wasi:clocks/wall-clock"),
         (Probe::Stdout, "wasi:cli/stdout"),
         (Probe::Filesystem, "wasi:filesystem/"),
+        // No network outside an execution granted its server's origin.
+        (Probe::Network, "wasi:http/"),
     ] {
         match policy.probe(probe, 0) {
             Ok(seen) => bail!("probe {probe:?} returned normally: {seen}"),

@@ -142,16 +142,39 @@ fn socket_uses(dir: &Path) -> Result<Vec<String>> {
     Ok(uses)
 }
 
+/// Who depends on `dependency` directly in `package`'s normal dependency tree.
+fn direct_dependents(package: &str, dependency: &str) -> Result<Vec<String>> {
+    let output = Command::new(cargo())
+        .current_dir(workspace_root())
+        .args(["tree", "-e", "normal", "-p", package, "-i", dependency])
+        .args(["--prefix", "depth", "--target", "all", "--locked"])
+        .output()
+        .context("running cargo tree -i")?;
+    ensure!(
+        output.status.success(),
+        "cargo tree -p {package} -i {dependency} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8(output.stdout)?
+        .lines()
+        .filter_map(|l| l.strip_prefix('1'))
+        .map(str::to_string)
+        .collect())
+}
+
 /// An accepted URL answer only records consent: nothing in the kit, the command or the component
-/// can fetch a URL. None of them depends on a network client crate, their code uses no socket
-/// API of the standard library, tokio or libc (TCP, UDP or Unix sockets), and the component's
-/// WASI socket and HTTP imports (if it has any) are bound to traps. The one exception is `m3
-/// serve`, which listens: `m3-cli` may depend on `hyper` (the server side under axum) and code
-/// under `host/cli/src/serve/` may bind a listener (`TcpListener`, or `TcpSocket` to set its
-/// buffers first), but nothing there may connect out (`TcpStream`, `UdpSocket`, `UnixStream`,
-/// a `connect(` call, libc's `connect`, client crates). Each check is shown able to fail: the
-/// same scan finds the sockets of the test suite's loopback model and a planted connecting
-/// line for each name, and the same filter finds a client in a listing.
+/// can fetch a URL an answer or a request names. None of them depends on a network client crate
+/// of its own, their code uses no socket API of the standard library, tokio or libc (TCP, UDP
+/// or Unix sockets), and the component's WASI socket imports are bound to traps. The
+/// exceptions are named: the host's `wasi:http` (`hyper`, through `wasmtime-wasi-http` alone),
+/// whose every request goes to the execution's server origin or is refused
+/// (`imports/network.rs`; `http_network::*`), and `m3 serve`, which listens: `m3-cli` may
+/// depend on `hyper` (the server side under axum) and code under `host/cli/src/serve/` may bind
+/// a listener (`TcpListener`, or `TcpSocket` to set its buffers first), but nothing there may
+/// connect out (`TcpStream`, `UdpSocket`, `UnixStream`, a `connect(` call, libc's `connect`,
+/// client crates). Each check is shown able to fail: the same scan finds the sockets of the
+/// test suite's loopback model and a planted connecting line for each name, and the same filter
+/// finds a client in a listing.
 #[test]
 fn nothing_shipped_can_fetch_a_url() -> Result<()> {
     for package in ["m3", "m3-cli", "m3-guest", "m3-shipping-server"] {
@@ -164,6 +187,17 @@ fn nothing_shipped_can_fetch_a_url() -> Result<()> {
             .into_iter()
             .filter(|c| !(package == "m3-cli" && c.starts_with("hyper ")))
             .collect();
+        if package == "m3" && clients.iter().all(|c| c.starts_with("hyper ")) {
+            let dependents = direct_dependents(package, "hyper")?;
+            ensure!(
+                !dependents.is_empty()
+                    && dependents
+                        .iter()
+                        .all(|d| d.starts_with("wasmtime-wasi-http ")),
+                "m3 reaches hyper other than through wasmtime-wasi-http: {dependents:?}"
+            );
+            continue;
+        }
         ensure!(clients.is_empty(), "{package} depends on {clients:?}");
     }
     let control = ["m3 v0.1.0".to_string(), "hyper v1.6.0".to_string()];
@@ -240,9 +274,15 @@ fn nothing_shipped_can_fetch_a_url() -> Result<()> {
     let imports = m3::Policy::new()?.imports();
     ensure!(!imports.is_empty(), "the component lists no imports");
     for binding in &imports {
+        // `wasi:http` is the one network import, limited by each execution's grant.
+        let expected = if binding.name.starts_with("wasi:http/") {
+            m3::ImportProvider::WasiHttp
+        } else {
+            m3::ImportProvider::Trap
+        };
         if binding.name.starts_with("wasi:sockets") || binding.name.starts_with("wasi:http") {
             ensure!(
-                binding.provider == m3::ImportProvider::Trap,
+                binding.provider == expected,
                 "{} is bound to {:?}",
                 binding.name,
                 binding.provider

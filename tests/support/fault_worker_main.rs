@@ -8,7 +8,9 @@
 //! `m3-test-fault-worker kit DB LEASE_TTL_MS SHIPPING_SERVER [CODEX MODEL_BASE_URL]` instead runs
 //! a kit whose worker waits on a managed round of the shipping server (on the scripted harness,
 //! or on the codex harness when CODEX is given): it prints `pending ROUND EXECUTION` once the
-//! round is pending, then waits (renewing its lease) until it is killed.
+//! round is pending, then waits (renewing its lease) until it is killed. When SHIPPING_SERVER
+//! is an `http://` URL it is a Streamable HTTP server instead, `booking_server.py`'s HTTP mode:
+//! the round is `book_table`'s, in the 2026-07-28 era.
 
 use m3::{ElicitationResponse, ManagedInputStore, NewRound, OwnerClaim, StoreOptions};
 use serde_json::json;
@@ -55,15 +57,32 @@ fn kit(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
             json!({"item": "book"}),
         )),
     };
-    let agent = kit.agents([spec])?.remove(0);
-    let handle = agent.submit(
-        m3::Submission::new(
-            "Book a shipment.",
-            m3::StdioServer::new("shipping", server).args(["--era", "legacy"]),
+    let submission = if server.starts_with("http://") {
+        let spec = m3::AgentSpec::scripted(m3::Script::call(
+            "booking:book_table",
+            json!({"restaurant": "Chez M3"}),
+        ));
+        let agent = kit.agents([spec])?.remove(0);
+        agent.submit(
+            m3::Submission::new(
+                "Book a table.",
+                m3::HttpServer::new("booking", server).era(m3::McpEra::Modern),
+            )
+            .tools(["booking:book_table"])
+            .human_input(m3::HumanInput::Managed),
         )
-        .tools(["shipping:book_shipment"])
-        .human_input(m3::HumanInput::Managed),
-    )?;
+    } else {
+        let agent = kit.agents([spec])?.remove(0);
+        agent.submit(
+            m3::Submission::new(
+                "Book a shipment.",
+                m3::StdioServer::new("shipping", server).args(["--era", "legacy"]),
+            )
+            .tools(["shipping:book_shipment"])
+            .human_input(m3::HumanInput::Managed),
+        )
+    };
+    let handle = submission?;
     loop {
         if let Some(pending) = handle.pending_elicitation()? {
             println!("pending {} {}", pending.round_id, pending.execution_id);
