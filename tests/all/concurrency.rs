@@ -8,8 +8,9 @@
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use m3::{
-    ElicitationResponse, ErrorCode, ManagedInputError, ManagedInputRecord, ManagedInputStatus,
-    ManagedInputStore, NewRound, RoundFilter, SqliteManagedInputStore, StoreOptions, Synchronous,
+    DatabaseStore, ElicitationResponse, ErrorCode, ManagedInputError, ManagedInputRecord,
+    ManagedInputStatus, ManagedInputStore, NewRound, RoundFilter, SqliteManagedInputStore,
+    StoreOptions, Synchronous,
 };
 use m3_tests::backends::{Db, integrity, open_named};
 use m3_tests::{TempDb, address_round, claim, create, integrity_check, open};
@@ -253,9 +254,15 @@ fn race_child() -> Result<()> {
         .map(|_| {
             let (name, ready, go) = (name.clone(), ready.clone(), go.clone());
             thread::spawn(move || -> Result<Outcome> {
-                let store = open_named(&name, StoreOptions::default());
-                store.get_round(RACE_ROUND)?.context("round missing")?;
+                // Whatever happens, the racer reaches the barrier: one that failed to open its
+                // store says why (below) instead of leaving the others waiting for ever.
+                let prepared = (|| -> Result<DatabaseStore> {
+                    let store = DatabaseStore::open(&name, StoreOptions::default())?;
+                    store.get_round(RACE_ROUND)?.context("round missing")?;
+                    Ok(store)
+                })();
                 ready.wait();
+                let store = prepared?;
                 let deadline = Instant::now() + Duration::from_secs(120);
                 while !go.exists() {
                     ensure!(Instant::now() < deadline, "the parent never said go");
@@ -318,10 +325,16 @@ fn race_across_processes(db: &Db) -> Result<()> {
                 bail!("a racing process exited before the start: {status}");
             }
         }
-        ensure!(
-            Instant::now() < deadline,
-            "racing processes never got ready"
-        );
+        if Instant::now() >= deadline {
+            let mut said = String::new();
+            for (_, mut process) in children {
+                let _ = process.kill();
+                if let Ok(output) = process.wait_with_output() {
+                    said.push_str(&String::from_utf8_lossy(&output.stderr));
+                }
+            }
+            bail!("racing processes never got ready; they said:\n{said}");
+        }
         thread::sleep(Duration::from_millis(5));
     }
     std::fs::write(barrier_dir.join("go"), b"")?;

@@ -20,7 +20,7 @@ mod common;
 use common::stats::{Stats, stats_json};
 use common::{BenchResult, RunArgs, Table, target_dir};
 use m3::{
-    AgentSpec, ElicitationResponse, HttpServer, HumanInput, ManagedInputStore, McpEra, McpTestKit,
+    AgentSpec, ElicitationResponse, ExecutionStore, HttpServer, HumanInput, McpEra, McpTestKit,
     Script, ServerBinding, SqliteExecutionStore, StdioServer, Submission,
 };
 use m3_tests::http_server::HttpServer as HttpPeer;

@@ -139,6 +139,100 @@ fn run_and_respond_in_two_processes_modern() {
     two_process_flow(Sandbox::new(), "modern");
 }
 
+/// `m3 run --server-url` against the Python SDK's server in its Streamable HTTP mode, with a
+/// header from a file: the round (2026-07-28, probed) is printed, answered by `m3 respond` from
+/// another process, delivered, and the result is the server's; the header's value is nowhere in
+/// the database or the output.
+#[test]
+fn run_and_respond_over_http() {
+    let sb = Sandbox::new();
+    let peer = m3_tests::http_server::HttpServer::start(
+        "booking_server.py over HTTP",
+        m3_tests::peers::booking_http_server(false, 0).expect("the Python SDK peer"),
+        &[],
+        "/mcp",
+    )
+    .expect("the server starts");
+    let script = sb.write(
+        "script.json",
+        r#"{"steps": [{"tool": "booking:book_table", "arguments": {"restaurant": "Chez M3"}}]}"#,
+    );
+    let secret = "Bearer m3-cli-header-secret";
+    let headers = sb.write(
+        "headers.txt",
+        &format!("# for the server\nAuthorization: {secret}\n"),
+    );
+    let args: Vec<String> = [
+        "run",
+        "--no-prompt",
+        "--json",
+        "--server-name",
+        "booking",
+        "--server-url",
+        &peer.url(),
+        "--server-header-file",
+        headers.to_str().expect("a UTF-8 path"),
+        "--server-header",
+        "X-Trace=m3-contract",
+        "--script",
+        script.to_str().expect("a UTF-8 path"),
+        "--tool",
+        "booking:book_table",
+        "--human-input",
+        "managed",
+        "Book a table.",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut run = sb.spawn(&args);
+    let round = sb.wait_pending();
+    assert_eq!(round["server"], "booking");
+    assert_eq!(round["operation_name"], "book_table");
+    assert!(round["request_state"].is_string(), "2026-07-28: {round}");
+    let (round_id, _) = ids(&round);
+    assert_eq!(run.next_json(), json!({"event": "pending", "round": round}));
+    sb.m3(&[
+        "respond",
+        &round_id,
+        "--idempotency-key",
+        "booking-1",
+        "--accept",
+        r#"__main__:ask_booking={"name": "Asha", "guests": 2, "seating": "indoor"}"#,
+        "--json",
+    ])
+    .ok();
+    let (out, lines) = run.finish();
+    out.ok();
+    assert_eq!(
+        lines.len(),
+        2,
+        "one pending event and the result: {lines:?}"
+    );
+    let last: Value = serde_json::from_str(&lines[1]).expect("the result line is JSON");
+    assert_eq!(last["event"], "result");
+    let result = &last["result"];
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert_eq!(
+        result["tool_calls"][0]["output"],
+        "booked Chez M3 for Asha: guests=2 seating=indoor deposit=0.0 high_chair=False"
+    );
+    assert_eq!(sb.show(&round_id)["status"], "resolved");
+    let everything = [
+        std::fs::read(&sb.db).unwrap_or_default(),
+        std::fs::read(format!("{}-wal", sb.db.display())).unwrap_or_default(),
+        out.stdout.clone().into_bytes(),
+        out.stderr.clone().into_bytes(),
+    ]
+    .concat();
+    assert!(
+        !everything
+            .windows(secret.len())
+            .any(|w| w == secret.as_bytes()),
+        "the header's value was stored or printed"
+    );
+}
+
 /// The same flow with `--db` a PostgreSQL URL: the worker in `m3 run` hears the answer
 /// `m3 respond` commits from another process through the server's notifications.
 #[test]

@@ -119,6 +119,33 @@ fn cases(sb: &Sandbox, rng: &mut Rng, per_command: usize) -> Vec<Vec<String>> {
         out.push(base_run(&s(&["--server-env-file", &p])));
         out.push(base_run(&s(&["--server-cwd", &p])));
         out.push(base_run(&s(&["--tool", &t])));
+        let http_run = |extra: &[&str]| -> Vec<String> {
+            let mut args = s(&[
+                "run",
+                "--no-prompt",
+                "--json",
+                "--server-name",
+                "remote",
+                "--tool",
+                "remote:lookup",
+            ]);
+            args.extend(s(extra));
+            args.push("Look it up.".into());
+            args
+        };
+        out.push(http_run(&["--server-url", &t]));
+        out.push(http_run(&[
+            "--server-url",
+            "http://127.0.0.1:9/mcp",
+            "--server-header",
+            &t,
+        ]));
+        out.push(http_run(&[
+            "--server-url",
+            "http://127.0.0.1:9/mcp",
+            "--server-header-file",
+            &p,
+        ]));
         out.push(s(&["pending", "--wait", &n]));
         out.push(s(&["pending", "--execution", &t]));
         out.push(s(&["respond", &t, "--idempotency-key", &t, "--accept", &t]));

@@ -241,6 +241,10 @@ pub struct HttpLink {
     tools: ToolCatalog,
 }
 
+/// One listed tool: its name, and its annotated parameters (`(parameter, header)`) or why it
+/// may not be called.
+type ToolHeaders = (String, Result<Vec<(String, String)>, String>);
+
 /// The server's tools as far as their headers go (2026-07-28, SEP-2243).
 #[derive(Debug, Default)]
 enum ToolCatalog {
@@ -251,11 +255,11 @@ enum ToolCatalog {
     Listing {
         id: Value,
         pages: u32,
-        tools: Vec<(String, Result<Vec<(String, String)>, String>)>,
+        tools: Vec<ToolHeaders>,
         waiting: VecDeque<(Value, bool)>,
     },
     /// Listed: each tool's annotated parameters, or why it may not be called.
-    Known(Vec<(String, Result<Vec<(String, String)>, String>)>),
+    Known(Vec<ToolHeaders>),
 }
 
 /// Most pages of `tools/list` read.
@@ -1056,7 +1060,7 @@ impl HttpLink {
         let mut headers = vec![header("accept", "text/event-stream")];
         headers.extend(self.session_headers());
         if let Some(id) = exchange.decoder.last_event_id().filter(|id| !id.is_empty()) {
-            headers.push(header_value("last-event-id", id));
+            headers.push(header("last-event-id", id));
         }
         exchange.resuming = true;
         exchange.resume_failures += 1;
