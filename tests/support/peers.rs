@@ -346,26 +346,7 @@ fn install_conformance() -> Result<PathBuf> {
     let result = (|| {
         let npm = which("npm")?;
         retrying("npm ci (conformance)", |attempt| {
-            fresh_dir(&dir)?;
-            for name in pins {
-                let target = dir.join(Path::new(name).file_name().context("a pin file name")?);
-                fs::copy(pin_dir().join(name), &target)
-                    .with_context(|| format!("copying {name} to {}", dir.display()))?;
-            }
-            let mut command = Command::new(&npm);
-            command
-                .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
-                .current_dir(&dir);
-            if attempt > 1 {
-                let cache = install_root().join(format!("npm-cache-conformance-{attempt}"));
-                fresh_dir(&cache)?;
-                command.arg("--cache").arg(&cache).arg("--prefer-online");
-            }
-            run_logged(
-                &mut command,
-                NPM_TIMEOUT,
-                &install_root().join(format!("conformance-install-{attempt}.log")),
-            )?;
+            npm_ci(&npm, &dir, &pins, "conformance", attempt)?;
             ensure!(
                 installed_files.cli.is_file() && installed_files.node.is_file(),
                 "the conformance suite or its Node.js is missing after npm ci"
@@ -519,25 +500,7 @@ fn install_npm_peers() -> Result<PathBuf> {
         // 1) is a flake of the network, not of the pins: try again, each retry with an empty
         // npm cache of its own so a damaged cached tarball is not reused.
         retrying("npm ci", |attempt| {
-            fresh_dir(&dir)?;
-            for name in pins {
-                fs::copy(pin_dir().join(name), dir.join(name))
-                    .with_context(|| format!("copying {name} to {}", dir.display()))?;
-            }
-            let mut command = Command::new(&npm);
-            command
-                .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
-                .current_dir(&dir);
-            if attempt > 1 {
-                let cache = install_root().join(format!("npm-cache-{attempt}"));
-                fresh_dir(&cache)?;
-                command.arg("--cache").arg(&cache).arg("--prefer-online");
-            }
-            run_logged(
-                &mut command,
-                NPM_TIMEOUT,
-                &install_root().join(format!("npm-install-{attempt}.log")),
-            )?;
+            npm_ci(&npm, &dir, &pins, "npm", attempt)?;
             // Every package the tests use must be complete, Codex's platform build included.
             ensure!(
                 script.is_file(),
@@ -560,6 +523,33 @@ fn install_npm_peers() -> Result<PathBuf> {
             anyhow!("installing the npm test peers failed: {e:#}\nTo run it by hand: {by_hand}")
         })
         .map(|()| dir)
+}
+
+/// One attempt of `npm ci` into an emptied `dir` from the pin files `pins` (paths below
+/// `tests/peers/`, copied by file name), logged as `<label>-install-<attempt>.log`; a retry gets
+/// an empty npm cache of its own, so a damaged cached tarball is not reused.
+fn npm_ci(npm: &Path, dir: &Path, pins: &[&str], label: &str, attempt: u32) -> Result<()> {
+    fresh_dir(dir)?;
+    for name in pins {
+        let target = dir.join(Path::new(name).file_name().context("a pin file name")?);
+        fs::copy(pin_dir().join(name), &target)
+            .with_context(|| format!("copying {name} to {}", dir.display()))?;
+    }
+    let mut command = Command::new(npm);
+    command
+        .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+        .current_dir(dir);
+    if attempt > 1 {
+        let cache = install_root().join(format!("npm-cache-{label}-{attempt}"));
+        fresh_dir(&cache)?;
+        command.arg("--cache").arg(&cache).arg("--prefer-online");
+    }
+    run_logged(
+        &mut command,
+        NPM_TIMEOUT,
+        &install_root().join(format!("{label}-install-{attempt}.log")),
+    )?;
+    Ok(())
 }
 
 fn install_python_peers() -> Result<PathBuf> {

@@ -6,7 +6,9 @@
 //! carry the server's own requests and notifications before the answer; a response or a
 //! notification is accepted with `202`. In the legacy era the server's `Mcp-Session-Id` (from
 //! `initialize`) and the negotiated `MCP-Protocol-Version` go on every later request, and a
-//! standalone `GET` stream is opened for what the server sends outside any request. In the
+//! standalone `GET` stream is opened for what the server sends outside any request; later
+//! messages wait until that stream is open and `notifications/initialized` accepted (separate
+//! requests have no order, unlike the lines of stdio). In the
 //! 2026-07-28 era there is no session: each request names its version (`MCP-Protocol-Version`,
 //! as its `_meta` does) and its method (`Mcp-Method`, `Mcp-Name`), and a tool call carries the
 //! `Mcp-Param-*` headers its tool's schema asks for (`x-mcp-header`, SEP-2243): the transport
@@ -200,11 +202,38 @@ struct Exchange {
     seen: VecDeque<String>,
     /// A call's answer arrived.
     answered: bool,
+    /// Later messages wait until this exchange's response begins (or until then): the
+    /// standalone stream must be open before a request whose elicitation the server may send
+    /// there, and `notifications/initialized` accepted before the next request (a server may
+    /// offer its tools only once it has it; concurrent requests have no order).
+    gate: Option<Timestamp>,
     phase: Phase,
 }
 
+/// How long messages wait for a gating exchange (see [`Exchange::gate`]) at most.
+pub const GATE_MS: u64 = 10_000;
+
 /// Most event ids remembered per exchange.
 const MAX_SEEN_IDS: usize = 1024;
+
+impl Exchange {
+    /// An exchange that has not started (its phase `Done` until its request is sent).
+    fn new(purpose: Purpose, delivery: bool, outgoing: Outgoing) -> Self {
+        Self {
+            purpose,
+            delivery,
+            outgoing,
+            redirects: 0,
+            resuming: false,
+            resume_failures: 0,
+            decoder: SseDecoder::default(),
+            seen: VecDeque::new(),
+            answered: false,
+            gate: None,
+            phase: Phase::Done,
+        }
+    }
+}
 
 /// What happened to one exchange during a progress pass.
 enum Step {
@@ -226,9 +255,9 @@ pub struct HttpLink {
     /// The ids of `initialize` requests sent.
     initialize_ids: Vec<Value>,
     exchanges: Vec<Exchange>,
-    /// The standalone stream: not asked for yet, being opened (requests wait), or settled.
-    listen: Listen,
-    /// Messages waiting for the standalone stream to open.
+    /// The standalone stream was asked for.
+    listening: bool,
+    /// Messages waiting for the gate to open (see [`Exchange::gate`]).
     queued: VecDeque<(Value, bool)>,
     /// The answer's exchange has not been accepted yet: what arrives meanwhile waits.
     delivering: bool,
@@ -268,13 +297,6 @@ const MAX_TOOL_PAGES: u32 = 100;
 /// are numbers).
 const LISTING_ID_PREFIX: &str = "m3-tools-list-";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Listen {
-    NotYet,
-    Opening,
-    Settled,
-}
-
 impl HttpLink {
     /// A transport to `url` (checked by the host at submission).
     pub fn new(url: &str) -> Result<Self, String> {
@@ -286,7 +308,7 @@ impl HttpLink {
             negotiated: None,
             initialize_ids: Vec::new(),
             exchanges: Vec::new(),
-            listen: Listen::NotYet,
+            listening: false,
             queued: VecDeque::new(),
             delivering: false,
             held: VecDeque::new(),
@@ -308,11 +330,32 @@ impl HttpLink {
         if delivery {
             self.delivering = true;
         }
-        if self.listen == Listen::Opening {
+        if !self.queued.is_empty() || !self.gate_open() {
             self.queued.push_back((message, delivery));
             return;
         }
         self.post(message, delivery);
+    }
+
+    /// Whether messages may go out: no exchange that others must wait for (the standalone
+    /// stream being opened, `notifications/initialized` on its way) is still waiting for its
+    /// response's head, unless it has waited [`GATE_MS`].
+    fn gate_open(&self) -> bool {
+        let now = time::now();
+        !self.exchanges.iter().any(|e| {
+            matches!(e.phase, Phase::Sending(_))
+                && e.gate.is_some_and(|until| !time::at_or_after(&now, &until))
+        })
+    }
+
+    /// Sends what waited for the gate, in order, as long as it stays open.
+    fn flush(&mut self) {
+        while self.gate_open() {
+            let Some((message, delivery)) = self.queued.pop_front() else {
+                return;
+            };
+            self.post(message, delivery);
+        }
     }
 
     fn post(&mut self, message: Value, delivery: bool) {
@@ -532,18 +575,15 @@ impl HttpLink {
     }
 
     fn start(&mut self, purpose: Purpose, delivery: bool, outgoing: Outgoing) {
-        let mut exchange = Exchange {
-            purpose,
-            delivery,
-            outgoing,
-            redirects: 0,
-            resuming: false,
-            resume_failures: 0,
-            decoder: SseDecoder::default(),
-            seen: VecDeque::new(),
-            answered: false,
-            phase: Phase::Done,
-        };
+        let gates = purpose == Purpose::Listen
+            || outgoing.body.starts_with(b"{")
+                && serde_json::from_slice::<Value>(&outgoing.body).is_ok_and(|m| {
+                    m.get("method").and_then(Value::as_str) == Some("notifications/initialized")
+                });
+        let mut exchange = Exchange::new(purpose, delivery, outgoing);
+        if gates {
+            exchange.gate = Some(time::add_millis(&time::now(), GATE_MS));
+        }
         match begin(&exchange.outgoing) {
             Ok(sending) => {
                 exchange.phase = Phase::Sending(Box::new(sending));
@@ -601,12 +641,15 @@ impl HttpLink {
         out
     }
 
-    /// When a resting exchange is due to resume, if any.
+    /// When something is due: a resting exchange's resumption, or a gate's end while
+    /// messages wait for it.
     pub fn next_due(&self) -> Option<Timestamp> {
+        let waiting = !self.queued.is_empty();
         self.exchanges
             .iter()
-            .filter_map(|e| match e.phase {
-                Phase::Resting(at) => Some(at),
+            .filter_map(|e| match (&e.phase, e.gate) {
+                (Phase::Resting(at), _) => Some(*at),
+                (Phase::Sending(_), Some(until)) if waiting => Some(until),
                 _ => None,
             })
             .min_by(|a, b| time::to_nanos(a).cmp(&time::to_nanos(b)))
@@ -621,19 +664,7 @@ impl HttpLink {
             index += 1;
         }
         self.exchanges.retain(|e| !matches!(e.phase, Phase::Done));
-        if self.listen == Listen::Opening
-            && !self
-                .exchanges
-                .iter()
-                .any(|e| e.purpose == Purpose::Listen && matches!(e.phase, Phase::Sending(_)))
-        {
-            self.listen = Listen::Settled;
-        }
-        if self.listen == Listen::Settled {
-            while let Some((message, delivery)) = self.queued.pop_front() {
-                self.post(message, delivery);
-            }
-        }
+        self.flush();
         self.events.drain(..).collect()
     }
 
@@ -658,23 +689,16 @@ impl HttpLink {
 
     /// Takes the exchange out of the list for a moment (its place keeps a finished one).
     fn take(&mut self, index: usize) -> Exchange {
-        let placeholder = Exchange {
-            purpose: Purpose::Reply,
-            delivery: false,
-            outgoing: Outgoing {
+        let placeholder = Exchange::new(
+            Purpose::Reply,
+            false,
+            Outgoing {
                 method: Method::Get,
                 target: self.endpoint.clone(),
                 headers: Vec::new(),
                 body: Vec::new(),
             },
-            redirects: 0,
-            resuming: false,
-            resume_failures: 0,
-            decoder: SseDecoder::default(),
-            seen: VecDeque::new(),
-            answered: false,
-            phase: Phase::Done,
-        };
+        );
         std::mem::replace(&mut self.exchanges[index], placeholder)
     }
 
@@ -1195,10 +1219,10 @@ impl HttpLink {
     /// Opens the standalone `GET` stream (legacy): requests wait until it is open, so that
     /// nothing the server sends there is missed.
     fn open_listen(&mut self) {
-        if self.listen != Listen::NotYet || self.closing {
+        if self.listening || self.closing {
             return;
         }
-        self.listen = Listen::Opening;
+        self.listening = true;
         let mut headers = vec![header("accept", "text/event-stream")];
         headers.extend(self.session_headers());
         self.start(
