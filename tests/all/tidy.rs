@@ -1297,3 +1297,66 @@ fn host_modules_use_each_other_in_no_circle() -> Result<()> {
     );
     Ok(())
 }
+
+/// Regression (issue 22): `m3-cli` gained a second binary (`m3-conformance-client`), and the
+/// README's first command, `cargo run --release -p m3-cli -- demo`, stopped working ("could not
+/// determine which binary to run"). Every `cargo run -p PACKAGE` the README's opening block
+/// gives must name a package that has one binary or says which one runs (`default-run`): cargo
+/// itself answers, asked for the binary it would run.
+#[test]
+fn the_readme_s_cargo_run_commands_each_run_one_binary() -> Result<()> {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md"))?;
+    let block = readme
+        .split("```sh")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .context("README.md opens with a sh block")?;
+    let metadata = Command::new(cargo())
+        .current_dir(workspace_root())
+        .args(["metadata", "--no-deps", "--format-version", "1", "--locked"])
+        .output()?;
+    ensure!(metadata.status.success(), "cargo metadata failed");
+    let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout)?;
+    let packages = metadata["packages"]
+        .as_array()
+        .context("cargo metadata lists no packages")?;
+    let mut checked = 0;
+    for line in block
+        .lines()
+        .filter(|l| l.trim_start().starts_with("cargo run"))
+    {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let package = words
+            .windows(2)
+            .find(|w| w[0] == "-p")
+            .map(|w| w[1])
+            .with_context(|| format!("`{line}` names no package"))?;
+        let manifest = packages
+            .iter()
+            .find(|p| p["name"] == package)
+            .with_context(|| format!("`{line}`: no workspace package {package}"))?;
+        let binaries = manifest["targets"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .filter(|t| {
+                        t["kind"]
+                            .as_array()
+                            .is_some_and(|k| k.iter().any(|k| k == "bin"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        ensure!(
+            binaries == 1 || manifest["default_run"].is_string(),
+            "`{line}`: {package} has {binaries} binaries and no default-run, so cargo cannot \
+             tell which to run"
+        );
+        checked += 1;
+    }
+    ensure!(
+        checked >= 1,
+        "the README's opening block runs nothing with cargo run"
+    );
+    Ok(())
+}
