@@ -76,6 +76,12 @@ const MIGRATION_LOCK: i64 = 0x4d33_4d47;
 /// refuses a database of another application (tables but no `m3_schema`) or a schema version
 /// this build does not know, and changes nothing then.
 pub fn migrate(conn: &Connection, lock_timeout_ms: u64) -> Result<(), OpenError> {
+    // A database already at this version is opened by reading, without the migration lock:
+    // many stores opening at once (worker processes, answerers) never queue behind each other,
+    // as SQLite's opening reads before it writes. Anything else is checked again under the lock.
+    if version(conn)? == SCHEMA_VERSION {
+        return Ok(());
+    }
     let failed = |e: tokio_postgres::Error| OpenError::Postgres(describe(&e));
     conn.batch(&format!(
         "BEGIN; SET LOCAL lock_timeout = '{lock_timeout_ms}ms'; \
