@@ -513,7 +513,7 @@ impl HttpLink {
             headers.push(header("mcp-session-id", session));
         }
         let body = message.to_string().into_bytes();
-        self.start(
+        let exchange = self.start(
             purpose,
             delivery,
             Outgoing {
@@ -523,6 +523,17 @@ impl HttpLink {
                 body,
             },
         );
+        if method.as_deref() == Some("notifications/initialized") {
+            self.gate(exchange);
+        }
+    }
+
+    /// Makes later messages wait for the exchange at `index`, if it is still under way (see
+    /// [`Exchange::gate`]).
+    fn gate(&mut self, index: Option<usize>) {
+        if let Some(exchange) = index.and_then(|i| self.exchanges.get_mut(i)) {
+            exchange.gate = Some(time::add_millis(&time::now(), GATE_MS));
+        }
     }
 
     /// The annotated parameters of the tool a `tools/call` names, when the catalog has them.
@@ -574,28 +585,18 @@ impl HttpLink {
         headers
     }
 
-    fn start(&mut self, purpose: Purpose, delivery: bool, outgoing: Outgoing) {
-        let gates = purpose == Purpose::Listen
-            || outgoing.body.starts_with(b"{")
-                && serde_json::from_slice::<Value>(&outgoing.body).is_ok_and(|m| {
-                    m.get("method").and_then(Value::as_str) == Some("notifications/initialized")
-                });
+    /// Starts an exchange; its index while it is under way.
+    fn start(&mut self, purpose: Purpose, delivery: bool, outgoing: Outgoing) -> Option<usize> {
         let mut exchange = Exchange::new(purpose, delivery, outgoing);
-        if gates {
-            exchange.gate = Some(time::add_millis(&time::now(), GATE_MS));
-        }
         match begin(&exchange.outgoing) {
-            Ok(sending) => {
-                exchange.phase = Phase::Sending(Box::new(sending));
-                self.exchanges.push(exchange);
-            }
-            Err(code) => {
-                self.exchange_failed(&mut exchange, &code);
-                if !matches!(exchange.phase, Phase::Done) {
-                    self.exchanges.push(exchange);
-                }
-            }
+            Ok(sending) => exchange.phase = Phase::Sending(Box::new(sending)),
+            Err(code) => self.exchange_failed(&mut exchange, &code),
         }
+        if matches!(exchange.phase, Phase::Done) {
+            return None;
+        }
+        self.exchanges.push(exchange);
+        Some(self.exchanges.len() - 1)
     }
 
     /// Ends the session: `DELETE` when the server gave one (the caller waits for
@@ -1225,7 +1226,7 @@ impl HttpLink {
         self.listening = true;
         let mut headers = vec![header("accept", "text/event-stream")];
         headers.extend(self.session_headers());
-        self.start(
+        let exchange = self.start(
             Purpose::Listen,
             false,
             Outgoing {
@@ -1235,6 +1236,7 @@ impl HttpLink {
                 body: Vec::new(),
             },
         );
+        self.gate(exchange);
     }
 }
 
