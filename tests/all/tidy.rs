@@ -18,25 +18,32 @@ fn cargo() -> PathBuf {
     std::env::var_os("CARGO").map_or_else(|| PathBuf::from(env!("CARGO")), PathBuf::from)
 }
 
-/// `cargo tree -e normal -p <package>` for every target, one package per line.
-fn normal_dependencies(package: &str) -> Result<Vec<String>> {
+/// The lines of `cargo tree -e normal -p <package> EXTRA... --target all` (normal
+/// dependencies of every target).
+fn cargo_tree(package: &str, extra: &[&str]) -> Result<Vec<String>> {
     let output = Command::new(cargo())
         .current_dir(workspace_root())
         .args(["tree", "-e", "normal", "-p", package])
+        .args(extra)
         // `--locked`, not `--offline`: every target's packages must be known, and a fresh cargo
         // cache holds only the host's (cargo fetches the rest from the registry).
-        .args(["--prefix", "none", "--target", "all", "--locked"])
+        .args(["--target", "all", "--locked"])
         .output()
         .context("running cargo tree")?;
     ensure!(
         output.status.success(),
-        "cargo tree -p {package} failed: {}",
+        "cargo tree -p {package} {extra:?} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     Ok(String::from_utf8(output.stdout)?
         .lines()
         .map(str::to_string)
         .collect())
+}
+
+/// `package`'s normal dependencies for every target, one package per line.
+fn normal_dependencies(package: &str) -> Result<Vec<String>> {
+    cargo_tree(package, &["--prefix", "none"])
 }
 
 fn has_jsonschema(lines: &[String]) -> bool {
@@ -144,22 +151,13 @@ fn socket_uses(dir: &Path) -> Result<Vec<String>> {
 
 /// Who depends on `dependency` directly in `package`'s normal dependency tree.
 fn direct_dependents(package: &str, dependency: &str) -> Result<Vec<String>> {
-    let output = Command::new(cargo())
-        .current_dir(workspace_root())
-        .args(["tree", "-e", "normal", "-p", package, "-i", dependency])
-        .args(["--prefix", "depth", "--target", "all", "--locked"])
-        .output()
-        .context("running cargo tree -i")?;
-    ensure!(
-        output.status.success(),
-        "cargo tree -p {package} -i {dependency} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(String::from_utf8(output.stdout)?
-        .lines()
-        .filter_map(|l| l.strip_prefix('1'))
-        .map(str::to_string)
-        .collect())
+    Ok(
+        cargo_tree(package, &["-i", dependency, "--prefix", "depth"])?
+            .iter()
+            .filter_map(|l| l.strip_prefix('1'))
+            .map(str::to_string)
+            .collect(),
+    )
 }
 
 /// An accepted URL answer only records consent: nothing in the kit, the command or the component
