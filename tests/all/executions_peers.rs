@@ -57,7 +57,7 @@ fn everything(era: McpEra) -> Result<StdioServer> {
 }
 
 /// `booking_server.py` on the pinned Python SDK (installed on first use) as `booking`.
-fn booking(era: McpEra) -> Result<StdioServer> {
+pub(crate) fn booking(era: McpEra) -> Result<StdioServer> {
     Ok(binding("booking", &peers::booking_server()?)?.era(era))
 }
 

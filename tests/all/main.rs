@@ -7,6 +7,7 @@ mod codex_transcripts;
 mod component_cache;
 mod concurrency;
 mod crash;
+mod delivery_facts;
 mod documents;
 mod embedding;
 mod execution_edges;

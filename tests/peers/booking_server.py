@@ -22,6 +22,10 @@ answer), and the second retry completes. On 2025-11-25 and older the call sends 
 `confirmation <action>`, `<name> did not confirm`); the confirmation is not asked when the booking
 form was not accepted.
 
+The tool `book_table_then_exit` asks the booking form (as `book_table`), and once the answer has
+arrived the whole process exits at once with code 3, before it replies: a server that received the
+answer and died before acting on it (the answer was delivered, the round then fails).
+
 Run: `python booking_server.py` (stdio; logs on stderr), or over Streamable HTTP on loopback:
 `python booking_server.py --http PORT [--event-store] [--retry-ms N]` (endpoint
 `http://127.0.0.1:PORT/mcp`, sessions and SSE responses, the SDK's defaults). `--event-store` keeps
@@ -32,6 +36,8 @@ every stream's events in memory, so SSE events carry ids and a broken stream can
 import argparse
 import asyncio
 import itertools
+import os
+import sys
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
@@ -77,6 +83,17 @@ def book_table(
             f"deposit={b.deposit} high_chair={b.high_chair}"
         )
     return f"not booked: {booking.action}"
+
+
+@server.tool()
+def book_table_then_exit(
+    restaurant: str,
+    booking: Annotated[ElicitationResult[Booking], Resolve(ask_booking)],
+) -> str:
+    """Asks for the booking details, then exits (code 3) without replying."""
+    sys.stderr.write(f"booking_server: got the {booking.action} for {restaurant}; exiting\n")
+    sys.stderr.flush()
+    os._exit(3)
 
 
 @server.tool()

@@ -92,6 +92,52 @@ pub fn check_round_of(execution_id: &str, round: &ManagedInputRecord) -> Result<
     Ok(())
 }
 
+/// `execution-rules.check-acknowledged`: a `failed` round does not acknowledge the answer it
+/// stores, and the error says exactly what became of that answer, from the round's own
+/// timestamps: delivered (and when) before the round failed, delivery started and never
+/// confirmed, or never delivered. Any other status acknowledges it.
+pub fn check_acknowledged(round: &ManagedInputRecord) -> Result<()> {
+    if round.status != Status::Failed {
+        return Ok(());
+    }
+    let id = crate::errors::bounded(&round.pending.round_id);
+    let failure = match &round.failure {
+        Some(f) => format!(
+            "{} ({})",
+            crate::lifecycle::failure_name(f.code),
+            crate::errors::cut(&f.message, 200)
+        ),
+        None => "with no reason stored".to_string(),
+    };
+    let times = &round.timestamps;
+    Err(match (&times.delivered_at, &times.delivery_started_at) {
+        (Some(delivered), _) => state(
+            ErrorCode::DeliveredThenFailed,
+            format!(
+                "round {id}: its answers were delivered to the server at {}, then the round \
+                 failed: {failure}; the server received them, and they are not delivered again",
+                time::rfc3339(delivered)
+            ),
+        ),
+        (None, Some(started)) => state(
+            ErrorCode::DeliveryUnconfirmed,
+            format!(
+                "round {id}: delivery of its answers started at {} and was never confirmed \
+                 before the round failed: {failure}; the server may have received them, and \
+                 they are not delivered again",
+                time::rfc3339(started)
+            ),
+        ),
+        (None, None) => state(
+            ErrorCode::RoundTerminal,
+            format!(
+                "round {id} failed before delivery of its answers started: {failure}; the \
+                 server never received them, and they are stored but will never be delivered"
+            ),
+        ),
+    })
+}
+
 /// `execution-rules.decide`: the execution state machine. Given execution `execution_id`'s
 /// stored head (none: it does not exist), one operation and the time, decides the next head or
 /// the typed error. Arguments are checked before the stored head.

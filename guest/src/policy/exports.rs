@@ -93,6 +93,10 @@ impl execution_rules_export::Guest for Component {
     ) -> Result<(), ManagedInputError> {
         execution_rules::check_round_of(&execution_id, &round)
     }
+
+    fn check_acknowledged(round: ManagedInputRecord) -> Result<(), ManagedInputError> {
+        execution_rules::check_acknowledged(&round)
+    }
 }
 
 impl policy::GuestPreparedRound for prepared_round::PreparedRound {

@@ -123,7 +123,9 @@ pub fn respond(cli: &Cli, args: &RespondArgs) -> Result<ExitCode> {
         None
     };
     // The round's id, resolved from the prefix given (`ids.rs`), once the database is open.
-    let (executions, round_id) = if args.has_answers() {
+    // What was submitted (the response map and its key): a repeat of it asks the component
+    // what became of it once the round failed.
+    let (executions, round_id, submitted) = if args.has_answers() {
         let text = response_map(args)?;
         let key = args.idempotency_key.as_deref().ok_or_else(|| {
             crate::invalid_input(
@@ -135,7 +137,7 @@ pub fn respond(cli: &Cli, args: &RespondArgs) -> Result<ExitCode> {
         let executions = crate::executions(cli)?;
         let round_id = crate::ids::round(&executions, &args.round_id)?;
         submit(&executions, &round_id, &text, key)?;
-        (executions, round_id)
+        (executions, round_id, (text, key.to_string()))
     } else {
         if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
             return Err(crate::invalid_input(
@@ -146,10 +148,12 @@ pub fn respond(cli: &Cli, args: &RespondArgs) -> Result<ExitCode> {
         }
         let executions = crate::executions(cli)?;
         let round_id = crate::ids::round(&executions, &args.round_id)?;
-        if !answer_in_form(cli, &executions, &round_id, args, interrupt.as_ref())? {
+        let Some(submitted) =
+            answer_in_form(cli, &executions, &round_id, args, interrupt.as_ref())?
+        else {
             return Ok(ExitCode::from(crate::interrupt::EXIT_CODE));
-        }
-        (executions, round_id)
+        };
+        (executions, round_id, submitted)
     };
     let store = executions.store();
     let record = store
@@ -159,10 +163,22 @@ pub fn respond(cli: &Cli, args: &RespondArgs) -> Result<ExitCode> {
         // How the round ends says it all, a failure after the answer included.
         return wait_for_end(cli, store, &round_id, limit, interrupt);
     }
+    if record.status == ManagedInputStatus::Failed {
+        // It failed after the answer was taken. The repeat (same key, same answers) is refused
+        // by the component with what became of the answer: delivered (and when), delivery
+        // unconfirmed, or never delivered.
+        let (text, key) = &submitted;
+        submit(&executions, &round_id, text, key)?;
+        bail!(
+            "ManagedInputStateError: round {round_id} failed: {}",
+            delivery_fact(&record)
+        );
+    }
     if cli.json {
         print_json(&json::record(&record, None), false);
+    } else {
+        println!("{}", said(&record));
     }
-    said(&record, !cli.json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -208,7 +224,7 @@ fn answer_in_form(
     id: &str,
     args: &RespondArgs,
     interrupt: Option<&Interrupt>,
-) -> Result<bool> {
+) -> Result<Option<(String, String)>> {
     let record = match executions.store().get_round(id) {
         Ok(Some(record)) => record,
         Ok(None) => bail!("ManagedInputStateError: round {id} does not exist (round_not_found)"),
@@ -223,7 +239,7 @@ fn answer_in_form(
     }
     let key = args.idempotency_key.clone().unwrap_or_else(new_key);
     let mut earlier = None;
-    loop {
+    let text = loop {
         let answers = match crate::form::ask_round(&record.pending, earlier.as_ref()) {
             Ok(answers) => answers,
             Err(e)
@@ -231,21 +247,24 @@ fn answer_in_form(
             {
                 crate::form::restore_terminal();
                 eprintln!("interrupted: nothing was submitted for round {id}");
-                return Ok(false);
+                return Ok(None);
             }
             Err(e) => return Err(e),
         };
         let text = serde_json::to_string(&answers)
             .map_err(|_| crate::invalid_input("the answers could not be encoded as JSON"))?;
         match executions.respond(&record.pending.execution_id, id, &text, &key) {
-            Ok(()) => break,
+            Ok(()) => break text,
             Err(ManagedInputError::Validation(e)) => {
-                eprintln!("ManagedInputValidationError: {e}; asking again with your values");
+                eprintln!(
+                    "ManagedInputValidationError: {}; asking again with your values",
+                    crate::escaped::line(&e.to_string())
+                );
                 earlier = Some(answers);
             }
             Err(e) => return Err(e.into()),
         }
-    }
+    };
     let line = format!(
         "submitted with idempotency key {key} (the same key with the same answers repeats safely)"
     );
@@ -254,44 +273,49 @@ fn answer_in_form(
     } else {
         println!("{line}");
     }
-    Ok(true)
+    Ok(Some((text, key)))
 }
 
-/// Says what the stored status means (printed when `print`), never more: a repeated answer to a
-/// round that ended is acknowledged by the store (same key, same answer), but will never be
-/// delivered, which is an error.
-fn said(record: &ManagedInputRecord, print: bool) -> Result<()> {
+/// What the stored status of a round whose answer was just taken means, never more: its worker
+/// delivers the answer once or fails the round saying why.
+fn said(record: &ManagedInputRecord) -> String {
     let id = &record.pending.round_id;
-    let said = match record.status {
+    match record.status {
         ManagedInputStatus::ResponseValidated => format!(
             "round {id} is response_validated: the answers are stored and wait for its worker, \
              which delivers them once or fails the round saying why (`m3 show {id}`)"
         ),
-        ManagedInputStatus::DeliveryStarted | ManagedInputStatus::Delivered => {
-            format!(
-                "round {id} is {}: the answers are being delivered",
-                record.status
-            )
+        ManagedInputStatus::DeliveryStarted => {
+            format!("round {id} is delivery_started: the answers are being delivered")
         }
+        ManagedInputStatus::Delivered => format!(
+            "round {id} is delivered: the server received the answers and its reply is awaited"
+        ),
         ManagedInputStatus::Resolved => {
             format!("round {id} is resolved: the answers were delivered and the server replied")
         }
-        ManagedInputStatus::Pending | ManagedInputStatus::Failed => {
-            let failure = record
-                .failure
-                .as_ref()
-                .map(|f| format!("{} ({})", f.code, f.message))
-                .unwrap_or_else(|| record.status.to_string());
-            bail!(
-                "ManagedInputStateError: round {id} ended failed before its answers were \
-                 delivered: {failure}; they are stored but will not be delivered (round_terminal)"
-            );
+        // Not after a taken answer (a failed round is reported as an error before this).
+        status @ (ManagedInputStatus::Pending | ManagedInputStatus::Failed) => {
+            format!("round {id} is {status}")
         }
-    };
-    if print {
-        println!("{said}");
     }
-    Ok(())
+}
+
+/// What became of a failed round's answers, as its timestamps record it (`--wait`'s report).
+fn delivery_fact(record: &ManagedInputRecord) -> String {
+    let t = &record.timestamps;
+    match (t.delivered_at, t.delivery_started_at) {
+        (Some(at), _) => format!(
+            "its answers were delivered to the server at {} before it failed",
+            at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        ),
+        (None, Some(at)) => format!(
+            "delivery of its answers started at {} and was never confirmed: the server may \
+             have received them",
+            at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        ),
+        (None, None) => "its answers were never delivered".to_string(),
+    }
 }
 
 /// `--wait`: follows the round until it is resolved (exit 0, the record printed with `--json`)
@@ -349,7 +373,10 @@ fn wait_for_end(
         } else {
             "ManagedInputStateError"
         };
-        bail!("{name}: round {id} failed: {code} ({message})");
+        bail!(
+            "{name}: round {id} failed: {code} ({message}); {}",
+            delivery_fact(&record)
+        );
     }
     if cli.json {
         print_json(&json::record(&record, None), false);

@@ -475,6 +475,227 @@ fn cancelling_an_execution_fails_its_round_and_answers_are_gone() {
     assert_eq!(life[2].1["outcome"], "cancelled");
 }
 
+/// A server that reads the answer and exits before replying (the Python SDK's booking server,
+/// over stdio and over Streamable HTTP): the round is delivered, then failed `server_error`.
+/// The answer's repeat (same key, same answer) says so, with the time of the delivery, through
+/// `m3 respond` (also with `--wait`) and `POST /api/rounds/{id}/responses` (410
+/// `delivered_then_failed`); `m3 respond --wait` on the first answer reports the failure with
+/// the delivery. Never "not delivered", which would invite a second answer the server acts on.
+#[test]
+fn a_repeat_to_a_round_whose_server_died_after_the_answer_says_it_was_delivered() {
+    let booking = m3_tests::peers::booking_server().expect("the booking server (installed)");
+    let program = booking.program.to_str().expect("a UTF-8 path").to_string();
+    let script_path = booking.args[0].to_str().expect("a UTF-8 path").to_string();
+    for transport in ["stdio", "http"] {
+        let sb = Sandbox::new();
+        sb.create_database();
+        let script = sb.write(
+            "script.json",
+            r#"{"steps": [{"tool": "booking:book_table_then_exit", "arguments": {"restaurant": "Chez M3"}}]}"#,
+        );
+        let peer = (transport == "http").then(|| {
+            m3_tests::http_server::HttpServer::start(
+                "booking_server.py over HTTP",
+                m3_tests::peers::booking_http_server(false, 300).expect("the booking server"),
+                &[],
+                "/mcp",
+            )
+            .expect("the booking server over HTTP")
+        });
+        let mut args: Vec<String> = ["run", "--no-prompt", "--json", "--server-name", "booking"]
+            .map(String::from)
+            .to_vec();
+        match &peer {
+            Some(peer) => args.extend(["--server-url".into(), peer.url()]),
+            None => args.extend([
+                "--server-command".into(),
+                program.clone(),
+                "--server-arg".into(),
+                script_path.clone(),
+            ]),
+        }
+        args.extend(
+            [
+                "--server-era",
+                "legacy",
+                "--script",
+                script.to_str().expect("a UTF-8 path"),
+                "--human-input",
+                "managed",
+                "Book a table.",
+            ]
+            .map(String::from),
+        );
+        let run = sb.spawn(&args);
+        let (round_id, _) = ids(&sb.wait_pending());
+        let booking_answer = r#"elicitation={"name": "Asha", "guests": 3, "seating": "terrace"}"#;
+        let respond = |extra: &[&str]| {
+            let mut args = vec!["respond", round_id.as_str(), "--idempotency-key", "k-1"];
+            args.extend(["--accept", booking_answer]);
+            args.extend(extra);
+            sb.m3(&args)
+        };
+        // The first answer, followed to the round's end: the failure, with the delivery.
+        let first = respond(&["--wait", "60"]);
+        let line = first.fails_with("ManagedInputStateError");
+        assert!(line.contains("server_error"), "{transport}: {line}");
+        assert!(
+            line.contains("its answers were delivered to the server at"),
+            "{transport}: {line}"
+        );
+        let (out, _) = run.finish();
+        assert!(!out.status.success(), "{transport}: the run failed");
+        let record = sb.show(&round_id);
+        assert_eq!(record["status"], "failed", "{transport}: {record}");
+        assert_eq!(
+            record["failure_code"], "server_error",
+            "{transport}: {record}"
+        );
+        let delivered = record["delivered_at"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{transport}: the delivery is recorded: {record}"))
+            .to_string();
+        let says_delivered = |text: &str| {
+            text.contains("delivered_then_failed")
+                && text.contains(&format!("delivered to the server at {delivered}"))
+                && text.contains("the server received them")
+                && !text.contains("never")
+        };
+        // The repeats: the CLI, with and without --wait, then the API.
+        for extra in [&[][..], &["--wait", "5"][..], &["--json"][..]] {
+            let repeat = respond(extra);
+            let line = repeat.fails_with("ManagedInputStateError");
+            assert!(says_delivered(line), "{transport} {extra:?}: {line}");
+        }
+        let server = Server::start(&sb, &[], None);
+        let body = json!({"responses": {"elicitation": {"action": "accept",
+                            "content": {"name": "Asha", "guests": 3, "seating": "terrace"}}},
+                          "idempotency_key": "k-1"});
+        let repeat = server.answer(&round_id, &body.to_string());
+        assert_problem(
+            &repeat,
+            410,
+            "ManagedInputStateError",
+            "delivered_then_failed",
+        );
+        let message = repeat.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            says_delivered(&format!("{message} (delivered_then_failed)")),
+            "{transport}: {message}"
+        );
+        assert!(!repeat.body.to_string().contains("Asha"), "{}", repeat.body);
+        // Nothing changed.
+        assert_eq!(sb.show(&round_id), record, "{transport}");
+    }
+}
+
+/// Every state a round can be in when an answer's repeat arrives, through `m3 respond` and the
+/// API: a round that did not fail acknowledges the repeat; a failed one refuses it and says
+/// what became of the answer, exactly as the round's timestamps record it.
+#[test]
+fn a_repeat_through_the_cli_and_the_api_states_the_delivery_in_every_state() {
+    use m3::ManagedInputStore;
+    let sb = Sandbox::new();
+    let store =
+        m3::SqliteManagedInputStore::open(&sb.db, m3::StoreOptions::default()).expect("the store");
+    let answer_text = json!({"shipping_address": address_answer()}).to_string();
+    // (round id, what happens after the answer, the repeat's code or none)
+    let cases = [
+        ("r-answered", "", None),
+        ("r-resolved", "start deliver resolve", None),
+        ("r-never", "fail", Some("round_terminal")),
+        ("r-unconfirmed", "start fail", Some("delivery_unconfirmed")),
+        (
+            "r-delivered",
+            "start deliver fail",
+            Some("delivered_then_failed"),
+        ),
+        (
+            "r-recovered",
+            "start deliver recover",
+            Some("delivered_then_failed"),
+        ),
+    ];
+    for (id, steps, _) in cases {
+        let lease = store
+            // A lease far longer than the test: nothing recovers the open rounds meanwhile.
+            .create_round(
+                &m3_tests::address_round(id)
+                    .owned_by(m3_tests::claim("worker-1", Duration::from_secs(3_600))),
+            )
+            .expect("create_round")
+            .lease
+            .expect("an owned round");
+        store
+            .submit_responses_json(id, &answer_text, "key-1")
+            .expect("the answer");
+        for step in steps.split_whitespace() {
+            match step {
+                "start" => drop(store.start_delivery(id, &lease, "d-1").expect("start")),
+                "deliver" => drop(store.mark_delivered(id, &lease).expect("deliver")),
+                "resolve" => drop(store.resolve(id, &lease).expect("resolve")),
+                "fail" => drop(
+                    store
+                        .fail(
+                            id,
+                            &lease,
+                            m3::FailureCode::ServerError,
+                            "the server exited",
+                        )
+                        .expect("fail"),
+                ),
+                "recover" => drop(
+                    store
+                        .fail_recovery(id, Some(&lease), "its worker is gone")
+                        .expect("recover"),
+                ),
+                other => unreachable!("{other}"),
+            }
+        }
+    }
+    let server = Server::start(&sb, &[], None);
+    for (id, _, code) in cases {
+        let before = sb.show(id);
+        let cli = sb.m3(&[
+            "respond",
+            id,
+            "--idempotency-key",
+            "key-1",
+            "--accept",
+            &accept_address(),
+        ]);
+        let api = server.answer(id, &answer("key-1"));
+        let fact = |at: &str| before[at].as_str().map(str::to_string);
+        match code {
+            None => {
+                cli.ok();
+                assert_eq!(api.status, 200, "{id}: {}", api.body);
+                assert!(!cli.stdout.contains("failed"), "{id}: {}", cli.stdout);
+            }
+            Some(code) => {
+                let line = cli.fails_with("ManagedInputStateError").to_string();
+                assert_problem(&api, 410, "ManagedInputStateError", code);
+                let message = api.body["error"]["message"].as_str().unwrap_or_default();
+                assert!(line.contains(message), "{id}: {line} / {message}");
+                assert!(line.ends_with(&format!("({code})")), "{id}: {line}");
+                let expected = match code {
+                    "delivered_then_failed" => format!(
+                        "delivered to the server at {}",
+                        fact("delivered_at").expect("delivered")
+                    ),
+                    "delivery_unconfirmed" => format!(
+                        "started at {} and was never confirmed",
+                        fact("delivery_started_at").expect("started")
+                    ),
+                    _ => "the server never received them".to_string(),
+                };
+                assert!(line.contains(&expected), "{id}: {line}");
+            }
+        }
+        assert_eq!(sb.show(id), before, "{id}: the repeat changed the round");
+    }
+}
+
 /// A round whose worker died (its lease expired, nobody recovered it yet) can never be
 /// delivered: 410 `recovery_unavailable`, and the listing's recovery pass fails it.
 #[test]

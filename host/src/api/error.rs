@@ -57,6 +57,8 @@ error_codes! {
     RoundNotFound => "round_not_found",
     InvalidTransition => "invalid_transition",
     RoundTerminal => "round_terminal",
+    DeliveredThenFailed => "delivered_then_failed",
+    DeliveryUnconfirmed => "delivery_unconfirmed",
     DeadlineExceeded => "deadline_exceeded",
     ExecutionNotFound => "execution_not_found",
     ExecutionNotRunnable => "execution_not_runnable",

@@ -430,6 +430,8 @@ fn error_code_back(code: wit::ErrorCode) -> ErrorCode {
         W::RoundNotFound => ErrorCode::RoundNotFound,
         W::InvalidTransition => ErrorCode::InvalidTransition,
         W::RoundTerminal => ErrorCode::RoundTerminal,
+        W::DeliveredThenFailed => ErrorCode::DeliveredThenFailed,
+        W::DeliveryUnconfirmed => ErrorCode::DeliveryUnconfirmed,
         W::DeadlineExceeded => ErrorCode::DeadlineExceeded,
         W::ExecutionNotFound => ErrorCode::ExecutionNotFound,
         W::ExecutionNotRunnable => ErrorCode::ExecutionNotRunnable,

@@ -304,22 +304,8 @@ pub fn respond(execution_id: &str, round_id: &str, responses: &str, key: &str) -
     }
     let record = crate::store_protocol::submit_responses(round_id, responses, key)?;
     // A repeat of a stored answer (same key, same answer) to a round that has since failed is
-    // not acknowledged: the answer will never be delivered.
-    if record.status == Status::Failed {
-        let code = record
-            .failure
-            .as_ref()
-            .map(|f| crate::lifecycle::failure_name(f.code))
-            .unwrap_or("failed");
-        return Err(crate::errors::state(
-            ErrorCode::RoundTerminal,
-            format!(
-                "round {round_id} ended failed ({code}) before its answers were delivered; they \
-                 are stored but will not be delivered"
-            ),
-        ));
-    }
-    Ok(())
+    // not acknowledged; the error says whether the server received it.
+    execution_rules::check_acknowledged(&record)
 }
 
 /// The final outcome of a cancelled execution.

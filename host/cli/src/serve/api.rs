@@ -106,11 +106,10 @@ async fn respond(State(shared): State<Arc<Shared>>, Path(id): Path<String>, body
         crate::respond::submit(executions, &round_id, &responses, &key)?;
         let record = crate::inspect::round_value(executions, &round_id, true)?;
         if record["status"] == "failed" {
-            // Stored by an earlier call with this key, but it will never be delivered.
-            anyhow::bail!(
-                "ManagedInputStateError: round {round_id} ended failed before its answers were \
-                 delivered; they will not be delivered (round_terminal)"
-            );
+            // It failed after the answer was taken: the repeat is refused by the component with
+            // what became of the answer (delivered and when, unconfirmed, or never delivered).
+            crate::respond::submit(executions, &round_id, &responses, &key)?;
+            anyhow::bail!("ManagedInputStateError: round {round_id} failed (`m3 show` says how)");
         }
         Ok(record)
     })

@@ -100,7 +100,15 @@ fn status_of(reported: &Reported) -> StatusCode {
     match (reported.type_name, reported.code.as_deref()) {
         (_, Some("round_not_found" | "execution_not_found")) => StatusCode::NOT_FOUND,
         // Ended, or its worker is gone: an answer can never be delivered.
-        (_, Some("round_terminal" | "recovery_unavailable")) => StatusCode::GONE,
+        (
+            _,
+            Some(
+                "round_terminal"
+                | "delivered_then_failed"
+                | "delivery_unconfirmed"
+                | "recovery_unavailable",
+            ),
+        ) => StatusCode::GONE,
         // The database is locked by another writer for longer than the busy timeout.
         (_, Some("storage_busy")) => StatusCode::SERVICE_UNAVAILABLE,
         ("ManagedInputValidationError" | "ModelValidationError", _) => StatusCode::BAD_REQUEST,
@@ -152,6 +160,12 @@ mod tests {
             status("ManagedInputStateError: over (round_terminal)"),
             StatusCode::GONE
         );
+        for code in ["delivered_then_failed", "delivery_unconfirmed"] {
+            assert_eq!(
+                status(&format!("ManagedInputStateError: over ({code})")),
+                StatusCode::GONE
+            );
+        }
         assert_eq!(
             status("ManagedInputStateError: x (round_not_found)"),
             StatusCode::NOT_FOUND

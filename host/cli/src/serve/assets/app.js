@@ -290,6 +290,27 @@ function roundView(roundId) {
     shown = record.status;
   });
 
+  // What became of the stored answers, from the round's own timestamps: never more than they
+  // record (a failed round's answers may have reached the server before it failed).
+  function delivery(record) {
+    if (record.delivered_at) {
+      return el('p', { class: 'muted', 'data-delivery': 'delivered' },
+        'Answers are not shown here. The server received them ', when(record.delivered_at),
+        record.status === 'failed' ? '; the round failed after that.' : '.');
+    }
+    if (record.status === 'failed') {
+      return record.delivery_started_at
+        ? el('p', { class: 'muted', 'data-delivery': 'unconfirmed' },
+          'Answers are not shown here. Their delivery started ', when(record.delivery_started_at),
+          ' and was never confirmed before the round failed: the server may have received them.')
+        : el('p', { class: 'muted', 'data-delivery': 'never', text:
+          'Answers are not shown here. They were never delivered: the round failed first.' });
+    }
+    return el('p', { class: 'muted', 'data-delivery': 'waiting', text: record.delivery_started_at
+      ? 'Answers are not shown here. They are being delivered to the server.'
+      : 'Answers are not shown here. They wait for the worker, which delivers them once.' });
+  }
+
   function answered(record) {
     const rows = Object.entries(record.responses || {}).map(([key, r]) => el('tr', {},
       el('td', { text: key }), el('td', {}, badge(r.action)),
@@ -299,7 +320,7 @@ function roundView(roundId) {
       el('h2', { text: 'Answer' }),
       rows.length ? el('table', { class: 'list' }, el('tbody', {}, rows))
         : el('p', { class: 'muted', text: 'No answer was stored.' }),
-      el('p', { class: 'muted', text: 'Answers are not shown here: the server received them.' }));
+      rows.length ? delivery(record) : '');
   }
 
   function answerForm(record) {
@@ -343,9 +364,14 @@ function roundView(roundId) {
           notice.replaceChildren(el('p', { class: 'notice error', role: 'alert',
             'data-kind': error.code || 'invalid', text: 'The server refused a value (see the field).' }));
         } else if (error instanceof ApiError && (error.status === 409 || error.status === 410)) {
-          // Someone else's answer came first, or the round ended: this one was not taken.
+          // Someone else's answer came first, or the round ended. A repeat of this page's own
+          // answer to a round that failed after taking it says what became of that answer.
+          const heading = {
+            delivered_then_failed: 'Delivered, then the round failed: ',
+            delivery_unconfirmed: 'Delivery unconfirmed, and the round failed: ',
+          }[error.code] || 'Not taken: ';
           notice.replaceChildren(el('p', { class: 'notice conflict', role: 'alert',
-            'data-kind': error.code || 'conflict' }, el('strong', { text: 'Not taken: ' }),
+            'data-kind': error.code || 'conflict' }, el('strong', { text: heading }),
           error.message));
           submitted = true; // keep this notice when the page refreshes
           refresh();
