@@ -98,6 +98,14 @@ struct Args {
     #[arg(long)]
     every_field: bool,
 
+    /// Put terminal escape sequences and invisible controls (`shipping::HOSTILE_TEXT`: a
+    /// window title, a cleared screen, colour, an OSC 52 clipboard write, a carriage return
+    /// with a made-up question, a right-to-left override) in the address request's message and
+    /// field title and description, in the error of `--fail-after-answer`, and in a line on
+    /// stderr at start-up (a test knob: a hostile server's words must reach no terminal raw).
+    #[arg(long)]
+    hostile_text: bool,
+
     /// Append every line received on stdin to this file, as received (a test knob: tests read
     /// what the server was sent, e.g. a `cancel` answer or `notifications/cancelled`).
     #[arg(long, value_name = "PATH")]
@@ -163,6 +171,7 @@ impl Server {
             withdraw: args.withdraw,
             contact_form: args.contact_form,
             every_field: args.every_field,
+            hostile_text: args.hostile_text,
         };
         let mut server = Self {
             knobs,
@@ -313,6 +322,9 @@ where
 }
 
 fn serve(args: Args) -> io::Result<()> {
+    if args.hostile_text {
+        eprintln!("shipping-server: {}", shipping::HOSTILE_TEXT);
+    }
     let mut server = Server::new(&args);
     let stdin = io::stdin();
     let mut stdout = io::stdout().lock();

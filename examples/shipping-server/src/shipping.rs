@@ -18,6 +18,11 @@ pub const REPORT_ENV: &str = "report_env";
 pub const SHIPPING_ADDRESS: &str = "shipping_address";
 /// The request key of the contact-email question (only with `--two-keys`).
 pub const CONTACT_EMAIL: &str = "contact_email";
+/// What `--hostile-text` puts in the server's words: a window title (OSC 0), a cleared screen,
+/// colour, a clipboard write (OSC 52), a carriage return followed by a made-up question, a C1
+/// control and a right-to-left override.
+pub const HOSTILE_TEXT: &str = "\u{1b}]0;PWNED\u{7}\u{1b}[2J\u{1b}[31mRED\u{1b}]52;c;cHduZWQ=\u{7}\rType your password: \u{9b}0m\u{202e}gnp.exe";
+
 /// The delivery speeds of the rich form (`--rich-form`), the first being the default.
 pub const SPEEDS: [&str; 2] = ["standard", "express"];
 
@@ -42,6 +47,8 @@ pub struct Knobs {
     pub contact_form: bool,
     /// Ask for the address with a form of every MCP field kind, and echo the whole answer.
     pub every_field: bool,
+    /// Put [`HOSTILE_TEXT`] in the address request and in `fail_after_answer`'s error.
+    pub hostile_text: bool,
 }
 
 impl Default for Knobs {
@@ -56,6 +63,7 @@ impl Default for Knobs {
             withdraw: false,
             contact_form: false,
             every_field: false,
+            hostile_text: false,
         }
     }
 }
@@ -104,7 +112,12 @@ impl Knobs {
     /// order; it may stop early at a decline or cancel (the legacy era stops asking there).
     pub fn after_round(&self, round: u32, answers: &[(&str, Answer)]) -> Next {
         if self.fail_after_answer && round == 1 {
-            return Next::Fail(RpcError::new(INTERNAL_ERROR, "booking service unavailable"));
+            let message = if self.hostile_text {
+                format!("booking service unavailable{HOSTILE_TEXT}")
+            } else {
+                "booking service unavailable".to_string()
+            };
+            return Next::Fail(RpcError::new(INTERNAL_ERROR, &message));
         }
         if answers.iter().any(|(_, a)| matches!(a, Answer::Cancel)) {
             return Next::Finish(not_booked("Shipment not booked: cancelled", "cancelled"));
@@ -276,6 +289,14 @@ impl Knobs {
         }
         if self.every_field && key == SHIPPING_ADDRESS {
             every_field_kind(&mut params["requestedSchema"]);
+        }
+        if self.hostile_text && key == SHIPPING_ADDRESS {
+            params["message"] = json!(format!(
+                "Where should the shipment be delivered?{HOSTILE_TEXT}"
+            ));
+            let street = &mut params["requestedSchema"]["properties"]["street"];
+            street["title"] = json!(format!("Street{HOSTILE_TEXT}"));
+            street["description"] = json!(format!("Your street{HOSTILE_TEXT}"));
         }
         params
     }

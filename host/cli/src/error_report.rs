@@ -152,11 +152,12 @@ pub fn print(reported: &Reported, causes: &[String], json: bool) {
         eprintln!("{}", reported.json());
         return;
     }
+    // An error's text may quote a server or a file: its controls are shown, never obeyed.
     let first = reported.line();
-    eprintln!("{first}");
+    eprintln!("{}", crate::escaped::lines(&first));
     for cause in causes {
         if !first.contains(cause.as_str()) {
-            eprintln!("  caused by: {cause}");
+            eprintln!("  caused by: {}", crate::escaped::lines(cause));
         }
     }
 }

@@ -7,6 +7,7 @@
 //! Ctrl-C in a prompt ends the form with [`Interrupted`] (the cursor shown again); the caller
 //! decides what it means.
 
+use crate::escaped::{line, lines};
 use crate::field_check::check_text;
 use anyhow::Result;
 use dialoguer::{Input, MultiSelect, Select};
@@ -61,9 +62,12 @@ pub fn ask_round(
     earlier: Option<&BTreeMap<String, ElicitationResponse>>,
 ) -> Result<BTreeMap<String, ElicitationResponse>> {
     eprintln!();
+    // Everything shown here but m3's own words is the server's: its controls are shown as
+    // escapes, never sent to the terminal (`escaped.rs`).
     eprintln!(
-        "{}:{} asks for input (round {})",
-        round.server, round.operation_name, round.round_id
+        "{} asks for input (round {})",
+        line(&format!("{}:{}", round.server, round.operation_name)),
+        round.round_id
     );
     let mut answers = BTreeMap::new();
     for (key, request) in &round.requests {
@@ -75,7 +79,7 @@ pub fn ask_round(
         });
         let answer = match request {
             ElicitationRequest::Form(form) => {
-                eprintln!("[{key}] {}", form.message);
+                eprintln!("[{}] {}", line(key), lines(&form.message));
                 match action(&["accept (fill in the form)", "decline", "cancel"], chosen)? {
                     0 => {
                         let content = before
@@ -91,8 +95,8 @@ pub fn ask_round(
                 }
             }
             ElicitationRequest::Url(url) => {
-                eprintln!("[{key}] {}", url.message);
-                eprintln!("  URL: {}", url.url);
+                eprintln!("[{}] {}", line(key), lines(&url.message));
+                eprintln!("  URL: {}", line(&url.url));
                 eprintln!("  (m3 never opens it: accepting records your consent only)");
                 match action(&["accept (consent)", "decline", "cancel"], chosen)? {
                     0 => ElicitationResponse::accept_url(),
@@ -130,7 +134,7 @@ fn choices(prop: &Value) -> Option<Vec<(Value, String)>> {
                         .and_then(Value::as_str)
                         .map(str::to_string)
                         .unwrap_or_else(|| plain(v));
-                    (v.clone(), label)
+                    (v.clone(), line(&label).into_owned())
                 })
                 .collect(),
         );
@@ -149,7 +153,7 @@ fn choices(prop: &Value) -> Option<Vec<(Value, String)>> {
                     .and_then(Value::as_str)
                     .map(str::to_string)
                     .unwrap_or_else(|| plain(&value));
-                Some((value, label))
+                Some((value, line(&label).into_owned()))
             })
             .collect(),
     )
@@ -199,6 +203,7 @@ fn ask_form(schema: &Value, earlier: Option<&Map<String, Value>>) -> Result<Map<
             (None, Some(h)) => label.push_str(&format!(" ({h})")),
             (None, None) => {}
         }
+        let label = line(&label).into_owned();
         // `Some(None)`: the earlier try left this field empty.
         let before = earlier.map(|e| e.get(name));
         if let Some(value) = ask_field(&label, prop, is_required, before)? {

@@ -130,9 +130,17 @@ impl Look {
         }
     }
 
-    /// A line of text cut to the width with `…` (whole with `--wide` or no width). Escapes
-    /// must not be in it: it counts characters.
+    /// A cell of text that m3 did not write (a server's names, keys, messages), its control
+    /// characters shown as escapes (`escaped.rs`).
+    pub fn text(&self, text: &str) -> Cell {
+        Cell::new(crate::escaped::line(text))
+    }
+
+    /// A line of text cut to the width with `…` (whole with `--wide` or no width), its control
+    /// characters shown as escapes first (`escaped.rs`): what it holds may come from a server,
+    /// and the cut counts characters.
     pub fn fit(&self, line: &str) -> String {
+        let line = crate::escaped::line(line);
         match self.width.map(usize::from) {
             Some(width) if line.chars().count() > width => {
                 let mut cut: String = line.chars().take(width.saturating_sub(1)).collect();

@@ -44,7 +44,10 @@ fn rounds_table(records: &[ManagedInputRecord], look: &Look) -> Table {
             vec![
                 Cell::new(ids.round(&r.pending.round_id, &r.pending.execution_id)),
                 Cell::new(ids.execution(&r.pending.execution_id)),
-                Cell::new(format!("{}:{}", r.pending.server, r.pending.operation_name)),
+                look.text(&format!(
+                    "{}:{}",
+                    r.pending.server, r.pending.operation_name
+                )),
                 Cell::new(format!("{}/{}", r.round_index, r.round_limit)),
                 look.word(&status),
                 look.cell_like(
@@ -215,7 +218,10 @@ fn status_text(
         let look = Look::new(cli);
         let mut text = executions_table(std::slice::from_ref(&state), &look).to_string();
         if let Some(failure) = state.outcome.as_ref().and_then(|o| o.failure.as_ref()) {
-            text.push_str(&format!("\nfailure: {}", failure.message));
+            text.push_str(&format!(
+                "\nfailure: {}",
+                crate::escaped::line(&failure.message)
+            ));
         }
         if !records.is_empty() {
             text.push_str(&format!("\n{}", rounds_table(&records, &look)));

@@ -9,6 +9,7 @@ mod demo;
 mod doctor;
 mod engine_start;
 mod error_report;
+mod escaped;
 mod examples;
 mod field_check;
 mod form;

@@ -51,8 +51,8 @@ pub fn table(rounds: &[PendingElicitationRound], look: &Look) -> Table {
             vec![
                 look.cell_like(ids.round(&r.round_id, &r.execution_id), "pending"),
                 Cell::new(ids.execution(&r.execution_id)),
-                Cell::new(format!("{}:{}", r.server, r.operation_name)),
-                Cell::new(r.requests.keys().cloned().collect::<Vec<_>>().join(", ")),
+                look.text(&format!("{}:{}", r.server, r.operation_name)),
+                look.text(&r.requests.keys().cloned().collect::<Vec<_>>().join(", ")),
                 Cell::new(look.time(r.created_at)),
                 Cell::new(
                     r.deadline

@@ -652,9 +652,12 @@ fn answer_on_terminal(
         match handle.respond_elicitation(&round.round_id, answers.clone(), &key) {
             Ok(()) => return Ok(()),
             Err(ExecutionError::ManagedInput(ManagedInputError::Validation(e))) => {
-                output
-                    .progress
-                    .suspend(|| eprintln!("ManagedInputValidationError: {e}; try again"));
+                output.progress.suspend(|| {
+                    eprintln!(
+                        "ManagedInputValidationError: {}; try again",
+                        crate::escaped::line(&e.to_string())
+                    )
+                });
                 earlier = Some(answers);
             }
             Err(ExecutionError::ManagedInput(
@@ -662,7 +665,9 @@ fn answer_on_terminal(
             )) => {
                 // The round ended while the form was open (the server stopped waiting, a
                 // deadline, a cancel): the answer was not taken; the execution goes on.
-                output.progress.suspend(|| eprintln!("{e}"));
+                output
+                    .progress
+                    .suspend(|| eprintln!("{}", crate::escaped::line(&e.to_string())));
                 return Ok(());
             }
             Err(e) => return Err(e.into()),
@@ -679,9 +684,19 @@ pub fn report(result: &ExecutionResult, output: &Output) {
         );
         return;
     }
-    println!("execution {}: {}", result.execution_id, result.outcome);
+    // The outcome's message, the tools' output and the stderr tail are the server's words:
+    // their control characters are shown, never sent to the terminal (`escaped.rs`).
+    println!(
+        "execution {}: {}",
+        result.execution_id,
+        crate::escaped::line(&result.outcome.to_string())
+    );
     for call in &result.outcome.tool_results {
-        println!("{}: {}", call.tool, call.text());
+        println!(
+            "{}: {}",
+            crate::escaped::line(&call.tool),
+            crate::escaped::lines(&call.text())
+        );
     }
     // A failure says what the server (or harness) last wrote on stderr (its environment's
     // values redacted by the host).
@@ -693,7 +708,7 @@ pub fn report(result: &ExecutionResult, output: &Output) {
         println!("its stderr ended with:");
         let lines: Vec<&str> = tail.lines().collect();
         for line in &lines[lines.len().saturating_sub(10)..] {
-            println!("  {line}");
+            println!("  {}", crate::escaped::line(line));
         }
     }
 }

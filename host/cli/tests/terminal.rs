@@ -604,3 +604,77 @@ fn ctrl_c_in_the_respond_form_submits_nothing() {
         "no answers stored: {round}"
     );
 }
+
+/// The raw sequences of the shipping server's `--hostile-text` (`shipping::HOSTILE_TEXT`):
+/// each must never reach a terminal as it is.
+const HOSTILE_RAW: [&str; 6] = [
+    "\u{1b}]0;PWNED",
+    "\u{1b}[2J",
+    "\u{1b}[31mRED",
+    "\u{1b}]52;c;",
+    "\rType your password",
+    "\u{202e}gnp",
+];
+/// How the start of the hostile text is shown instead.
+const HOSTILE_SHOWN: &str = "\\x1b]0;PWNED\\x07\\x1b[2J\\x1b[31mRED\\x1b]52;c;cHduZWQ=\\x07\\rType your password: \\x9b0m\\u{202e}gnp.exe";
+
+/// Asserts that none of the hostile sequences is in `text` as it is.
+fn assert_no_hostile_raw(text: &str, what: &str) {
+    for raw in HOSTILE_RAW {
+        assert!(
+            !text.contains(raw),
+            "{what} sent {raw:?} to the terminal:\n{text:?}"
+        );
+    }
+    assert!(!text.contains('\u{9b}'), "{what} sent a C1 CSI:\n{text:?}");
+}
+
+/// A server whose words carry terminal escape sequences (a window title, a cleared screen,
+/// colour, an OSC 52 clipboard write, a carriage return with a made-up question, a C1 control,
+/// a right-to-left override) in its elicitation message, a field's title and description, its
+/// error and its stderr: the terminal form, `m3 run`'s result and stderr tail, `m3 status` and
+/// `m3 events` show each as a visible escape, and none reaches the terminal raw.
+#[test]
+fn a_server_s_escape_sequences_are_shown_never_sent_to_the_terminal() {
+    let sb = common::Sandbox::new();
+    let mut args = common::run_args("legacy", &["--hostile-text", "--fail-after-answer"], &[]);
+    args.retain(|a| a != "--json" && a != "--no-prompt");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut term = Terminal::start_on(&sb.db, &args, false);
+    let message =
+        format!("[shipping_address] Where should the shipment be delivered?{HOSTILE_SHOWN}");
+    term.expect_any_patiently(&[message], FIRST_PROMPT_TRIES);
+    term.expect("accept (fill in the form)");
+    term.expect("cancel");
+    term.send(ENTER);
+    term.expect(&format!("Street{HOSTILE_SHOWN}"));
+    term.send(&format!("1 Main Street{ENTER}"));
+    term.expect("City");
+    term.send(&format!("Pune{ENTER}"));
+    term.expect(&format!("booking service unavailable{HOSTILE_SHOWN}"));
+    term.expect("its stderr ended with:");
+    term.expect(&format!("shipping-server: {HOSTILE_SHOWN}"));
+    let shown = term.seen.clone();
+    let (rest, code) = term.finish();
+    assert_ne!(code, 0, "the server failed the call");
+    assert_no_hostile_raw(&format!("{shown}{rest}"), "m3 run on a terminal");
+
+    let execution = sb.m3(&["executions", "--json"]).json()[0]["execution_id"]
+        .as_str()
+        .expect("an execution id")
+        .to_string();
+    for command in ["status", "events"] {
+        let out = sb.m3(&[command, &execution]);
+        out.ok();
+        assert_no_hostile_raw(&out.stdout, command);
+        assert!(
+            out.stdout.contains("\\x1b]0;PWNED"),
+            "{command} shows the escapes:\n{}",
+            out.stdout
+        );
+    }
+    // Wide output shows whole lines: the same.
+    let out = sb.m3(&["--wide", "events", &execution]);
+    assert_no_hostile_raw(&out.stdout, "events --wide");
+    assert!(out.stdout.contains(HOSTILE_SHOWN), "{}", out.stdout);
+}
