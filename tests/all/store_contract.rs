@@ -1839,6 +1839,28 @@ fn a_postgres_database_of_a_newer_schema_or_of_another_application_is_refused() 
     );
     assert_eq!(tables.trim(), "invoices", "nothing was created beside them");
 
+    // A table named m3_schema of another application: refused by name, not with PostgreSQL's
+    // own words about its columns, and left as it is.
+    for table in [
+        "CREATE TABLE m3_schema (id INT PRIMARY KEY)",
+        "CREATE TABLE m3_schema (application INT, version TEXT); \
+         INSERT INTO m3_schema VALUES (1, 'one')",
+    ] {
+        let foreign = server.fresh_database();
+        server.psql(&foreign.name, table);
+        let err = open(&foreign.url).unwrap_err();
+        assert_eq!(err.code(), Some("incompatible_database"), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("m3_schema table that is not m3's"), "{text}");
+        assert!(!text.contains("does not exist"), "{text}");
+        let tables = server.psql(
+            &foreign.name,
+            "SELECT string_agg(table_name, ',') FROM information_schema.tables \
+             WHERE table_schema = 'public'",
+        );
+        assert_eq!(tables.trim(), "m3_schema", "nothing was created beside it");
+    }
+
     for url in [
         "postgres://",
         "mysql://x/y",

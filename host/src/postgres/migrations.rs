@@ -128,6 +128,34 @@ pub fn version(conn: &Connection) -> Result<i64, OpenError> {
         }
         return Ok(0);
     }
+    // A table of that name with other columns is another application's: refused by name, never
+    // queried into a raw "column does not exist" (or a panic on a column of another type).
+    let columns = conn
+        .query(
+            "SELECT column_name::text, data_type::text FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = 'm3_schema' \
+             ORDER BY column_name",
+            vec![],
+        )
+        .map_err(failed)?;
+    let columns: Vec<(String, String)> = columns
+        .iter()
+        .map(|r| (r.try_get(0), r.try_get(1)))
+        .filter_map(|(name, kind)| Some((name.ok()?, kind.ok()?)))
+        .collect();
+    let ours = [("application", "text"), ("version", "bigint")];
+    if columns.len() != ours.len()
+        || columns
+            .iter()
+            .zip(ours)
+            .any(|((name, kind), (n, k))| name != n || kind != k)
+    {
+        return Err(OpenError::Incompatible(
+            "the database holds an m3_schema table that is not m3's (another application's; \
+             left as it is)"
+                .into(),
+        ));
+    }
     let rows = conn
         .query("SELECT application, version FROM m3_schema", vec![])
         .map_err(failed)?;
@@ -136,8 +164,12 @@ pub fn version(conn: &Connection) -> Result<i64, OpenError> {
             "m3_schema does not hold exactly one row".into(),
         ));
     };
-    let application: String = row.get(0);
-    let version: i64 = row.get(1);
+    let (Ok(application), Ok(version)) = (row.try_get::<_, String>(0), row.try_get::<_, i64>(1))
+    else {
+        return Err(OpenError::Incompatible(
+            "m3_schema's row is not m3's (left as it is)".into(),
+        ));
+    };
     if application != APPLICATION {
         return Err(OpenError::Incompatible(
             "the database belongs to another application (left as it is)".into(),
