@@ -1080,6 +1080,460 @@ fn serve_refuses_to_start_unsafely() {
     }
 }
 
+/// Every refusal of the API is its typed JSON error, also where the router or a request's own
+/// syntax refuses: a path no route has (404 `route_not_found`), a method a route does not take
+/// (405 `method_not_allowed`, its `Allow` header kept), an id that is not UTF-8 once decoded
+/// (400 `invalid_path`), a query parameter given twice (400 `invalid_query`), a body that is
+/// not JSON (400 `malformed_json`). A browser's `GET` of a page path that is none gets an HTML
+/// page saying so (404), never an empty body.
+#[test]
+fn every_refusal_of_the_api_is_typed_json() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let server = Server::start(&sb, &[], None);
+    let json = [("Content-Type", "application/json")];
+    let cases: [(&str, &str, Option<&str>, u16, &str); 15] = [
+        ("GET", "/api/nothing", None, 404, "route_not_found"),
+        ("GET", "/api", None, 404, "route_not_found"),
+        ("POST", "/api/rounds", Some("{}"), 404, "route_not_found"),
+        ("DELETE", "/nothing", None, 404, "route_not_found"),
+        (
+            "DELETE",
+            "/api/rounds/pending",
+            None,
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "GET",
+            "/api/rounds/r/responses",
+            None,
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "PUT",
+            "/api/executions/e",
+            Some("{}"),
+            405,
+            "method_not_allowed",
+        ),
+        ("PUT", "/login", Some("{}"), 405, "method_not_allowed"),
+        ("GET", "/api/rounds/%ff", None, 400, "invalid_path"),
+        (
+            "GET",
+            "/api/executions/%ff%fe/events",
+            None,
+            400,
+            "invalid_path",
+        ),
+        (
+            "POST",
+            "/api/executions/%c3/cancel",
+            Some("{}"),
+            400,
+            "invalid_path",
+        ),
+        (
+            "GET",
+            "/api/rounds/pending?execution=a&execution=b",
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "POST",
+            "/api/rounds/r/responses",
+            Some("{not json"),
+            400,
+            "malformed_json",
+        ),
+        (
+            "POST",
+            "/api/rounds/r/responses",
+            Some("[]"),
+            400,
+            "malformed_json",
+        ),
+        (
+            "POST",
+            "/api/rounds/r/responses",
+            Some(r#"{"responses": {}, "responses": {}, "idempotency_key": "k"}"#),
+            400,
+            "malformed_json",
+        ),
+    ];
+    for (method, path, body, status, code) in cases {
+        let exchange = server.exchange(method, path, &json, body);
+        let what = format!("{method} {path}");
+        assert_eq!(exchange.status, status, "{what}: {}", exchange.text);
+        let reply = exchange.reply();
+        assert_problem(&reply, status, "ManagedInputValidationError", code);
+        if status == 405 {
+            assert!(
+                exchange.header("allow").is_some(),
+                "{what}: no Allow header"
+            );
+        }
+    }
+
+    // A page that is none, as a browser asks for it: an HTML page, not an empty body.
+    let page = server.exchange("GET", "/nothing/here", &[], None);
+    assert_eq!(page.status, 404, "{}", page.text);
+    assert_eq!(page.media_type(), "text/html", "{:?}", page.headers);
+    assert!(page.text.contains("No such page"), "{}", page.text);
+    // The routes still answer.
+    assert_eq!(server.get("/api/rounds/pending?execution=a").status, 200);
+    assert_eq!(server.get("/api/executions").status, 200);
+}
+
+/// With a token, a path or method no route has is behind the guard like the routes: a caller
+/// without the token learns nothing but `unauthorized` (a page asked by a browser goes to the
+/// login form, as every page does).
+#[test]
+fn unknown_paths_are_behind_the_guard() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let token = "guard-Secret-41f0";
+    let server = Server::start(&sb, &["--token", token], None);
+    for (method, path) in [
+        ("GET", "/api/nothing"),
+        ("DELETE", "/api/rounds/pending"),
+        ("GET", "/api/rounds/%ff"),
+    ] {
+        let exchange = server.exchange(method, path, &[], None);
+        assert_problem(
+            &exchange.reply(),
+            401,
+            "ManagedInputValidationError",
+            "unauthorized",
+        );
+    }
+    let page = server.exchange("GET", "/nothing", &[], None);
+    assert_eq!(page.status, 303, "{}", page.text);
+    assert_eq!(page.header("location"), Some("/login?next=/nothing"));
+    let bearer = format!("Bearer {token}");
+    let known = server.exchange("GET", "/api/nothing", &[("Authorization", &bearer)], None);
+    assert_problem(
+        &known.reply(),
+        404,
+        "ManagedInputValidationError",
+        "route_not_found",
+    );
+}
+
+/// Whether a `Location` keeps a browser on the origin it came from: a path that starts with
+/// exactly one `/`, with no `\`, whitespace or control character a browser would drop or
+/// reinterpret (`/\t/evil.example` is `//evil.example` to a browser).
+fn stays_on_the_origin(location: &str) -> bool {
+    location.starts_with('/')
+        && !location[1..].starts_with(['/', '\\'])
+        && location.bytes().all(|b| b.is_ascii_graphic() && b != b'\\')
+}
+
+/// `text` percent-encoded for a form or query value (every byte but unreserved ones).
+fn form_value(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// After logging in a browser goes back only to a path of this server. `GET /login` drops a
+/// `next` that is none (the form leads to the inbox); `POST /login` with one, even with the
+/// right token, is refused with 400 and the login page, and sets nothing: no cookie, no
+/// `Location` (a CR or LF in `next` was a 500 that set the cookie; `/\t/evil.example` was
+/// followed to `//evil.example`). A form that cannot be read sets nothing either.
+#[test]
+fn a_login_leads_only_to_a_path_of_this_server() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let token = "login-Secret-5e2a";
+    let server = Server::start(&sb, &["--token", token], None);
+    let outside = [
+        "/\t/evil.example",
+        "/%09/evil.example",
+        "//evil.example",
+        "/\\evil.example",
+        "\\\\evil.example",
+        "https://evil.example",
+        "/%2F/evil.example",
+        "/\r\nSet-Cookie: m3_session=x",
+        "/\r",
+        "/\n//evil.example",
+        "/x\u{0}",
+        "",
+    ];
+
+    for next in outside {
+        let form = server.exchange(
+            "GET",
+            &format!("/login?next={}", form_value(next)),
+            &[],
+            None,
+        );
+        assert_eq!(form.status, 200, "{next:?}: {}", form.text);
+        assert_eq!(form.media_type(), "text/html");
+        assert!(
+            form.text.contains(r#"name="next" value="/""#),
+            "{next:?}: the form keeps a next that is no path of this server: {}",
+            form.text
+        );
+    }
+    let form = server.exchange("GET", "/login?next=%2Frounds%2Fabc", &[], None);
+    assert!(form.text.contains(r#"name="next" value="/rounds/abc""#));
+
+    let login = |next: Option<&str>, token: &str| {
+        let mut body = format!("token={}", form_value(token));
+        if let Some(next) = next {
+            body.push_str(&format!("&next={}", form_value(next)));
+        }
+        server.exchange(
+            "POST",
+            "/login",
+            &[
+                ("Content-Type", "application/x-www-form-urlencoded"),
+                ("Origin", &server.base),
+            ],
+            Some(&body),
+        )
+    };
+    for next in outside {
+        let refused = login(Some(next), token);
+        assert_eq!(refused.status, 400, "{next:?}: {}", refused.text);
+        assert_eq!(refused.header("set-cookie"), None, "{next:?}");
+        assert_eq!(refused.header("location"), None, "{next:?}");
+        assert_eq!(refused.media_type(), "text/html", "{next:?}");
+        assert!(
+            refused.text.contains("not a path on this server"),
+            "{next:?}: {}",
+            refused.text
+        );
+        assert!(!refused.text.contains(token));
+    }
+    // A form that cannot be read (no token field; not a form at all) sets nothing either.
+    for (kind, body) in [
+        ("application/x-www-form-urlencoded", "next=%2F"),
+        ("application/json", r#"{"token": "login-Secret-5e2a"}"#),
+    ] {
+        let refused = server.exchange(
+            "POST",
+            "/login",
+            &[("Content-Type", kind), ("Origin", &server.base)],
+            Some(body),
+        );
+        assert!(
+            (400..500).contains(&refused.status),
+            "{kind}: {}",
+            refused.status
+        );
+        assert_eq!(refused.header("set-cookie"), None);
+        assert_eq!(refused.media_type(), "text/html", "{kind}");
+        assert!(
+            refused.text.contains("could not be read"),
+            "{}",
+            refused.text
+        );
+    }
+    // A wrong token with a good next: the form again, keeping next.
+    let wrong = login(Some("/rounds/abc"), "wrong");
+    assert_eq!(wrong.status, 401);
+    assert_eq!(wrong.header("set-cookie"), None);
+    assert!(wrong.text.contains(r#"name="next" value="/rounds/abc""#));
+
+    // The right token with a path of this server (or none): there, logged in.
+    for (next, target) in [(Some("/rounds/abc?x=1"), "/rounds/abc?x=1"), (None, "/")] {
+        let done = login(next, token);
+        assert_eq!(done.status, 303, "{next:?}: {}", done.text);
+        let location = done.header("location").expect("a Location");
+        assert_eq!(location, target);
+        assert!(stays_on_the_origin(location));
+        let cookie = done.header("set-cookie").expect("the session cookie");
+        assert!(cookie.starts_with("m3_session=") && !cookie.contains(token));
+    }
+
+    // The guard's own redirect to the login form names only a path of this server.
+    let page = server.exchange("GET", "/rounds/abc?tab=1", &[], None);
+    assert_eq!(page.status, 303);
+    let location = page.header("location").expect("a Location");
+    assert_eq!(location, "/login?next=/rounds/abc%3Ftab%3D1");
+}
+
+/// Without a token only requests addressed to a loopback name are answered, the `Host` read as
+/// a host and an optional numeric port and the host compared whole: user information
+/// (`localhost:1@evil.example`, whose host is `evil.example`) or a name that only starts like
+/// a loopback one (`[::1].evil.example`) is refused like any other foreign host.
+#[test]
+fn only_a_loopback_host_is_answered_without_a_token() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let server = Server::start(&sb, &[], None);
+    let ask = |host: &str| {
+        let mut socket = raw(
+            &server.address,
+            format!("GET /api/session HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        );
+        raw_answer_with_head(&mut socket)
+    };
+    for host in [
+        "localhost:1@evil.example",
+        "localhost@evil.example",
+        "127.0.0.1:8383@evil.example",
+        "[::1].evil.example",
+        "[::1]evil.example",
+        "localhost.evil.example",
+        "localhost.",
+        "localhost:x",
+        "evil.example",
+        "evil.example:8383",
+    ] {
+        let (status, head, body) = ask(host);
+        assert_eq!(status, 403, "{host}: {body}");
+        assert!(
+            head.contains("content-type: application/json"),
+            "{host}: {head}"
+        );
+        let body: Value = serde_json::from_str(&body).expect("a JSON error");
+        assert_eq!(body["error"]["code"], "host_refused", "{host}");
+    }
+    for host in [
+        server.address.as_str(),
+        "localhost:1",
+        "LOCALHOST",
+        "[::1]:8383",
+        "127.0.0.2",
+    ] {
+        let (status, _, body) = ask(host);
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+}
+
+/// A blank token (empty, spaces, tabs) is refused wherever it is given: `--token`,
+/// `M3_SERVE_TOKEN` (set and empty too), a `--token-file` whose first line is blank, and so is
+/// one with a control character. Each is a typed error with its code and exit code 1, the
+/// token's text never quoted, and the server never listens (it prints no address). A token
+/// with surrounding whitespace is the token without it, from every source.
+#[test]
+fn a_blank_token_is_refused_wherever_it_is_given() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let blank_file = sb.write("blank-token", " \t \n\nsecond-line-token\n");
+    let empty_file = sb.write("empty-token", "");
+    let path = |p: &std::path::Path| p.to_str().expect("a UTF-8 path").to_string();
+    let (blank_file, empty_file) = (path(&blank_file), path(&empty_file));
+    let cases: Vec<(&str, Vec<&str>, Option<&str>, &str)> = vec![
+        ("127.0.0.1:0", vec!["--token", " "], None, "empty_token"),
+        ("127.0.0.1:0", vec!["--token", ""], None, "empty_token"),
+        (
+            "127.0.0.1:0",
+            vec!["--token", " \t \t "],
+            None,
+            "empty_token",
+        ),
+        ("0.0.0.0:0", vec!["--token", " "], None, "empty_token"),
+        ("127.0.0.1:0", vec![], Some("   "), "empty_token"),
+        ("127.0.0.1:0", vec![], Some("\t\t"), "empty_token"),
+        ("0.0.0.0:0", vec![], Some(" \t "), "empty_token"),
+        ("127.0.0.1:0", vec![], Some(""), "empty_token"),
+        (
+            "127.0.0.1:0",
+            vec!["--token-file", &blank_file],
+            None,
+            "empty_token",
+        ),
+        (
+            "0.0.0.0:0",
+            vec!["--token-file", &empty_file],
+            None,
+            "empty_token",
+        ),
+        (
+            "127.0.0.1:0",
+            vec!["--token", "ctl-Secret\u{7}-93bd"],
+            None,
+            "invalid_token",
+        ),
+        (
+            "127.0.0.1:0",
+            vec![],
+            Some("env-Secret\u{1b}[2J"),
+            "invalid_token",
+        ),
+    ];
+    for (listen, extra, variable, code) in cases {
+        for json in [false, true] {
+            let mut cmd = sb.bare();
+            cmd.arg("--db").arg(&sb.db);
+            if json {
+                cmd.arg("--json");
+            }
+            cmd.args(["serve", "--listen", listen]).args(&extra);
+            match variable {
+                Some(value) => cmd.env("M3_SERVE_TOKEN", value),
+                None => cmd.env_remove("M3_SERVE_TOKEN"),
+            };
+            let what = format!("{listen} {extra:?} M3_SERVE_TOKEN={variable:?}");
+            let out = never_listens(cmd, &what);
+            assert_eq!(out.status.code(), Some(1), "{what}: {}", out.stderr);
+            let first = out.fails_with("ManagedInputValidationError").to_string();
+            if json {
+                let error: Value = serde_json::from_str(&first).expect("a JSON error");
+                assert_eq!(error["error"]["code"], code, "{what}: {first}");
+            } else {
+                assert!(first.ends_with(&format!("({code})")), "{what}: {first}");
+            }
+            for secret in ["ctl-Secret", "env-Secret", "second-line-token"] {
+                assert!(!out.stderr.contains(secret), "{what}: {}", out.stderr);
+            }
+        }
+    }
+
+    // Surrounding whitespace is not part of the token, wherever it comes from.
+    let mut cmd = sb.command(&["serve", "--listen", "127.0.0.1:0"]);
+    cmd.env("M3_SERVE_TOKEN", "  env-token-2c9d\t");
+    let server = Server::spawn(cmd, Some("env-token-2c9d"));
+    assert_eq!(server.get("/api/session").status, 200);
+    let server = Server::start(
+        &sb,
+        &["--token", " flag-token-77a1 "],
+        Some("flag-token-77a1"),
+    );
+    assert_eq!(server.get("/api/session").status, 200);
+}
+
+/// Runs `cmd` (an `m3 serve` that must refuse to start) to its end; fails the test at once if
+/// it prints an address, that is, listens.
+fn never_listens(mut cmd: std::process::Command, what: &str) -> Output {
+    use std::process::Stdio;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawning `m3 serve`");
+    let stdout = read_lines(child.stdout.take().expect("piped stdout"));
+    let stderr = read_all(child.stderr.take().expect("piped stderr"));
+    let mut guard = ChildGuard { child };
+    match stdout.recv_timeout(COMMAND_TIMEOUT) {
+        Ok(address) => panic!("{what}: `m3 serve` listens on {address}"),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what}: `m3 serve` neither started nor ended")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {}
+    }
+    let status = guard
+        .wait_for(COMMAND_TIMEOUT)
+        .expect("`m3 serve` ends once its stdout is closed");
+    let stderr = stderr
+        .recv_timeout(COMMAND_TIMEOUT)
+        .expect("its stderr closes");
+    Output::new(what.to_string(), status, String::new(), stderr)
+}
+
 /// A subscriber that asks for the stream and never reads, with a small receive buffer.
 fn stalled_subscriber(address: &str) -> std::net::TcpStream {
     let socket =

@@ -3,11 +3,14 @@
 //! round is its redacted projection, as `m3 show --redacted`).
 
 use super::Shared;
+use super::extract::{Id, Params};
 use super::page;
 use super::problem::Problem;
 use crate::{MAX_INPUT_BYTES, json};
 use axum::body::{Body, HttpBody};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{Method, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::StreamExt;
@@ -19,7 +22,10 @@ type Answer = Result<Json<Value>, Problem>;
 
 /// The API and the pages, behind the guard (token or login cookie, CSRF; `auth.rs`), with the
 /// login form and the assets in front of it, bodies bounded by [`MAX_INPUT_BYTES`] and the
-/// security headers on every response.
+/// security headers on every response. Every refusal is the API's typed JSON error, but where
+/// a browser navigates: a `GET` of a page path that is none gets an HTML 404 page, and the
+/// login form's refusals its page with the error (`page.rs`). A path or method no route has is
+/// behind the guard like the routes (an unknown path is told only to a caller who may call).
 pub fn router(shared: Arc<Shared>) -> Router {
     let guarded = Router::new()
         .route("/api/rounds/pending", get(pending))
@@ -35,19 +41,39 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/rounds/{id}", get(page::shell))
         .route("/executions/{id}", get(page::shell))
         .route("/logout", post(page::logout))
-        .route_layer(axum::middleware::from_fn_with_state(
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             super::auth::require,
         ));
     let open = Router::new()
         .route("/login", get(page::login_form).post(page::login))
         .route("/assets/app.js", get(page::script))
-        .route("/assets/app.css", get(page::style));
+        .route("/assets/app.css", get(page::style))
+        .method_not_allowed_fallback(method_not_allowed);
     guarded
         .merge(open)
         .layer(DefaultBodyLimit::max(MAX_INPUT_BYTES as usize))
         .layer(axum::middleware::from_fn(page::secure))
         .with_state(shared)
+}
+
+/// A path no route has: `route_not_found` (JSON), or for a browser's `GET` of a page path, the
+/// HTML page that says so.
+async fn not_found(method: Method, uri: Uri) -> Response {
+    let navigation = matches!(method, Method::GET | Method::HEAD);
+    if navigation && super::auth::is_page(uri.path()) {
+        page::not_found()
+    } else {
+        Problem::route_not_found().into_response()
+    }
+}
+
+/// A route asked with a method it does not take: `method_not_allowed` (JSON; axum adds the
+/// `Allow` header).
+async fn method_not_allowed() -> Problem {
+    Problem::method_not_allowed()
 }
 
 /// Runs `call` with the executions on the blocking pool (SQLite and the component block).
@@ -72,7 +98,7 @@ struct PendingQuery {
 }
 
 /// `GET /api/rounds/pending`: as `m3 pending --json` (after the same recovery pass).
-async fn pending(State(shared): State<Arc<Shared>>, Query(query): Query<PendingQuery>) -> Answer {
+async fn pending(State(shared): State<Arc<Shared>>, Params(query): Params<PendingQuery>) -> Answer {
     blocking(&shared, move |executions| {
         executions.recover()?;
         let execution = crate::ids::execution_filter(executions, query.execution.as_deref())?;
@@ -85,7 +111,7 @@ async fn pending(State(shared): State<Arc<Shared>>, Query(query): Query<PendingQ
 }
 
 /// `GET /api/rounds/{id}`: as `m3 show --redacted --json`.
-async fn round(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Answer {
+async fn round(State(shared): State<Arc<Shared>>, Id(id): Id) -> Answer {
     blocking(&shared, move |executions| {
         crate::inspect::round_value(executions, &id, true)
     })
@@ -94,7 +120,7 @@ async fn round(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Ans
 
 /// `POST /api/rounds/{id}/responses` with `{"responses": {...}, "idempotency_key": "..."}`:
 /// as `m3 respond --responses FILE --idempotency-key KEY --json`, the record redacted.
-async fn respond(State(shared): State<Arc<Shared>>, Path(id): Path<String>, body: Body) -> Answer {
+async fn respond(State(shared): State<Arc<Shared>>, Id(id): Id, body: Body) -> Answer {
     let body = match tokio::time::timeout(shared.request_timeout, read_body(body)).await {
         Ok(body) => body?,
         Err(_) => return Err(Problem::too_slow(shared.request_timeout)),
@@ -188,7 +214,7 @@ async fn executions(State(shared): State<Arc<Shared>>) -> Answer {
 }
 
 /// `GET /api/executions/{id}`: as `m3 status --json`.
-async fn status(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Answer {
+async fn status(State(shared): State<Arc<Shared>>, Id(id): Id) -> Answer {
     blocking(&shared, move |executions| {
         executions.recover()?;
         let id = crate::ids::execution(executions, &id)?;
@@ -198,7 +224,7 @@ async fn status(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> An
 }
 
 /// `GET /api/executions/{id}/events`: as `m3 events --json`.
-async fn events(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Answer {
+async fn events(State(shared): State<Arc<Shared>>, Id(id): Id) -> Answer {
     blocking(&shared, move |executions| {
         let id = crate::ids::execution(executions, &id)?;
         crate::inspect::events_value(executions, &id)
@@ -207,7 +233,7 @@ async fn events(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> An
 }
 
 /// `POST /api/executions/{id}/cancel`: as `m3 cancel --json`.
-async fn cancel(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Answer {
+async fn cancel(State(shared): State<Arc<Shared>>, Id(id): Id) -> Answer {
     let _turn = shared.writes.acquire().await;
     blocking(&shared, move |executions| {
         let id = crate::ids::execution(executions, &id)?;

@@ -16,13 +16,16 @@
 //! printed or quoted in an error.
 
 use super::Shared;
+use super::local_path::LocalPath;
 use super::problem::Problem;
 use axum::extract::{Request, State};
+use axum::http::uri::Authority;
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
@@ -35,9 +38,25 @@ pub const CSRF_HEADER: &str = "x-m3-csrf";
 pub struct Token(String);
 
 impl Token {
-    /// The token `text`.
-    pub fn new(text: String) -> Self {
-        Self(text)
+    /// The token `text` gives (`source` names where it came from, for the message), without
+    /// its surrounding whitespace. Refused, its text never quoted, when nothing is left
+    /// (`empty_token`: anyone could log in with a space) or when it holds a control character
+    /// (`invalid_token`: no `Authorization` header or login form could carry it).
+    pub fn parse(text: &str, source: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(format!(
+                "the token from {source} is empty or only whitespace, which anyone could give; \
+                 give a token of visible characters (empty_token)"
+            ));
+        }
+        if text.chars().any(char::is_control) {
+            return Err(format!(
+                "the token from {source} holds a control character, which no `Authorization` \
+                 header can carry; give a token of visible characters (invalid_token)"
+            ));
+        }
+        Ok(Self(text.to_string()))
     }
 
     /// Whether `given` is the token, in time independent of where they differ.
@@ -217,25 +236,37 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-/// Whether `Host` names this machine's loopback (`localhost`, `127.x.y.z`, `[::1]`), with any
-/// port.
+/// Whether `Host` names this machine's loopback (`localhost`, `127.x.y.z`, `[::1]`), with or
+/// without a numeric port. The header is parsed as an authority and must be exactly a host and
+/// an optional port, the host compared whole: `localhost:1@evil.example` (user information, the
+/// host being `evil.example`), `[::1].evil.example`, `localhost.` or `localhost:x` are foreign.
 fn loopback_host(headers: &HeaderMap) -> bool {
-    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+    let Some(Ok(authority)) = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::parse::<Authority>)
+    else {
         return false;
     };
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    let name = authority.host();
+    let exact = match authority.port_u16() {
+        Some(port) => format!("{name}:{port}") == authority.as_str(),
+        None => name == authority.as_str(),
     };
-    name.eq_ignore_ascii_case("localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    let loopback = match name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+        Some(v6) => v6.parse::<Ipv6Addr>().is_ok_and(|ip| ip.is_loopback()),
+        None => {
+            name.eq_ignore_ascii_case("localhost")
+                || name.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+        }
+    };
+    exact && loopback
 }
 
-/// Whether `path` is a page (answered with a redirect to the login form) rather than the API.
-fn is_page(path: &str) -> bool {
-    !path.starts_with("/api/")
+/// Whether `path` is a page (answered with a redirect to the login form) rather than the API
+/// (`/api` and what is under it).
+pub fn is_page(path: &str) -> bool {
+    !(path == "/api" || path.starts_with("/api/"))
 }
 
 /// The guard in front of every API call and page but the login form and the assets.
@@ -249,12 +280,15 @@ pub async fn require(State(shared): State<Arc<Shared>>, request: Request, next: 
     let caller = guard.authenticate(headers);
     if caller == Caller::Nobody {
         if is_page(path) && request.method() == Method::GET {
+            // Back here after logging in, when here is a path a login may lead to.
             let back = request
                 .uri()
                 .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_string();
-            let target = format!("/login?next={}", encode_component(&back));
+                .and_then(|p| LocalPath::parse(p.as_str()));
+            let target = match back {
+                Some(back) => format!("/login?next={}", encode_component(back.as_str())),
+                None => "/login".to_string(),
+            };
             return Redirect::to(&target).into_response();
         }
         return Problem::unauthorized().into_response();
@@ -303,6 +337,7 @@ mod tests {
             "[::1]:9",
             "LOCALHOST",
             "127.9.9.9",
+            "[0:0:0:0:0:0:0:1]:80",
         ] {
             assert!(loopback_host(&headers(&[("host", host)])), "{host}");
         }
@@ -311,10 +346,39 @@ mod tests {
             "10.0.0.1:8383",
             "localhost.evil.example",
             "",
+            "localhost:1@evil.example",
+            "localhost@evil.example",
+            "[::1].evil.example",
+            "[::1]evil.example:80",
+            "localhost.",
+            "localhost:",
+            "localhost:x",
+            "localhost:65536",
+            "127.0.0.1:1:2",
+            "127.1",
+            "[::2]",
+            "::1",
+            "localhost/x",
         ] {
             assert!(!loopback_host(&headers(&[("host", host)])), "{host}");
         }
         assert!(!loopback_host(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn a_blank_token_or_one_with_a_control_character_is_refused_unquoted() {
+        for blank in ["", " ", "\t \t", "\n", "\u{a0}\u{3000}"] {
+            let error = Token::parse(blank, "--token").unwrap_err();
+            assert!(error.ends_with("(empty_token)"), "{blank:?}: {error}");
+        }
+        for odd in ["k9q\u{7}z", "k9q\nz", "k9q\u{1b}[2Jz", "k9q\u{85}z"] {
+            let error = Token::parse(odd, "--token").unwrap_err();
+            assert!(error.ends_with("(invalid_token)"), "{odd:?}: {error}");
+            assert!(!error.contains("k9q"), "{error}");
+        }
+        let token = Token::parse("  s3cret x\t\n", "--token").unwrap();
+        assert!(token.matches("s3cret x") && !token.matches("  s3cret x\t\n"));
+        assert_eq!(format!("{token:?}"), "Token(..)");
     }
 
     #[test]
@@ -338,9 +402,9 @@ mod tests {
 
     #[test]
     fn the_cookie_and_the_csrf_value_come_from_the_token_and_say_nothing_of_it() {
-        let guard = Guard::new(Some(Token::new("s3cret".into()))).unwrap();
-        let again = Guard::new(Some(Token::new("s3cret".into()))).unwrap();
-        let other = Guard::new(Some(Token::new("other".into()))).unwrap();
+        let guard = Guard::new(Some(Token::parse("s3cret", "a test").unwrap())).unwrap();
+        let again = Guard::new(Some(Token::parse("s3cret", "a test").unwrap())).unwrap();
+        let other = Guard::new(Some(Token::parse("other", "a test").unwrap())).unwrap();
         let cookie = guard.login_cookie().unwrap();
         assert_eq!(Some(cookie.clone()), again.login_cookie());
         assert_ne!(Some(cookie.clone()), other.login_cookie());

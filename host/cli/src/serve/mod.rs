@@ -3,6 +3,8 @@
 //! `--json` (`problem.rs`); `/api/events/stream` streams the store's changes as Server-Sent
 //! Events (`events.rs`); the web inbox (`page.rs`, `assets/`) is built from both. Everything is
 //! behind the guard (`auth.rs`: token or login cookie, CSRF, loopback-only without a token).
+//! Paths and queries are read by `extract.rs` (a bad one is a typed error too); after logging
+//! in a browser goes back only to a path of this server (`local_path.rs`).
 //! Library calls (SQLite, the component) run on the blocking pool, never on the runtime's
 //! threads.
 
@@ -10,6 +12,8 @@ mod api;
 mod auth;
 mod connections;
 mod events;
+mod extract;
+mod local_path;
 mod page;
 mod problem;
 
@@ -38,7 +42,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         value_name = "TOKEN",
-        env = "M3_SERVE_TOKEN",
+        env = TOKEN_VARIABLE,
         hide_env_values = true
     )]
     token: Option<String>,
@@ -90,22 +94,28 @@ pub struct Shared {
     pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
-/// The token from `--token` or `--token-file`, if any.
+/// The environment variable `--token` is read from when the flag is not given.
+const TOKEN_VARIABLE: &str = "M3_SERVE_TOKEN";
+
+/// The token from `--token` (or [`TOKEN_VARIABLE`]) or the first line of `--token-file`, if
+/// any; a blank one is refused wherever it came from (an empty variable too, which clap would
+/// take for no token at all), its text never quoted.
 fn token(args: &ServeArgs) -> Result<Option<auth::Token>> {
-    let text = match (&args.token, &args.token_file) {
-        (Some(token), _) => token.clone(),
+    let (text, source) = match (&args.token, &args.token_file) {
+        (Some(token), _) => (token.clone(), "--token (or M3_SERVE_TOKEN)"),
         (None, Some(file)) => {
             let text = crate::read_input(file).map_err(crate::invalid_input)?;
-            text.lines().next().unwrap_or_default().trim().to_string()
+            let first = text.lines().next().unwrap_or_default().to_string();
+            (first, "the first line of --token-file")
         }
-        (None, None) => return Ok(None),
+        (None, None) => match std::env::var_os(TOKEN_VARIABLE) {
+            Some(value) if value.is_empty() => (String::new(), "M3_SERVE_TOKEN"),
+            _ => return Ok(None),
+        },
     };
-    if text.is_empty() {
-        return Err(crate::invalid_input(
-            "the token is empty; give a non-empty --token or --token-file (empty_token)",
-        ));
-    }
-    Ok(Some(auth::Token::new(text)))
+    auth::Token::parse(&text, source)
+        .map(Some)
+        .map_err(crate::invalid_input)
 }
 
 /// `m3 serve`.

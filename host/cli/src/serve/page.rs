@@ -1,13 +1,16 @@
 //! The web inbox of `m3 serve`: the login form, one HTML shell for every page (the inbox `/`, a
-//! round `/rounds/{id}`, an execution `/executions/{id}`) and its script and style sheet. Every
+//! round `/rounds/{id}`, an execution `/executions/{id}`), the page of a path that is none
+//! (404), and the pages' script and style sheet. Every
 //! asset is in the binary (`include_str!` of `assets/`): nothing is fetched from elsewhere at run
 //! time, and the Content-Security-Policy forbids it. The script renders pages from the JSON API
 //! and the event stream; it builds elements with `textContent`, never HTML from data.
 
 use super::Shared;
 use super::auth::{self, Guard};
+use super::local_path::LocalPath;
 use axum::Form;
-use axum::extract::{Request, State};
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -17,6 +20,8 @@ use std::sync::Arc;
 const SHELL: &str = include_str!("assets/index.html");
 /// The login form; `{{next}}` and `{{error}}` are replaced (escaped).
 const LOGIN: &str = include_str!("assets/login.html");
+/// The page of a path that is no page.
+const NOT_FOUND: &str = include_str!("assets/not_found.html");
 /// The pages' script.
 const SCRIPT: &str = include_str!("assets/app.js");
 /// The pages' style sheet.
@@ -101,44 +106,67 @@ impl std::fmt::Debug for Login {
     }
 }
 
-/// A same-site path to go to after logging in (anything else goes to the inbox).
-fn next_path(next: Option<&str>) -> &str {
-    match next {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => p,
-        _ => "/",
-    }
-}
-
-/// `GET /login`: the form (a server without a token has nothing to log in to).
+/// `GET /login`: the form (a server without a token has nothing to log in to). A `next` that
+/// is not a [`LocalPath`] (or a query that cannot be read) is dropped: the form leads to the
+/// inbox.
 pub async fn login_form(
     State(shared): State<Arc<Shared>>,
-    axum::extract::Query(query): axum::extract::Query<LoginQuery>,
+    query: Result<Query<LoginQuery>, QueryRejection>,
 ) -> Response {
     if !shared.guard.has_token() {
         return Redirect::to("/").into_response();
     }
-    login_page(StatusCode::OK, next_path(query.next.as_deref()), "")
+    let next = query
+        .ok()
+        .and_then(|Query(query)| query.next)
+        .and_then(|next| LocalPath::parse(&next))
+        .unwrap_or_else(LocalPath::root);
+    login_page(StatusCode::OK, &next, "")
 }
 
 /// `POST /login`: sets the session cookie when the token is right, from this server's own
-/// form only.
+/// form only, and sends the browser to `next`. A form that cannot be read, or whose `next` is
+/// not a [`LocalPath`], is refused (the login page with its error, 400) and sets nothing.
 pub async fn login(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    Form(form): Form<Login>,
+    form: Result<Form<Login>, FormRejection>,
 ) -> Response {
     let guard: &Guard = &shared.guard;
-    let next = next_path(form.next.as_deref()).to_string();
+    let root = LocalPath::root();
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(rejection) => {
+            let status = match rejection.status() {
+                status if status.is_client_error() => status,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            return login_page(status, &root, "The login form could not be read.");
+        }
+    };
     if !auth::same_origin(&headers) {
         return login_page(
             StatusCode::FORBIDDEN,
-            &next,
+            &root,
             "This form must be sent from this server's own login page.",
         );
     }
+    let next = match form.next.as_deref().map(LocalPath::parse) {
+        None => root,
+        Some(Some(next)) => next,
+        Some(None) => {
+            return login_page(
+                StatusCode::BAD_REQUEST,
+                &root,
+                "The page to return to is not a path on this server, so nothing was done. \
+                 Log in here to go to the inbox.",
+            );
+        }
+    };
     match guard.login_cookie() {
         Some(cookie) if guard.token_matches(&form.token) => {
-            let mut response = Redirect::to(&next).into_response();
+            let mut response =
+                (StatusCode::SEE_OTHER, [(header::LOCATION, next.header())]).into_response();
             if let Ok(value) = HeaderValue::from_str(&cookie) {
                 response.headers_mut().insert(header::SET_COOKIE, value);
             }
@@ -147,6 +175,11 @@ pub async fn login(
         Some(_) => login_page(StatusCode::UNAUTHORIZED, &next, "That is not the token."),
         None => Redirect::to("/").into_response(),
     }
+}
+
+/// A page that does not exist, for a browser's `GET` (the API's are `route_not_found`).
+pub fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, Html(NOT_FOUND)).into_response()
 }
 
 /// `POST /logout`: forgets the session cookie.
@@ -159,9 +192,9 @@ pub async fn logout() -> Response {
 }
 
 /// The login page with `next` and `error` filled in.
-fn login_page(status: StatusCode, next: &str, error: &str) -> Response {
+fn login_page(status: StatusCode, next: &LocalPath, error: &str) -> Response {
     let page = LOGIN
-        .replace("{{next}}", &escape(next))
+        .replace("{{next}}", &escape(next.as_str()))
         .replace("{{error}}", &escape(error));
     (status, Html(page)).into_response()
 }
@@ -187,15 +220,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_same_site_paths_are_followed_after_login() {
-        assert_eq!(next_path(Some("/rounds/abc")), "/rounds/abc");
-        for outside in ["//evil.example/", "https://evil.example/", "/\\evil", "x"] {
-            assert_eq!(next_path(Some(outside)), "/", "{outside}");
-        }
-        assert_eq!(next_path(None), "/");
-    }
-
-    #[test]
     fn login_values_are_escaped() {
         assert_eq!(
             escape("\"><script>'&"),
@@ -205,7 +229,7 @@ mod tests {
 
     #[test]
     fn every_asset_is_embedded_and_nothing_is_fetched_from_elsewhere() {
-        for text in [SHELL, LOGIN, SCRIPT, STYLE] {
+        for text in [SHELL, LOGIN, NOT_FOUND, SCRIPT, STYLE] {
             assert!(!text.is_empty());
             for remote in ["http://", "https://", "//cdn", "@import"] {
                 assert!(!text.contains(remote), "an asset names {remote}");

@@ -47,6 +47,50 @@ impl Problem {
         )
     }
 
+    /// A path no route has (`GET /api/nothing`; a browser's `GET` of a page path gets
+    /// `page::not_found` instead).
+    pub fn route_not_found() -> Self {
+        Self::refused(
+            StatusCode::NOT_FOUND,
+            "route_not_found",
+            "this server has no call at this path (the API's are under /api/rounds, \
+             /api/executions, /api/events/stream and /api/session); nothing was done \
+             (route_not_found)",
+        )
+    }
+
+    /// A path whose calls take other methods (they are in the `Allow` header).
+    pub fn method_not_allowed() -> Self {
+        Self::refused(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this path does not take the request's method (the `Allow` header lists the ones \
+             it takes); nothing was done (method_not_allowed)",
+        )
+    }
+
+    /// A path parameter (an id) that is not text once its percent escapes are decoded (it is
+    /// not quoted).
+    pub fn invalid_path() -> Self {
+        Self::refused(
+            StatusCode::BAD_REQUEST,
+            "invalid_path",
+            "an id in the request's path is not UTF-8 text once its percent escapes are \
+             decoded; nothing was done (invalid_path)",
+        )
+    }
+
+    /// A query string that cannot be read: a parameter given twice, or a value not of its
+    /// kind (it is not quoted).
+    pub fn invalid_query() -> Self {
+        Self::refused(
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+            "the request's query cannot be read: a parameter is given more than once, or a \
+             value is not of its kind; nothing was done (invalid_query)",
+        )
+    }
+
     /// A refusal with `status`, `code` and `message`.
     fn refused(status: StatusCode, code: &str, message: &str) -> Self {
         Self {

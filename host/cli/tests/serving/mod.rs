@@ -44,7 +44,86 @@ pub fn agent() -> ureq::Agent {
         .into()
 }
 
+/// An HTTP answer as it came: status, headers and body text (for what [`Reply`] does not
+/// show: the content type, `Location`, `Set-Cookie`, `Allow`, a body that is not JSON).
+#[derive(Debug)]
+pub struct Exchange {
+    pub status: u16,
+    pub headers: ureq::http::HeaderMap,
+    pub text: String,
+}
+
+impl Exchange {
+    /// The value of the header `name` (`None` when absent or not text).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The `Content-Type`'s media type, without parameters (empty when there is none).
+    pub fn media_type(&self) -> &str {
+        self.header("content-type")
+            .and_then(|v| v.split(';').next())
+            .unwrap_or_default()
+            .trim()
+    }
+
+    /// The body as the API's JSON answer; asserts the content type says so.
+    pub fn reply(&self) -> Reply {
+        assert_eq!(
+            self.media_type(),
+            "application/json",
+            "{:?}: {}",
+            self.headers,
+            self.text
+        );
+        let body = serde_json::from_str(&self.text)
+            .unwrap_or_else(|e| panic!("a body that is not JSON ({e}): {:?}", self.text));
+        Reply {
+            status: self.status,
+            body,
+        }
+    }
+}
+
 impl Server {
+    /// `METHOD PATH` with `headers` and `body` (`None`: no body at all), the token added when
+    /// the server has one; a redirect is returned, never followed.
+    pub fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> Exchange {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .build()
+            .into();
+        let mut request = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        if let Some(token) = &self.token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        let response = match body {
+            Some(body) => agent.run(request.body(body.to_string()).expect("a request")),
+            None => agent.run(request.body(()).expect("a request")),
+        };
+        let mut response = response.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.body_mut().read_to_string().expect("a text body");
+        Exchange {
+            status,
+            headers,
+            text,
+        }
+    }
+
     /// Starts `m3 serve --listen 127.0.0.1:0 EXTRA...` on the sandbox's database; `token` is
     /// what the client sends (`Authorization: Bearer TOKEN`).
     pub fn start(sb: &Sandbox, extra: &[&str], token: Option<&str>) -> Self {
@@ -62,9 +141,12 @@ impl Server {
         let stdout = read_lines(child.stdout.take().expect("piped stdout"));
         let stderr = read_all(child.stderr.take().expect("piped stderr"));
         let guard = ChildGuard { child };
-        let address = stdout
-            .recv_timeout(COMMAND_TIMEOUT)
-            .expect("`m3 serve` prints its bound address first");
+        let address = stdout.recv_timeout(COMMAND_TIMEOUT).unwrap_or_else(|e| {
+            let said = stderr
+                .recv_timeout(Duration::from_secs(5))
+                .unwrap_or_default();
+            panic!("`m3 serve` prints its bound address first ({e}); its stderr: {said}")
+        });
         assert!(
             address.starts_with("127.0.0.1:") && !address.ends_with(":0"),
             "{address}"
@@ -342,6 +424,12 @@ pub fn raw(address: &str, bytes: &[u8]) -> TcpStream {
 /// Reads an HTTP answer from `socket` to its end (the request said `Connection: close`):
 /// status and body text.
 pub fn raw_answer(socket: &mut TcpStream) -> (u16, String) {
+    let (status, _, body) = raw_answer_with_head(socket);
+    (status, body)
+}
+
+/// As [`raw_answer`], with the answer's head (status line and headers, lower-case) too.
+pub fn raw_answer_with_head(socket: &mut TcpStream) -> (u16, String, String) {
     let mut answer = Vec::new();
     let _ = socket.read_to_end(&mut answer);
     let answer = String::from_utf8_lossy(&answer).into_owned();
@@ -353,5 +441,5 @@ pub fn raw_answer(socket: &mut TcpStream) -> (u16, String) {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .expect("a status line");
-    (status, body.to_string())
+    (status, head.to_ascii_lowercase(), body.to_string())
 }
