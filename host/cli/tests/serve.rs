@@ -518,6 +518,8 @@ fn a_repeat_to_a_round_whose_server_died_after_the_answer_says_it_was_delivered(
             [
                 "--server-era",
                 "legacy",
+                "--tool",
+                "booking:book_table_then_exit",
                 "--script",
                 script.to_str().expect("a UTF-8 path"),
                 "--human-input",
