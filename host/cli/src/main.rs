@@ -492,7 +492,7 @@ pub fn read_input_within(path: &std::path::Path, limit: u64) -> Result<String, S
         .read_to_end(&mut bytes)
         .map_err(|e| format!("{what} cannot be read: {e}"))?;
     if bytes.len() as u64 > limit {
-        let size = if limit % (1 << 20) == 0 {
+        let size = if limit.is_multiple_of(1 << 20) {
             format!("{} MiB", limit >> 20)
         } else {
             format!("{} KiB", limit >> 10)
