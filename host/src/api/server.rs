@@ -264,7 +264,41 @@ impl HttpServer {
     /// visible ASCII, spaces and tabs, at most [`Self::MAX_HEADER_VALUE_BYTES`]. The error names
     /// the header only when its name is a valid one, and never the value.
     pub fn check_header(name: &str, value: &str) -> Result<(), HeaderError> {
-        crate::imports::network::header(name, value).map(|_| ())
+        if name.is_empty() {
+            return Err(HeaderError::EmptyName);
+        }
+        if name.len() > Self::MAX_HEADER_NAME_BYTES {
+            return Err(HeaderError::NameTooLong { len: name.len() });
+        }
+        if let Some(at) = name.bytes().position(|b| !is_token_byte(b)) {
+            return Err(HeaderError::BadName {
+                what: describe_byte(name.as_bytes()[at]),
+                at: at + 1,
+            });
+        }
+        // A valid name from here on: it may be said (lowercased, as HTTP compares names).
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str()) {
+            return Err(HeaderError::Reserved { name: lower });
+        }
+        // The value is never named: it may be a secret.
+        if value.len() > Self::MAX_HEADER_VALUE_BYTES {
+            return Err(HeaderError::ValueTooLong {
+                name: lower,
+                len: value.len(),
+            });
+        }
+        if let Some(at) = value
+            .bytes()
+            .position(|b| !(b == b'\t' || (b' '..=b'~').contains(&b)))
+        {
+            return Err(HeaderError::BadValue {
+                name: lower,
+                what: describe_byte(value.as_bytes()[at]),
+                at: at + 1,
+            });
+        }
+        Ok(())
     }
 
     /// Whether the binding's headers can all be added to a request: each one by
@@ -291,6 +325,47 @@ impl HttpServer {
             return Err(HeaderError::TooLarge { bytes });
         }
         Ok(())
+    }
+}
+
+/// Headers a binding cannot give: those the Streamable HTTP transport sets on its own requests,
+/// and those `wasi:http` forbids (`wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS`, which the
+/// host checks again when it grants them; a test keeps the two lists together).
+pub(crate) const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "http2-settings",
+];
+
+/// A byte of an HTTP token (RFC 9110's `tchar`).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// A byte a header cannot carry where it was found, in words (never more than this one byte,
+/// and a printable one only when it is ASCII punctuation).
+fn describe_byte(b: u8) -> String {
+    match b {
+        b'\r' | b'\n' => "a line break".into(),
+        0 => "a NUL byte".into(),
+        b' ' => "a space".into(),
+        b'\t' => "a tab".into(),
+        0x80..=0xff => "a non-ASCII character".into(),
+        b if b.is_ascii_control() => "a control character".into(),
+        b if b.is_ascii_punctuation() => format!("`{}`", b as char),
+        _ => "a character".into(),
     }
 }
 

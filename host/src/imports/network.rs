@@ -87,56 +87,24 @@ impl NetworkGrant {
     }
 }
 
-/// A header the host adds: a valid name of at most [`HttpServer::MAX_HEADER_NAME_BYTES`] that
-/// is not one the transport owns, and a valid value of at most
-/// [`HttpServer::MAX_HEADER_VALUE_BYTES`]. The error names the header only once its name is
-/// known to be a valid one (never raw text with line breaks or a secret split in the wrong
-/// place), and never its value.
+/// A header the host adds, checked by [`HttpServer::check_header`] (a valid name the transport
+/// does not own, a valid value, each within its bound), parsed.
 pub fn header(
     name: &str,
     value: &str,
 ) -> Result<(http::HeaderName, http::HeaderValue), HeaderError> {
-    if name.is_empty() {
-        return Err(HeaderError::EmptyName);
-    }
-    if name.len() > HttpServer::MAX_HEADER_NAME_BYTES {
-        return Err(HeaderError::NameTooLong { len: name.len() });
-    }
-    if let Some(at) = name.bytes().position(|b| !is_token_byte(b)) {
-        return Err(HeaderError::BadName {
-            what: describe_byte(name.as_bytes()[at]),
-            at: at + 1,
-        });
-    }
+    HttpServer::check_header(name, value)?;
     let parsed =
         http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| HeaderError::BadName {
             what: "a character".into(),
             at: 1,
         })?;
-    if wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(&parsed)
-        || TRANSPORT_HEADERS.contains(&parsed.as_str())
-    {
+    if wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(&parsed) {
         return Err(HeaderError::Reserved {
             name: parsed.to_string(),
         });
     }
     // The value is never named: it may be a secret.
-    if value.len() > HttpServer::MAX_HEADER_VALUE_BYTES {
-        return Err(HeaderError::ValueTooLong {
-            name: parsed.to_string(),
-            len: value.len(),
-        });
-    }
-    if let Some(at) = value
-        .bytes()
-        .position(|b| !(b == b'\t' || (b' '..=b'~').contains(&b)))
-    {
-        return Err(HeaderError::BadValue {
-            name: parsed.to_string(),
-            what: describe_byte(value.as_bytes()[at]),
-            at: at + 1,
-        });
-    }
     let mut value = http::HeaderValue::from_str(value).map_err(|_| HeaderError::BadValue {
         name: parsed.to_string(),
         what: "a character".into(),
@@ -145,36 +113,6 @@ pub fn header(
     value.set_sensitive(true);
     Ok((parsed, value))
 }
-
-/// A byte of an HTTP token (RFC 9110's `tchar`).
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// A byte a header cannot carry where it was found, in words (never more than this one byte,
-/// and a printable one only when it is ASCII punctuation or a space).
-fn describe_byte(b: u8) -> String {
-    match b {
-        b'\r' | b'\n' => "a line break".into(),
-        0 => "a NUL byte".into(),
-        b' ' => "a space".into(),
-        b'\t' => "a tab".into(),
-        0x80..=0xff => "a non-ASCII character".into(),
-        b if b.is_ascii_control() => "a control character".into(),
-        b if b.is_ascii_punctuation() => format!("`{}`", b as char),
-        _ => "a character".into(),
-    }
-}
-
-/// Headers the Streamable HTTP transport sets on its own requests.
-const TRANSPORT_HEADERS: &[&str] = &[
-    "accept",
-    "content-type",
-    "content-length",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "last-event-id",
-];
 
 /// The normalised origin of a server URL (`http` or `https`, host lowercased, default port
 /// dropped), or why it is not one.
@@ -333,6 +271,16 @@ mod tests {
             NetworkGrant::to_server("http://h/", &[("Authorization".into(), "Bearer s3".into())])
                 .unwrap();
         assert!(!format!("{grant:?}").contains("s3"));
+    }
+
+    #[test]
+    fn every_header_wasi_http_forbids_is_refused_at_submission() {
+        for name in &wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS {
+            assert!(
+                crate::api::server::RESERVED_HEADERS.contains(&name.as_str()),
+                "{name}"
+            );
+        }
     }
 
     #[test]
