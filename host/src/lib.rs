@@ -97,7 +97,9 @@ pub use api::round::{
     Deadline, ElicitationRequest, FormElicitationRequest, HarnessMetadata, NewRound, OperationKind,
     OwnerClaim, PendingElicitationRound, RequestContext, UrlElicitationRequest,
 };
-pub use api::server::{HttpServer, McpEra, ServerBinding, StdioServer};
+pub use api::server::{
+    HeaderError, HttpServer, McpEra, ProcessInputError, ServerBinding, StdioServer,
+};
 pub use api::submission::{HumanInput, ModelValidationError, Submission};
 pub use backend::id_prefix::IdMatches;
 pub use backend::migrate::{

@@ -675,6 +675,78 @@ fn submissions_that_cannot_run_are_refused() {
     );
 }
 
+/// A stdio binding the operating system cannot pass to a program (a NUL byte in an argument or
+/// in an environment value, a variable without a name) is a `ModelValidationError` at
+/// submission naming the argument's position or the variable's name, never its text, and
+/// nothing is stored; it used to be accepted and to fail only when the server was started.
+#[test]
+fn stdio_bindings_the_os_cannot_pass_are_refused_at_submission() {
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db);
+    let secret = "sk-live-SECRET123";
+    let cases = [
+        (
+            shipping_server(&[]).args(["--era".to_string(), format!("{secret}\0")]),
+            "argument 2 holds a NUL byte",
+        ),
+        (
+            shipping_server(&[]).env("API_KEY", format!("{secret}\0x")),
+            "environment variable `API_KEY` holds a NUL byte",
+        ),
+        (
+            shipping_server(&[]).env("", secret),
+            "name is empty or holds `=` or a NUL byte",
+        ),
+        (
+            shipping_server(&[]).env("A=B", secret),
+            "name is empty or holds `=` or a NUL byte",
+        ),
+        (
+            shipping_server(&[]).env("BIG", "x".repeat(128 * 1024)),
+            "more than the 131071",
+        ),
+        (
+            (0..=StdioServer::MAX_ENV_VARS)
+                .fold(shipping_server(&[]), |s, i| s.env(format!("V{i}"), "1")),
+            "1025 environment variables, more than the 1024",
+        ),
+    ];
+    for (server, expected) in cases {
+        let submission = Submission::new("Book.", server)
+            .tools(["shipping:book_shipment"])
+            .human_input(HumanInput::Managed);
+        let agent = kit
+            .agents([AgentSpec::scripted(booking_script())])
+            .unwrap()
+            .remove(0);
+        match agent.submit(submission) {
+            Err(ExecutionError::ModelValidation(e)) => {
+                assert!(e.message.contains(expected), "{expected:?} in {e}");
+                assert!(!e.message.contains(secret), "{e}");
+            }
+            other => panic!("expected ModelValidationError ({expected}), got {other:?}"),
+        }
+    }
+    assert!(
+        db.store()
+            .list_rounds(&RoundFilter::default())
+            .unwrap()
+            .is_empty()
+    );
+    assert!(kit_executions_empty(&db));
+}
+
+/// Whether the database holds no execution.
+fn kit_executions_empty(db: &TempDb) -> bool {
+    SqliteExecutionStore::open(&db.path)
+        .unwrap()
+        .executions()
+        .unwrap()
+        .states(None)
+        .unwrap()
+        .is_empty()
+}
+
 /// `fail` mode runs with an in-memory store too.
 #[test]
 fn an_in_memory_store_runs_fail_mode_executions() {

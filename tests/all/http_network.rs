@@ -196,3 +196,67 @@ fn bindings_the_host_cannot_grant_are_refused_at_submission_and_store_nothing() 
     );
     Ok(())
 }
+
+/// The bounds of a binding's headers (`HttpServer::MAX_HEADERS` and the sizes beside it), and
+/// names that are not header names, are refused at submission: a typed `ModelValidationError`
+/// naming the limit or what is wrong, never a value nor a name that is not a valid one, and
+/// nothing is stored. (100 headers used to be granted, and a request with more headers than
+/// `http` holds panicked the host.)
+#[test]
+fn headers_beyond_the_bounds_are_refused_at_submission_naming_the_limit_and_store_nothing()
+-> Result<()> {
+    let secret = "sk-live-SECRET123";
+    let db = TempDb::new();
+    let (store, kit) = kit(&db)?;
+    let server = || HttpServer::new("remote", "http://127.0.0.1:9/mcp");
+    let many = (0..100).fold(server(), |s, i| s.header(format!("X-H-{i}"), secret));
+    let long_value = server().header("X-Key", format!("{secret}{}", "a".repeat(100 * 1024)));
+    let long_name = server().header("X".repeat(300), secret);
+    let large = (0..10).fold(server(), |s, i| {
+        s.header(
+            format!("X-Part-{i}"),
+            format!("{secret}{}", "b".repeat(7 * 1024)),
+        )
+    });
+    let line_break = server().header(format!("X-Evil\r\n{secret}"), "v");
+    let nul = server().header("X-Key", format!("{secret}\0"));
+    for (server, expected) in [
+        (many, "100 headers, more than the 64"),
+        (long_value, "is 102417 bytes long, more than the 8192"),
+        (
+            long_name,
+            "a header name is 300 bytes long, more than the 256",
+        ),
+        (large, "bytes together, more than the 65536"),
+        (line_break, "it holds a line break at byte 7"),
+        (nul, "holds a NUL byte at byte 18"),
+    ] {
+        match submit(&kit, server) {
+            Err(ExecutionError::ModelValidation(e)) => {
+                assert!(e.message.contains(expected), "{expected:?} in {e}");
+                assert!(
+                    !e.message.contains(secret) && !e.message.contains(['\r', '\n', '\0']),
+                    "{e:?}"
+                );
+            }
+            other => panic!("expected ModelValidationError ({expected}), got {other:?}"),
+        }
+    }
+    // At the bounds exactly: granted.
+    let at_bounds = (0..8).fold(server(), |s, i| {
+        s.header(format!("X-Part-{i}"), "c".repeat(8 * 1024 - 8))
+    });
+    assert!(at_bounds.check_headers().is_ok());
+    assert_eq!(HttpServer::MAX_HEADERS, 64);
+    assert!(
+        store.executions()?.states(None)?.is_empty(),
+        "nothing stored"
+    );
+    drop(kit);
+    store.close();
+    ensure!(
+        !contains(&database_bytes(&db)?, secret),
+        "a refused header's value reached the database"
+    );
+    Ok(())
+}

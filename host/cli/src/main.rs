@@ -473,6 +473,12 @@ pub const MAX_INPUT_BYTES: u64 = 8 * 1024 * 1024;
 /// or an endless pipe is refused, not read); the error says what could not be read (the caller
 /// names the typed error it is).
 pub fn read_input(path: &std::path::Path) -> Result<String, String> {
+    read_input_within(path, MAX_INPUT_BYTES)
+}
+
+/// [`read_input`], stopping past `limit` bytes instead (never reading more than one byte past
+/// it, whatever the file says its size is: `/proc` files say 0).
+pub fn read_input_within(path: &std::path::Path, limit: u64) -> Result<String, String> {
     use std::io::Read;
     let (what, source): (String, Box<dyn Read>) = if path.as_os_str() == "-" {
         ("standard input".into(), Box::new(std::io::stdin()))
@@ -483,13 +489,17 @@ pub fn read_input(path: &std::path::Path) -> Result<String, String> {
     };
     let mut bytes = Vec::new();
     source
-        .take(MAX_INPUT_BYTES + 1)
+        .take(limit + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("{what} cannot be read: {e}"))?;
-    if bytes.len() as u64 > MAX_INPUT_BYTES {
+    if bytes.len() as u64 > limit {
+        let size = if limit.is_multiple_of(1 << 20) {
+            format!("{} MiB", limit >> 20)
+        } else {
+            format!("{} KiB", limit >> 10)
+        };
         return Err(format!(
-            "{what} is larger than {} MiB (payload_too_large); nothing was read past that",
-            MAX_INPUT_BYTES >> 20
+            "{what} is larger than {size} (payload_too_large); nothing was read past that"
         ));
     }
     String::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8 text"))

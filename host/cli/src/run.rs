@@ -106,13 +106,28 @@ pub struct RunArgs {
         conflicts_with_all = ["server_arg", "server_env", "server_env_file", "server_cwd"]
     )]
     server_url: Option<String>,
-    /// `--server-url`: one header of every request to the server (repeatable), `NAME=VALUE`.
-    /// Its value is never stored or printed.
-    #[arg(long, value_name = "NAME=VALUE", requires = "server_url")]
+    /// `--server-url`: one header of every request to the server (repeatable), `NAME=VALUE` or
+    /// `NAME: VALUE` (the name ends at the first `=` or `:`; the value may hold both). Its value
+    /// is never stored or printed. At most 64 headers, a name at most 256 bytes, a value at
+    /// most 8 KiB, all together at most 64 KiB.
+    // `requires` alone lets `--server-command` through: clap takes a missing argument that
+    // conflicts with one present as not missing, so the conflict is said too.
+    #[arg(
+        long,
+        value_name = "NAME=VALUE",
+        requires = "server_url",
+        conflicts_with = "server_command"
+    )]
     server_header: Vec<String>,
-    /// `--server-url`: headers from a file, one `NAME: VALUE` per line (blank lines and lines
-    /// starting with `#` are skipped), so that a secret need not appear on a command line.
-    #[arg(long, value_name = "FILE", requires = "server_url")]
+    /// `--server-url`: headers from a file (at most 256 KiB), one `NAME: VALUE` (or
+    /// `NAME=VALUE`) per line (blank lines and lines starting with `#` are skipped), so that a
+    /// secret need not appear on a command line. An error names the line, never its text.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "server_url",
+        conflicts_with = "server_command"
+    )]
     server_header_file: Option<PathBuf>,
     /// One argument of the server (repeatable).
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
@@ -122,8 +137,9 @@ pub struct RunArgs {
     /// gets these, those of `--server-env-file`, and this process's `PATH`, nothing else.
     #[arg(long, value_name = "NAME[=VALUE]")]
     server_env: Vec<String>,
-    /// Environment variables of the server from a file: one `NAME=VALUE` per line; blank lines
-    /// and lines starting with `#` are skipped.
+    /// Environment variables of the server from a file (at most 1 MiB, 1,024 variables): one
+    /// `NAME=VALUE` per line; blank lines and lines starting with `#` are skipped. An error
+    /// names the line, never its text.
     #[arg(long, value_name = "FILE")]
     server_env_file: Option<PathBuf>,
     /// The server's working directory (absolute, or relative to this directory; default: a
@@ -200,32 +216,92 @@ fn server(args: &RunArgs) -> Result<ServerBinding> {
     }
 }
 
-/// `--server-url`, with its headers (values checked by the kit at submission, never named in
-/// an error).
+/// The most `--server-header-file` is read of: four times the headers a binding may have
+/// ([`HttpServer::MAX_HEADER_BYTES`]), leaving room for comments and blank lines.
+const MAX_HEADER_FILE_BYTES: u64 = 4 * HttpServer::MAX_HEADER_BYTES as u64;
+
+/// The most `--server-env-file` is read of: its variables are passed to a program on its
+/// environment, which Linux bounds (`ARG_MAX`, commonly 2 MiB with the arguments).
+const MAX_ENV_FILE_BYTES: u64 = 1024 * 1024;
+
+/// One header as `--server-header` and `--server-header-file` take it: `NAME: VALUE` or
+/// `NAME=VALUE`. The name ends at the first `:` or `=`, whichever comes first (neither can be
+/// part of a header name, while a value may hold both, as a base64 token ends in `==`); name
+/// and value are trimmed of surrounding white space. `None` without either.
+fn split_header(entry: &str) -> Option<(&str, &str)> {
+    let at = entry.find([':', '='])?;
+    Some((entry[..at].trim(), entry[at + 1..].trim()))
+}
+
+/// The headers read so far, checked as each is added: the header itself, then how many and how
+/// large they are together (so a file of 30,000 lines is refused at the one past the limit).
+/// An error names where (`where_`) and what is wrong, never the entry's text.
+fn add_header(server: HttpServer, entry: &str, where_: &dyn Fn() -> String) -> Result<HttpServer> {
+    let (name, value) = split_header(entry).ok_or_else(|| {
+        crate::invalid_submission(format!(
+            "{}: expected NAME: VALUE or NAME=VALUE, found neither `:` nor `=` (the text is not \
+             shown: it may be a secret) (invalid_header)",
+            where_()
+        ))
+    })?;
+    let refused = |e: m3::HeaderError| crate::invalid_submission(format!("{}: {e}", where_()));
+    HttpServer::check_header(name, value).map_err(refused)?;
+    let server = server.header(name, value);
+    HttpServer::check_header_totals(
+        server.headers.len(),
+        server.headers.iter().map(|(k, v)| k.len() + v.len()).sum(),
+    )
+    .map_err(refused)?;
+    Ok(server)
+}
+
+/// `--server-url`, with its headers, each checked as it is read (an error names the file's
+/// line or the flag's occurrence, and what is wrong; never a header's value, nor a name that
+/// is not a valid one).
 fn http_server(args: &RunArgs, url: &str) -> Result<HttpServer> {
     let mut server = HttpServer::new(&args.server_name, url).era(era(args));
     if let Some(file) = &args.server_header_file {
-        let text = read_input(file).map_err(crate::invalid_submission)?;
+        let text = crate::read_input_within(file, MAX_HEADER_FILE_BYTES)
+            .map_err(crate::invalid_submission)?;
         for (number, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let (name, value) = line.split_once(':').ok_or_else(|| {
-                crate::invalid_submission(format!(
-                    "{} line {}: expected NAME: VALUE",
+            let where_ = || {
+                format!(
+                    "--server-header-file {} line {}",
                     file.display(),
                     number + 1
-                ))
-            })?;
-            server = server.header(name.trim(), value.trim());
+                )
+            };
+            server = add_header(server, line, &where_)?;
         }
     }
-    for entry in &args.server_header {
-        let (name, value) = entry
-            .split_once('=')
-            .ok_or_else(|| crate::invalid_submission("--server-header takes NAME=VALUE"))?;
-        server = server.header(name.trim(), value);
+    for (number, entry) in args.server_header.iter().enumerate() {
+        let where_ = || format!("--server-header number {}", number + 1);
+        server = add_header(server, entry, &where_)?;
+    }
+    Ok(server)
+}
+
+/// Adds one variable to the server's environment, checked as it is read: the operating system
+/// must be able to pass it, and there may be at most [`StdioServer::MAX_ENV_VARS`]. An error
+/// names where (`where_`) and what is wrong, never the value.
+fn add_env(
+    server: StdioServer,
+    name: String,
+    value: String,
+    where_: &dyn Fn() -> String,
+) -> Result<StdioServer> {
+    let refused =
+        |e: m3::ProcessInputError| crate::invalid_submission(format!("{}: {e}", where_()));
+    StdioServer::check_env(&name, &value).map_err(refused)?;
+    let server = server.env(name, value);
+    if server.env.len() > StdioServer::MAX_ENV_VARS {
+        return Err(refused(m3::ProcessInputError::TooManyVariables {
+            count: server.env.len(),
+        }));
     }
     Ok(server)
 }
@@ -235,51 +311,73 @@ fn stdio_server(args: &RunArgs) -> Result<StdioServer> {
     let mut server =
         StdioServer::new(&args.server_name, command).args(args.server_arg.iter().cloned());
     if let Some(file) = &args.server_env_file {
-        let text = read_input(file).map_err(crate::invalid_submission)?;
+        let text = crate::read_input_within(file, MAX_ENV_FILE_BYTES)
+            .map_err(crate::invalid_submission)?;
         for (number, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
+            let where_ = || format!("--server-env-file {} line {}", file.display(), number + 1);
             // Values may be secrets: an error names the line, never its text.
             let (k, v) = line
                 .split_once('=')
                 .filter(|(k, _)| valid_name(k))
                 .ok_or_else(|| {
                     crate::invalid_submission(format!(
-                        "{} line {}: expected NAME=VALUE",
-                        file.display(),
-                        number + 1
+                        "{}: expected NAME=VALUE, with a non-empty NAME (the text is not shown: \
+                         it may be a secret) (invalid_environment)",
+                        where_()
                     ))
                 })?;
-            server = server.env(k, v);
+            server = add_env(server, k.to_string(), v.to_string(), &where_)?;
         }
     }
-    for entry in &args.server_env {
+    for (number, entry) in args.server_env.iter().enumerate() {
+        let where_ = || format!("--server-env number {}", number + 1);
         let (k, v) = match entry.split_once('=') {
             Some((k, v)) => (k.to_string(), v.to_string()),
             None => {
                 let value = std::env::var(entry).map_err(|_| {
+                    // A conventional variable name is said; anything else might be a value
+                    // given by mistake without its NAME=.
+                    let name = if is_identifier(entry) {
+                        format!(" ({entry})")
+                    } else {
+                        String::new()
+                    };
                     crate::invalid_submission(format!(
-                        "--server-env {entry}: this process has no such variable to pass on \
-                         (give NAME=VALUE, or set it)"
+                        "{}{name}: this process has no such variable to pass on \
+                         (give NAME=VALUE, or set it)",
+                        where_()
                     ))
                 })?;
                 (entry.clone(), value)
             }
         };
         if !valid_name(&k) {
-            return Err(crate::invalid_submission(
-                "--server-env takes NAME or NAME=VALUE, with a non-empty NAME without `=` or NUL",
-            ));
+            return Err(crate::invalid_submission(format!(
+                "{}: --server-env takes NAME or NAME=VALUE, with a non-empty NAME without `=` or \
+                 NUL (invalid_environment)",
+                where_()
+            )));
         }
-        server = server.env(k, v);
+        server = add_env(server, k, v, &where_)?;
     }
     if let Some(cwd) = &args.server_cwd {
         server = server.cwd(cwd.clone());
     }
     server.era = era(args);
     Ok(server)
+}
+
+/// A conventional environment variable name: a letter or `_`, then letters, digits and `_`.
+fn is_identifier(text: &str) -> bool {
+    let mut bytes = text.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// An environment variable name a child can be given.

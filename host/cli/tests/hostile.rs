@@ -1053,3 +1053,307 @@ fn an_unusable_cache_is_named_in_a_notice() {
         "nothing was written there"
     );
 }
+
+/// A recognisable secret, looked for wherever a command could have echoed it.
+const SECRET: &str = "sk-live-SECRET123";
+
+/// Everything a command left behind that a secret must never be in: its stdout and stderr,
+/// and the sandbox's database files (if any).
+fn everything(sb: &Sandbox, out: &Output) -> Vec<u8> {
+    let mut bytes = [out.stdout.as_bytes(), out.stderr.as_bytes()].concat();
+    for suffix in ["", "-wal", "-shm"] {
+        bytes.extend(std::fs::read(format!("{}{suffix}", sb.db.display())).unwrap_or_default());
+    }
+    bytes
+}
+
+fn holds(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// `m3 run --json --no-prompt` against an HTTP server at `url` calling `remote:lookup`, with
+/// `extra` flags.
+fn http_run_args(url: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "run",
+        "--no-prompt",
+        "--json",
+        "--server-name",
+        "remote",
+        "--server-url",
+        url,
+        "--server-era",
+        "legacy",
+        "--tool",
+        "remote:lookup",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
+    args.push("Look it up.".into());
+    args
+}
+
+/// A header's value may hold `=` and `:` (a base64 token ends in `==`): the name ends at the
+/// first `:` or `=`, and the value reaches the server whole, printed nowhere. Both
+/// `--server-header 'Authorization: Bearer <token>=='` and a file's `API_KEY=<token>:x` used to
+/// be split at the wrong separator and refused with the secret in the message.
+#[test]
+fn header_values_with_separators_reach_the_server_and_are_never_printed() {
+    let sb = Sandbox::new();
+    let probe = m3_tests::http_probe::HttpProbe::start(|_| m3_tests::http_probe::Answer {
+        status: 404,
+        headers: Vec::new(),
+        body: Vec::new(),
+    })
+    .expect("the probe starts");
+    let file = sb.write("headers.txt", &format!("API_KEY={SECRET}:x\n"));
+    let flag = format!("Authorization: Bearer {SECRET}==");
+    let mut cmd = sb.command(&[]);
+    cmd.args(http_run_args(
+        &probe.url("/mcp"),
+        &[
+            "--server-header",
+            &flag,
+            "--server-header-file",
+            file.to_str().unwrap(),
+            "--server-header",
+            "X-Trace=a=b:c",
+        ],
+    ));
+    let out = finish(cmd, None, RUN_TIMEOUT);
+    // The server answered 404: the run fails, as an answer (its result), not an error.
+    assert!(out.stderr.trim().is_empty(), "{}", out.stderr);
+    let received = probe.received();
+    let first = received.first().expect("the server got a request");
+    assert_eq!(
+        first.header("authorization"),
+        Some(format!("Bearer {SECRET}==").as_str())
+    );
+    assert_eq!(
+        first.header("api_key"),
+        Some(format!("{SECRET}:x").as_str())
+    );
+    assert_eq!(first.header("x-trace"), Some("a=b:c"));
+    assert!(
+        !holds(&everything(&sb, &out), SECRET),
+        "the secret was printed or stored:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+}
+
+/// A header or environment line that cannot be used is refused when it is read, with a typed
+/// error that names the file's line (or the flag's occurrence) and what is wrong with it, never
+/// its text: a line without a separator, a name that is not a header name (a line break
+/// included), a control character or NUL in a value, `/proc/self/environ` as a header file, a
+/// NUL in an environment file's value (it used to be accepted and to fail at spawn), a
+/// `--server-env` that is no variable's name. Nothing is stored.
+#[test]
+fn unusable_header_and_env_lines_are_refused_naming_the_line_never_the_text() {
+    let sb = Sandbox::new();
+    let url = "http://127.0.0.1:9/mcp";
+    let header_file = |name: &str, text: &str| -> Vec<String> {
+        let file = sb.write(name, text);
+        http_run_args(url, &["--server-header-file", file.to_str().unwrap()])
+    };
+    let env_file = |name: &str, text: &str| -> Vec<String> {
+        let file = sb.write(name, text);
+        run_args(
+            "legacy",
+            &[],
+            &["--server-env-file", file.to_str().unwrap()],
+        )
+    };
+    let cases: Vec<(Vec<String>, &[&str])> = vec![
+        (
+            header_file("no-separator.txt", &format!("# key\n\n{SECRET}\n")),
+            &["line 3", "neither `:` nor `=`", "(invalid_header)"],
+        ),
+        (
+            header_file("space.txt", &format!("X-Ok: 1\nBearer {SECRET}: x\n")),
+            &[
+                "line 2",
+                "not an HTTP header name: it holds a space at byte 7",
+                "(invalid_header)",
+            ],
+        ),
+        (
+            header_file("control.txt", &format!("X-Key: {SECRET}\u{1}\n")),
+            &[
+                "line 1",
+                "`x-key` holds a control character at byte 18",
+                "(invalid_header)",
+            ],
+        ),
+        (
+            http_run_args(url, &["--server-header", &format!("X-Evil\r{SECRET}=v")]),
+            &[
+                "--server-header number 1",
+                "a line break at byte 7",
+                "(invalid_header)",
+            ],
+        ),
+        (
+            http_run_args(
+                url,
+                &[
+                    "--server-header",
+                    "X-Ok=1",
+                    "--server-header",
+                    &format!("{SECRET} x"),
+                ],
+            ),
+            &["--server-header number 2", "neither `:` nor `=`"],
+        ),
+        (
+            http_run_args(url, &["--server-header-file", "/proc/self/environ"]),
+            &["line 1", "holds a NUL byte", "(invalid_header)"],
+        ),
+        (
+            env_file("nul.env", &format!("# env\nAPI_KEY={SECRET}\0x\n")),
+            &[
+                "--server-env-file",
+                "line 2",
+                "`API_KEY` holds a NUL byte",
+                "(invalid_environment)",
+            ],
+        ),
+        (
+            env_file("no-equals.env", &format!("OK=1\n{SECRET}\n")),
+            &["line 2", "expected NAME=VALUE", "(invalid_environment)"],
+        ),
+        (
+            run_args("legacy", &[], &["--server-env", SECRET]),
+            &["--server-env number 1", "no such variable"],
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut cmd = sb.command(&[]);
+        // First in `/proc/self/environ` (a child's environment is sorted by name).
+        cmd.args(&args).env("AAA_SECRET", SECRET);
+        let out = finish(cmd, None, COMMAND_TIMEOUT);
+        let first = out.fails_with("ModelValidationError").to_string();
+        for word in expected {
+            assert!(first.contains(word), "{word:?} in {first}");
+        }
+        assert!(
+            !holds(&everything(&sb, &out), SECRET),
+            "{args:?}: the secret was printed:\n{}",
+            out.stderr
+        );
+        assert!(
+            !sb.db.exists(),
+            "{args:?}: a refused run created the database"
+        );
+    }
+}
+
+/// Headers are bounded when they are read (`HttpServer::MAX_HEADERS` and the sizes beside it;
+/// the file itself before it is read whole): a header file of 30,000 lines, which used to panic
+/// the host inside `http`'s `HeaderMap::insert` and leave the process spinning, is refused
+/// promptly at the line past the limit; a value too long, and a file too large, likewise; an
+/// environment file past `StdioServer::MAX_ENV_VARS` too. Nothing is stored.
+#[test]
+fn header_and_env_files_are_bounded_when_read() {
+    let sb = Sandbox::new();
+    let url = "http://127.0.0.1:9/mcp";
+    let lines: String = (0..30_000).map(|i| format!("h{i}:v\n")).collect();
+    let many = sb.write("many.txt", &lines);
+    let long = sb.write(
+        "long.txt",
+        &format!("# one\nX-Key: {SECRET}{}\n", "a".repeat(9 * 1024)),
+    );
+    let large = sb.write("large.txt", &format!("# {}\n", "c".repeat(300 * 1024)));
+    let vars: String = (0..1_100).map(|i| format!("V{i}=1\n")).collect();
+    let env = sb.write("many.env", &vars);
+    let cases: Vec<(Vec<String>, &[&str])> = vec![
+        (
+            http_run_args(url, &["--server-header-file", many.to_str().unwrap()]),
+            &[
+                "line 65",
+                "65 headers, more than the 64",
+                "(header_too_large)",
+            ],
+        ),
+        (
+            http_run_args(url, &["--server-header-file", long.to_str().unwrap()]),
+            &[
+                "line 2",
+                "is 9233 bytes long, more than the 8192",
+                "(header_too_large)",
+            ],
+        ),
+        (
+            http_run_args(url, &["--server-header-file", large.to_str().unwrap()]),
+            &["larger than 256 KiB", "(payload_too_large)"],
+        ),
+        (
+            run_args("legacy", &[], &["--server-env-file", env.to_str().unwrap()]),
+            &[
+                "line 1025",
+                "1025 environment variables, more than the 1024",
+                "(environment_too_large)",
+            ],
+        ),
+    ];
+    for (args, expected) in cases {
+        let started = Instant::now();
+        let mut cmd = sb.command(&[]);
+        cmd.args(&args);
+        let out = finish(cmd, None, COMMAND_TIMEOUT);
+        let first = out.fails_with("ModelValidationError").to_string();
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{args:?}: refused only after {:?}",
+            started.elapsed()
+        );
+        for word in expected {
+            assert!(first.contains(word), "{word:?} in {first}");
+        }
+        assert!(!holds(&everything(&sb, &out), SECRET), "{}", out.stderr);
+        assert!(
+            !sb.db.exists(),
+            "{args:?}: a refused run created the database"
+        );
+    }
+}
+
+/// Flags of the other transport are refused as usage errors (exit 2), never silently ignored:
+/// `--server-header` and `--server-header-file` with `--server-command` (clap's `requires`
+/// alone let that through, the header going nowhere), and the stdio server's flags with
+/// `--server-url`.
+#[test]
+fn flags_of_the_other_transport_are_refused() {
+    let sb = Sandbox::new();
+    let file = sb.write("headers.txt", "X-Key: v\n");
+    let file = file.to_str().unwrap();
+    let url = "http://127.0.0.1:9/mcp";
+    let cases: Vec<Vec<String>> = vec![
+        run_args("legacy", &[], &["--server-header", "X-Key=v"]),
+        run_args("legacy", &[], &["--server-header-file", file]),
+        http_run_args(url, &["--server-env", "A=1"]),
+        http_run_args(url, &["--server-env-file", file]),
+        http_run_args(url, &["--server-arg", "x"]),
+        http_run_args(url, &["--server-cwd", "/"]),
+        http_run_args(url, &["--server-command", M3]),
+    ];
+    for args in cases {
+        let mut cmd = sb.command(&[]);
+        cmd.args(&args);
+        let out = finish(cmd, None, COMMAND_TIMEOUT);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+        let first = out.fails_with("ManagedInputValidationError");
+        assert!(
+            first.contains("invalid_command_line") && first.contains("cannot be used with"),
+            "{args:?}: {first}"
+        );
+        assert!(
+            !sb.db.exists(),
+            "{args:?}: a refused run created the database"
+        );
+    }
+}

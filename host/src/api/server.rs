@@ -86,6 +86,113 @@ impl StdioServer {
         self.era = era;
         self
     }
+
+    /// The most environment variables a binding may give its server.
+    pub const MAX_ENV_VARS: usize = 1024;
+    /// The longest `NAME=VALUE` of one variable, in bytes: Linux refuses to start a program with
+    /// a longer one (`MAX_ARG_STRLEN`, 128 KiB with its terminating NUL).
+    pub const MAX_ENV_ENTRY_BYTES: usize = 128 * 1024 - 1;
+
+    /// Whether the operating system can pass this binding to a program: its arguments and
+    /// environment hold no NUL byte, every variable's name is non-empty without `=`, and the
+    /// environment is within [`Self::MAX_ENV_VARS`] and [`Self::MAX_ENV_ENTRY_BYTES`]. Checked at
+    /// submission (a [`crate::ModelValidationError`]), so that such a binding is refused before
+    /// anything is stored rather than failing when the server is started. Errors name an
+    /// argument by its position and a variable by its name (when it is a plain one), never a
+    /// value.
+    pub fn check_process(&self) -> Result<(), ProcessInputError> {
+        if let Some(at) = self.args.iter().position(|a| a.contains('\0')) {
+            return Err(ProcessInputError::NulInArgument { number: at + 1 });
+        }
+        if self.env.len() > Self::MAX_ENV_VARS {
+            return Err(ProcessInputError::TooManyVariables {
+                count: self.env.len(),
+            });
+        }
+        for (name, value) in &self.env {
+            Self::check_env(name, value)?;
+        }
+        Ok(())
+    }
+
+    /// Whether one environment variable can be passed to a program (see
+    /// [`Self::check_process`]).
+    pub fn check_env(name: &str, value: &str) -> Result<(), ProcessInputError> {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(ProcessInputError::BadVariableName);
+        }
+        let len = name.len() + 1 + value.len();
+        let name = shown_name(name);
+        if value.contains('\0') {
+            return Err(ProcessInputError::NulInValue { name });
+        }
+        if len > Self::MAX_ENV_ENTRY_BYTES {
+            return Err(ProcessInputError::VariableTooLong { name, len });
+        }
+        Ok(())
+    }
+}
+
+/// A variable's name as an error may show it: as given when it is printable ASCII, else
+/// escaped (a name is not a secret, but a terminal must not receive it raw).
+fn shown_name(name: &str) -> String {
+    if name.bytes().all(|b| b.is_ascii_graphic()) {
+        name.to_string()
+    } else {
+        name.escape_debug().to_string()
+    }
+}
+
+/// Why a stdio binding cannot be passed to a program. Never names a value or an argument's
+/// text (either may be a secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProcessInputError {
+    /// An argument holds a NUL byte.
+    #[error(
+        "the server's argument {number} holds a NUL byte, which no program can be given \
+         (invalid_argument)"
+    )]
+    NulInArgument {
+        /// Its position among the arguments, from 1.
+        number: usize,
+    },
+    /// A variable's name is empty or holds `=` or NUL.
+    #[error(
+        "an environment variable's name is empty or holds `=` or a NUL byte \
+         (invalid_environment)"
+    )]
+    BadVariableName,
+    /// A variable's value holds a NUL byte.
+    #[error(
+        "the value of the environment variable `{name}` holds a NUL byte, which no program can \
+         be given (invalid_environment)"
+    )]
+    NulInValue {
+        /// The variable's name (escaped where it is not printable ASCII).
+        name: String,
+    },
+    /// A variable is longer than the operating system passes.
+    #[error(
+        "the environment variable `{name}` is {len} bytes long as NAME=VALUE, more than the \
+         {max} a program can be given (environment_too_large)",
+        max = StdioServer::MAX_ENV_ENTRY_BYTES
+    )]
+    VariableTooLong {
+        /// The variable's name.
+        name: String,
+        /// Its length as `NAME=VALUE`.
+        len: usize,
+    },
+    /// More variables than a binding may give.
+    #[error(
+        "{count} environment variables, more than the {max} a server may be given \
+         (environment_too_large)",
+        max = StdioServer::MAX_ENV_VARS
+    )]
+    TooManyVariables {
+        /// How many were given.
+        count: usize,
+    },
 }
 
 /// A Streamable HTTP MCP server the kit connects to (MCP's HTTP transport, in both eras:
@@ -142,6 +249,208 @@ impl HttpServer {
         self.era = era;
         self
     }
+
+    /// The most headers a binding may add to each request.
+    pub const MAX_HEADERS: usize = 64;
+    /// The longest header name, in bytes.
+    pub const MAX_HEADER_NAME_BYTES: usize = 256;
+    /// The longest header value, in bytes.
+    pub const MAX_HEADER_VALUE_BYTES: usize = 8 * 1024;
+    /// The most bytes of all the binding's headers together (every name and value).
+    pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+    /// Whether `name: value` can be one of a binding's headers: the name an HTTP token of at
+    /// most [`Self::MAX_HEADER_NAME_BYTES`] that the transport does not set itself, the value
+    /// visible ASCII, spaces and tabs, at most [`Self::MAX_HEADER_VALUE_BYTES`]. The error names
+    /// the header only when its name is a valid one, and never the value.
+    pub fn check_header(name: &str, value: &str) -> Result<(), HeaderError> {
+        if name.is_empty() {
+            return Err(HeaderError::EmptyName);
+        }
+        if name.len() > Self::MAX_HEADER_NAME_BYTES {
+            return Err(HeaderError::NameTooLong { len: name.len() });
+        }
+        if let Some(at) = name.bytes().position(|b| !is_token_byte(b)) {
+            return Err(HeaderError::BadName {
+                what: describe_byte(name.as_bytes()[at]),
+                at: at + 1,
+            });
+        }
+        // A valid name from here on: it may be said (lowercased, as HTTP compares names).
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str()) {
+            return Err(HeaderError::Reserved { name: lower });
+        }
+        // The value is never named: it may be a secret.
+        if value.len() > Self::MAX_HEADER_VALUE_BYTES {
+            return Err(HeaderError::ValueTooLong {
+                name: lower,
+                len: value.len(),
+            });
+        }
+        if let Some(at) = value
+            .bytes()
+            .position(|b| !(b == b'\t' || (b' '..=b'~').contains(&b)))
+        {
+            return Err(HeaderError::BadValue {
+                name: lower,
+                what: describe_byte(value.as_bytes()[at]),
+                at: at + 1,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the binding's headers can all be added to a request: each one by
+    /// [`Self::check_header`], at most [`Self::MAX_HEADERS`] of them, together at most
+    /// [`Self::MAX_HEADER_BYTES`]. Checked at submission (a [`crate::ModelValidationError`]).
+    pub fn check_headers(&self) -> Result<(), HeaderError> {
+        Self::check_header_totals(self.headers.len(), 0)?;
+        for (name, value) in &self.headers {
+            Self::check_header(name, value)?;
+        }
+        Self::check_header_totals(
+            self.headers.len(),
+            self.headers.iter().map(|(k, v)| k.len() + v.len()).sum(),
+        )
+    }
+
+    /// Whether `count` headers of `bytes` bytes together (names and values) are within
+    /// [`Self::MAX_HEADERS`] and [`Self::MAX_HEADER_BYTES`].
+    pub fn check_header_totals(count: usize, bytes: usize) -> Result<(), HeaderError> {
+        if count > Self::MAX_HEADERS {
+            return Err(HeaderError::TooMany { count });
+        }
+        if bytes > Self::MAX_HEADER_BYTES {
+            return Err(HeaderError::TooLarge { bytes });
+        }
+        Ok(())
+    }
+}
+
+/// Headers a binding cannot give: those the Streamable HTTP transport sets on its own requests,
+/// and those `wasi:http` forbids (`wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS`, which the
+/// host checks again when it grants them; a test keeps the two lists together).
+pub(crate) const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "http2-settings",
+];
+
+/// A byte of an HTTP token (RFC 9110's `tchar`).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// A byte a header cannot carry where it was found, in words (never more than this one byte,
+/// and a printable one only when it is ASCII punctuation).
+fn describe_byte(b: u8) -> String {
+    match b {
+        b'\r' | b'\n' => "a line break".into(),
+        0 => "a NUL byte".into(),
+        b' ' => "a space".into(),
+        b'\t' => "a tab".into(),
+        0x80..=0xff => "a non-ASCII character".into(),
+        b if b.is_ascii_control() => "a control character".into(),
+        b if b.is_ascii_punctuation() => format!("`{}`", b as char),
+        _ => "a character".into(),
+    }
+}
+
+/// Why a header cannot be added to a server's requests. A header's value is never named (it
+/// may be a secret), and its name only when it is a valid header name (one that is not, a
+/// line's text split in the wrong place, may hold a secret or a line break).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// The name is empty.
+    #[error("a header name is empty (invalid_header)")]
+    EmptyName,
+    /// The name is longer than [`HttpServer::MAX_HEADER_NAME_BYTES`].
+    #[error(
+        "a header name is {len} bytes long, more than the {max} a name may have \
+         (header_too_large)",
+        max = HttpServer::MAX_HEADER_NAME_BYTES
+    )]
+    NameTooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// The name holds a character a header name cannot carry.
+    #[error(
+        "a header name is not an HTTP header name: it holds {what} at byte {at} (a name is \
+         letters, digits and !#$%&'*+-.^_`|~) (invalid_header)"
+    )]
+    BadName {
+        /// The character, described (`a space`, `a line break`, `` `"` ``, ...).
+        what: String,
+        /// Where, in bytes from 1.
+        at: usize,
+    },
+    /// The name is one the MCP transport or HTTP itself sets.
+    #[error(
+        "the header `{name}` is set by the MCP transport itself and cannot be given \
+         (invalid_header)"
+    )]
+    Reserved {
+        /// The (valid) name.
+        name: String,
+    },
+    /// The value is longer than [`HttpServer::MAX_HEADER_VALUE_BYTES`].
+    #[error(
+        "the value of the header `{name}` is {len} bytes long, more than the {max} a value may \
+         have (header_too_large)",
+        max = HttpServer::MAX_HEADER_VALUE_BYTES
+    )]
+    ValueTooLong {
+        /// The (valid) name.
+        name: String,
+        /// The value's length.
+        len: usize,
+    },
+    /// The value holds a character an HTTP header cannot carry.
+    #[error(
+        "the value of the header `{name}` holds {what} at byte {at}, which an HTTP header \
+         cannot carry (invalid_header)"
+    )]
+    BadValue {
+        /// The (valid) name.
+        name: String,
+        /// The character, described (`a line break`, `a NUL byte`, ...).
+        what: String,
+        /// Where, in bytes from 1.
+        at: usize,
+    },
+    /// More headers than [`HttpServer::MAX_HEADERS`].
+    #[error(
+        "{count} headers, more than the {max} a server binding may add (header_too_large)",
+        max = HttpServer::MAX_HEADERS
+    )]
+    TooMany {
+        /// How many.
+        count: usize,
+    },
+    /// The headers together are larger than [`HttpServer::MAX_HEADER_BYTES`].
+    #[error(
+        "the headers are {bytes} bytes together, more than the {max} a server binding may add \
+         (header_too_large)",
+        max = HttpServer::MAX_HEADER_BYTES
+    )]
+    TooLarge {
+        /// Their names' and values' bytes together.
+        bytes: usize,
+    },
 }
 
 /// The server of a submission: started over stdio, or reached over Streamable HTTP.

@@ -5,6 +5,7 @@
 //! hop is checked here again, so a server that redirects elsewhere gets a refusal
 //! (`HttpRequestDenied`), never a request.
 
+use crate::api::server::{HeaderError, HttpServer};
 use std::future::Future;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -40,13 +41,23 @@ impl NetworkGrant {
         Self::default()
     }
 
-    /// Requests to `url`'s origin, each with `headers` added.
+    /// Requests to `url`'s origin, each with `headers` added (each one checked, and all of them
+    /// within the bounds of [`HttpServer`]).
     pub fn to_server(url: &str, headers: &[(String, String)]) -> Result<Self, GrantError> {
         let origin = server_origin(url)?;
+        let refused = |e: HeaderError| GrantError(e.to_string());
+        // How many first (30,000 headers are refused without looking at each), then each one,
+        // then their size together.
+        HttpServer::check_header_totals(headers.len(), 0).map_err(refused)?;
         let mut checked = Vec::with_capacity(headers.len());
         for (name, value) in headers {
-            checked.push(header(name, value)?);
+            checked.push(header(name, value).map_err(refused)?);
         }
+        HttpServer::check_header_totals(
+            headers.len(),
+            headers.iter().map(|(k, v)| k.len() + v.len()).sum(),
+        )
+        .map_err(refused)?;
         Ok(Self {
             origin: Some(origin),
             headers: checked,
@@ -58,6 +69,16 @@ impl NetworkGrant {
         self.origin.as_deref()
     }
 
+    /// Adds the grant's headers to a request's, replacing any of the same name. Bounded at
+    /// submission ([`HttpServer::MAX_HEADERS`]), but never trusted to fit: a map that cannot
+    /// take another header fails the request, never the host (`HeaderMap::insert` panics).
+    fn add_headers(&self, map: &mut http::HeaderMap) -> Result<(), http::header::MaxSizeReached> {
+        for (name, value) in &self.headers {
+            map.try_insert(name.clone(), value.clone())?;
+        }
+        Ok(())
+    }
+
     fn allows(&self, uri: &http::Uri) -> bool {
         match (self.origin.as_deref(), origin_of(uri)) {
             (Some(granted), Some(asked)) => granted == asked,
@@ -66,40 +87,32 @@ impl NetworkGrant {
     }
 }
 
-/// A header the host adds: a valid name that is not one the transport owns, and a valid value.
+/// A header the host adds, checked by [`HttpServer::check_header`] (a valid name the transport
+/// does not own, a valid value, each within its bound), parsed.
 pub fn header(
     name: &str,
     value: &str,
-) -> Result<(http::HeaderName, http::HeaderValue), GrantError> {
-    let parsed = http::HeaderName::from_bytes(name.as_bytes())
-        .map_err(|_| GrantError(format!("`{}` is not an HTTP header name", bounded(name))))?;
-    if wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(&parsed)
-        || TRANSPORT_HEADERS.contains(&parsed.as_str())
-    {
-        return Err(GrantError(format!(
-            "the header `{parsed}` is set by the MCP transport itself and cannot be given"
-        )));
+) -> Result<(http::HeaderName, http::HeaderValue), HeaderError> {
+    HttpServer::check_header(name, value)?;
+    let parsed =
+        http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| HeaderError::BadName {
+            what: "a character".into(),
+            at: 1,
+        })?;
+    if wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(&parsed) {
+        return Err(HeaderError::Reserved {
+            name: parsed.to_string(),
+        });
     }
     // The value is never named: it may be a secret.
-    let value = http::HeaderValue::from_str(value).map_err(|_| {
-        GrantError(format!(
-            "the value of the header `{parsed}` holds characters an HTTP header cannot carry"
-        ))
+    let mut value = http::HeaderValue::from_str(value).map_err(|_| HeaderError::BadValue {
+        name: parsed.to_string(),
+        what: "a character".into(),
+        at: 1,
     })?;
-    let mut value = value;
     value.set_sensitive(true);
     Ok((parsed, value))
 }
-
-/// Headers the Streamable HTTP transport sets on its own requests.
-const TRANSPORT_HEADERS: &[&str] = &[
-    "accept",
-    "content-type",
-    "content-length",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "last-event-id",
-];
 
 /// The normalised origin of a server URL (`http` or `https`, host lowercased, default port
 /// dropped), or why it is not one.
@@ -146,9 +159,18 @@ fn origin_of(uri: &http::Uri) -> Option<String> {
     })
 }
 
+/// At most 200 characters of `text`, control characters escaped (a URL that is not one may
+/// hold a line break; it must not reach a terminal or a log raw).
 fn bounded(text: &str) -> String {
-    let mut out: String = text.chars().take(200).collect();
-    if out.len() < text.len() {
+    let mut out = String::new();
+    for c in text.chars().take(200) {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    if text.chars().nth(200).is_some() {
         out.push('…');
     }
     out
@@ -177,8 +199,14 @@ impl WasiHttpHooks for NetworkGrant {
         if !self.allows(request.uri()) {
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
-        for (name, value) in &self.headers {
-            request.headers_mut().insert(name.clone(), value.clone());
+        if self.add_headers(request.headers_mut()).is_err() {
+            return Box::new(async {
+                Err(HttpError::InternalError(Some(
+                    "the host could not add the binding's headers to the request: it would hold \
+                     more headers than an HTTP request may"
+                        .into(),
+                )))
+            });
         }
         Box::new(async move {
             use http_body_util::BodyExt;
@@ -221,6 +249,21 @@ mod tests {
         let err = NetworkGrant::to_server("http://h/", &[("x-key".into(), "a\nsecret".into())])
             .unwrap_err();
         assert!(!err.0.contains("secret"), "{err}");
+        // A name that is not one is never echoed (it may be a line split in the wrong place).
+        for (name, what) in [
+            ("Authorization: Bearer secret", "`:` at byte 14"),
+            ("x-a\r\nsecret", "a line break at byte 4"),
+            ("API_KEY=secret", "`=` at byte 8"),
+            ("", "empty"),
+        ] {
+            let err =
+                NetworkGrant::to_server("http://h/", &[(name.into(), "v".into())]).unwrap_err();
+            assert!(!err.0.contains("secret"), "{err}");
+            assert!(err.0.contains(what), "{what:?} in {err}");
+            assert!(err.0.ends_with("(invalid_header)"), "{err}");
+        }
+        let err = server_origin("http://h\r\n/").unwrap_err();
+        assert!(!err.0.contains(['\r', '\n']), "{err}");
         assert!(header("mcp-session-id", "x").is_err());
         assert!(header("host", "x").is_err());
         assert!(header("bad name", "x").is_err());
@@ -228,5 +271,40 @@ mod tests {
             NetworkGrant::to_server("http://h/", &[("Authorization".into(), "Bearer s3".into())])
                 .unwrap();
         assert!(!format!("{grant:?}").contains("s3"));
+    }
+
+    #[test]
+    fn every_header_wasi_http_forbids_is_refused_at_submission() {
+        for name in &wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS {
+            assert!(
+                crate::api::server::RESERVED_HEADERS.contains(&name.as_str()),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_that_cannot_take_the_grant_s_headers_fails_without_a_panic() {
+        let grant = NetworkGrant::to_server(
+            "http://h/",
+            &[("x-a".into(), "1".into()), ("x-b".into(), "2".into())],
+        )
+        .unwrap();
+        let mut small = http::HeaderMap::new();
+        grant.add_headers(&mut small).unwrap();
+        assert_eq!(small.len(), 2);
+        // A map as full as `http` allows (a component's own headers could make it so).
+        let mut full = http::HeaderMap::new();
+        let mut n = 0u32;
+        while full
+            .try_insert(
+                http::HeaderName::from_bytes(format!("x-{n}").as_bytes()).unwrap(),
+                http::HeaderValue::from_static("v"),
+            )
+            .is_ok()
+        {
+            n += 1;
+        }
+        assert!(grant.add_headers(&mut full).is_err());
     }
 }

@@ -26,7 +26,7 @@ pub use codex::CodexSignIn;
 pub use error::ExecutionError;
 pub use handle::{AsyncExecutionHandle, ExecutionHandle};
 
-use crate::api::server::{McpEra, ServerBinding};
+use crate::api::server::{McpEra, ServerBinding, StdioServer};
 
 use crate::api::execution_store::ExecutionStore;
 use crate::api::policy::Policy;
@@ -448,8 +448,9 @@ fn server_env(submission: &Submission) -> BTreeMap<String, String> {
 }
 
 /// Where a submission's execution may send HTTP requests: its HTTP server's origin, with the
-/// binding's headers; nowhere for a stdio server. A URL or header the host cannot grant is a
-/// [`ModelValidationError`] (never naming a header's value).
+/// binding's headers; nowhere for a stdio server. A URL or header the host cannot grant, or
+/// headers beyond the bounds of [`crate::HttpServer`] (how many, how long), are a
+/// [`ModelValidationError`] (never naming a header's value, nor a name that is not valid).
 fn network_grant(
     submission: &Submission,
 ) -> Result<crate::imports::network::NetworkGrant, ModelValidationError> {
@@ -526,6 +527,16 @@ fn resolve_programs(
     let text = |p: std::path::PathBuf| p.display().to_string();
     let (server_command, server_cwd, server_url) = match &submission.server {
         ServerBinding::Stdio(stdio) => {
+            // What the operating system cannot pass to a program is refused now, before
+            // anything is stored, not when the server is started: the binding's arguments and
+            // environment, and the kit's environment the child gets with it.
+            let unpassable = |e: crate::api::server::ProcessInputError| ModelValidationError {
+                message: format!("the server `{}`: {e}", stdio.name),
+            };
+            stdio.check_process().map_err(unpassable)?;
+            for (name, value) in env {
+                StdioServer::check_env(name, value).map_err(unpassable)?;
+            }
             let command = resolve::program(
                 &format!("the server `{}`'s program", stdio.name),
                 &stdio.command,
