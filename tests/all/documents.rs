@@ -846,6 +846,10 @@ const CONFIGURATION: &[(&str, &str)] = &[
     ("23 h", "a relative time as the tables print it"),
     ("4 min", "a relative time as the tables print it"),
     ("512 bytes", "the longest id"),
+    (
+        "2048 bytes",
+        "the longest place a login may lead to (`next`)",
+    ),
     ("4 KiB", "the stderr tail; SQLite's page"),
     ("16 KiB", "a schema's longest text"),
     ("64 KiB", "request messages and request states"),

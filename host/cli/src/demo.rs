@@ -157,7 +157,7 @@ pub fn demo(cli: &Cli, era: Option<EraArg>, answer: Option<&str>) -> Result<Exit
             println!("pending round {}:", pending.round_id);
             println!(
                 "{}",
-                serde_json::to_string_pretty(&json::pending_round(&pending)).unwrap_or_default()
+                crate::json_text(&json::pending_round(&pending), false)
             );
         });
     }

@@ -149,7 +149,7 @@ pub fn json_requested() -> bool {
 /// Writes `reported` (and, in text, the causes below it) to stderr.
 pub fn print(reported: &Reported, causes: &[String], json: bool) {
     if json {
-        eprintln!("{}", reported.json());
+        eprintln!("{}", crate::json_text(&reported.json(), true));
         return;
     }
     // An error's text may quote a server or a file: its controls are shown, never obeyed.

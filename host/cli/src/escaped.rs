@@ -5,7 +5,8 @@
 //! show a question the server made up where the operator expects m3's own words. Every control
 //! character (C0, DEL, C1) and every invisible reordering or line-breaking mark is written as a
 //! visible escape instead (`\x1b`, `\r`, `\u{202e}`), so the operator sees what was sent and the
-//! terminal obeys nothing. JSON output needs none of this: JSON escapes controls itself.
+//! terminal obeys nothing. JSON text ([`json`]) keeps its value: what JSON itself leaves raw
+//! (DEL, C1 controls, the reordering marks) is written as a `\uXXXX` escape of the same string.
 
 use std::borrow::Cow;
 
@@ -17,6 +18,25 @@ pub fn line(text: &str) -> Cow<'_, str> {
 /// `text` for several lines: as [`line`], but newlines and tabs are kept as they are.
 pub fn lines(text: &str) -> Cow<'_, str> {
     escape(text, true)
+}
+
+/// JSON text as serde_json writes it (C0 controls already escaped), with every other hidden
+/// character written as a JSON `\u` escape: the same JSON value, nothing a terminal obeys. Such
+/// characters can only be inside strings, where `\uXXXX` means the same character.
+pub fn json(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| hidden(c, true)) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if hidden(c, true) {
+            // Every hidden character is in the Basic Multilingual Plane: one `\u` escape.
+            shown.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            shown.push(c);
+        }
+    }
+    Cow::Owned(shown)
 }
 
 /// Whether `c` is shown as an escape (`keep_layout`: newline and tab are not).
@@ -86,6 +106,20 @@ mod tests {
         assert_eq!(lines("a\tb\nc\r\u{1b}[K"), "a\tb\nc\\r\\x1b[K");
         assert_eq!(line("a\tb\nc"), "a\\tb\\nc");
         assert_eq!(line("a\u{0}b\u{7f}c\u{2028}"), "a\\x00b\\x7fc\\u{2028}");
+    }
+
+    #[test]
+    fn json_text_keeps_its_value_and_hides_nothing() {
+        let value = serde_json::json!({"message": HOSTILE, "del": "a\u{7f}b"});
+        for text in [
+            value.to_string(),
+            serde_json::to_string_pretty(&value).unwrap(),
+        ] {
+            let shown = json(&text);
+            assert!(!shown.chars().any(|c| hidden(c, true)), "{shown:?}");
+            let back: serde_json::Value = serde_json::from_str(&shown).unwrap();
+            assert_eq!(back, value);
+        }
     }
 
     #[test]

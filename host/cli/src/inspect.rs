@@ -129,10 +129,7 @@ pub fn show(cli: &Cli, round_id: &str, redacted: bool) -> Result<ExitCode> {
     if cli.json {
         print_json(&value, false);
     } else {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&value).unwrap_or_default()
-        );
+        println!("{}", crate::json_text(&value, false));
     }
     Ok(ExitCode::SUCCESS)
 }

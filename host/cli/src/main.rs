@@ -523,13 +523,15 @@ pub fn print_json(value: &serde_json::Value, line: bool) {
     println!("{}", json_text(value, line));
 }
 
-/// One JSON document (pretty) or one JSON line.
+/// One JSON document (pretty) or one JSON line, with nothing a terminal would obey in it
+/// (`escaped::json`: the same value).
 pub fn json_text(value: &serde_json::Value, line: bool) -> String {
-    if line {
+    let text = if line {
         value.to_string()
     } else {
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-    }
+    };
+    escaped::json(&text).into_owned()
 }
 
 #[cfg(test)]
