@@ -197,6 +197,7 @@ pub enum FailureKind {
     InvalidSubmission,
     ModelError,
     ToolNotFound,
+    EngineError,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -350,6 +351,7 @@ impl From<&wit::ExecutionOutcome> for ExecutionOutcome {
                     wit::FailureKind::InvalidSubmission => FailureKind::InvalidSubmission,
                     wit::FailureKind::ModelError => FailureKind::ModelError,
                     wit::FailureKind::ToolNotFound => FailureKind::ToolNotFound,
+                    wit::FailureKind::EngineError => FailureKind::EngineError,
                 },
                 code: f.code.map(FailureCode::from),
                 message: f.message.clone(),
@@ -376,6 +378,7 @@ impl From<ExecutionOutcome> for wit::ExecutionOutcome {
                     FailureKind::InvalidSubmission => wit::FailureKind::InvalidSubmission,
                     FailureKind::ModelError => wit::FailureKind::ModelError,
                     FailureKind::ToolNotFound => wit::FailureKind::ToolNotFound,
+                    FailureKind::EngineError => wit::FailureKind::EngineError,
                 },
                 code: f.code.map(Into::into),
                 message: f.message,
