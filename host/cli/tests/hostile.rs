@@ -146,6 +146,12 @@ fn cases(sb: &Sandbox, rng: &mut Rng, per_command: usize) -> Vec<Vec<String>> {
             "--server-header-file",
             &p,
         ]));
+        out.push(http_run(&[
+            "--server-url",
+            "http://127.0.0.1:9/mcp",
+            "--server-delivery-timeout",
+            &n,
+        ]));
         out.push(s(&["pending", "--wait", &n]));
         out.push(s(&["pending", "--execution", &t]));
         out.push(s(&["respond", &t, "--idempotency-key", &t, "--accept", &t]));

@@ -636,6 +636,26 @@ impl HttpLink {
         }
     }
 
+    /// Gives up the answer's delivery (its time ran out before the server accepted or refused
+    /// it): its exchange is dropped with its request, and what waited for it is let through.
+    /// The answer is never sent again, and [`LinkEvent::Delivered`] never follows.
+    pub fn give_up_delivery(&mut self) {
+        for exchange in &mut self.exchanges {
+            if exchange.delivery {
+                exchange.delivery = false;
+                exchange.phase = Phase::Done;
+            }
+        }
+        self.queued.retain(|(_, delivery)| !delivery);
+        if let ToolCatalog::Listing { waiting, .. } = &mut self.tools {
+            waiting.retain(|(_, delivery)| !delivery);
+        }
+        if self.delivering {
+            self.delivering = false;
+            self.release();
+        }
+    }
+
     /// Nothing is under way.
     pub fn is_idle(&self) -> bool {
         self.exchanges.is_empty()
