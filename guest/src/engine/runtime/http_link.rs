@@ -1185,11 +1185,20 @@ impl HttpLink {
                 self.stream_broke(exchange, &method, Some(why));
             }
             Purpose::Call { .. } | Purpose::Reply => {
-                let where_ = self.endpoint.url();
-                self.lost(
-                    exchange,
-                    format!("could not be reached at {where_} ({why})"),
-                );
+                let how = match stage(code) {
+                    Stage::Unreached => {
+                        format!("could not be reached at {} ({why})", self.endpoint.url())
+                    }
+                    Stage::Unsent => format!("was not sent the kit's request ({why})"),
+                    Stage::Sent if exchange.delivery => format!(
+                        "broke the connection after the answer was sent, before responding ({why})"
+                    ),
+                    Stage::Sent => format!(
+                        "broke the connection after the kit's request was sent, before \
+                         responding ({why})"
+                    ),
+                };
+                self.lost(exchange, how);
             }
         }
     }
@@ -1468,12 +1477,50 @@ fn header_value(name: &str, value: &str) -> (String, Vec<u8>) {
     )
 }
 
+/// How far a request that failed before its response got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// No connection to the server was made.
+    Unreached,
+    /// The kit did not send it (the host or the kit refused it before any connection).
+    Unsent,
+    /// Connected, and sent (or being sent) when the connection broke or the time ran out.
+    Sent,
+}
+
+/// How far a request that failed with `code` got.
+fn stage(code: &wasi::ErrorCode) -> Stage {
+    use wasi::ErrorCode as E;
+    match code {
+        E::ConnectionRefused
+        | E::ConnectionTimeout
+        | E::DnsTimeout
+        | E::DnsError(_)
+        | E::DestinationNotFound
+        | E::DestinationUnavailable
+        | E::DestinationIpProhibited
+        | E::DestinationIpUnroutable
+        | E::TlsProtocolError
+        | E::TlsCertificateError
+        | E::TlsAlertReceived(_) => Stage::Unreached,
+        E::HttpRequestDenied | E::HttpRequestHeaderSectionSize(_) | E::InternalError(_) => {
+            Stage::Unsent
+        }
+        _ => Stage::Sent,
+    }
+}
+
 /// What a `wasi:http` error means, in words.
 fn describe(code: &wasi::ErrorCode) -> String {
     use wasi::ErrorCode as E;
     match code {
         E::ConnectionRefused => "connection refused".into(),
-        E::ConnectionTerminated => "the connection was closed".into(),
+        E::ConnectionTerminated => "the connection was reset".into(),
+        E::HttpRequestHeaderSectionSize(size) => format!(
+            "its headers ({} bytes) are over the kit's limits of {MAX_REQUEST_HEADERS} headers \
+             and {MAX_REQUEST_HEADER_BYTES} bytes",
+            size.unwrap_or_default()
+        ),
         E::ConnectionTimeout => "connecting timed out".into(),
         E::ConnectionReadTimeout | E::HttpResponseTimeout => "no answer in time".into(),
         E::DnsTimeout | E::DnsError(_) => "its host name could not be resolved".into(),
@@ -1481,7 +1528,7 @@ fn describe(code: &wasi::ErrorCode) -> String {
         E::TlsProtocolError | E::TlsCertificateError | E::TlsAlertReceived(_) => {
             "TLS failed (its certificate, or the handshake)".into()
         }
-        E::HttpResponseIncomplete => "the response was cut short".into(),
+        E::HttpResponseIncomplete => "the connection closed before a complete response".into(),
         E::HttpProtocolError => "the response is not valid HTTP".into(),
         E::HttpRequestDenied => "the host refused the request".into(),
         E::InternalError(Some(why)) => why.clone(),
