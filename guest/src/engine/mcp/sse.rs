@@ -50,11 +50,9 @@ impl std::fmt::Display for SseError {
     /// What the server did, as a phrase after "the server" (never the offending value).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::EventTooLong => write!(
-                f,
-                "sent an event longer than {} MiB",
-                MAX_EVENT_BYTES >> 20
-            ),
+            Self::EventTooLong => {
+                write!(f, "sent an event longer than {} MiB", MAX_EVENT_BYTES >> 20)
+            }
             Self::NotUtf8 => write!(f, "sent an event stream that is not UTF-8"),
             Self::IdTooLong(bytes) => write!(
                 f,

@@ -984,7 +984,10 @@ pub fn abandon_in(
     let (kind, code) = if stopped && !round_open {
         (FailureKind::EngineError, None)
     } else {
-        (FailureKind::RoundFailed, Some(FailureCode::RecoveryUnavailable))
+        (
+            FailureKind::RoundFailed,
+            Some(FailureCode::RecoveryUnavailable),
+        )
     };
     decided.loaded.data.outcome = Some(ExecutionOutcome {
         kind: OutcomeKind::Failed,
