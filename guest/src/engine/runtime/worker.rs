@@ -1492,7 +1492,7 @@ fn record_spawned(held: &ExecutionLease, spawned: &Spawned) -> Result<(), Execut
 
 /// `ms` milliseconds as words: whole seconds as `30 s`, else `1500 ms`.
 fn duration_words(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{ms} ms")
