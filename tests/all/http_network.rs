@@ -6,7 +6,7 @@
 use anyhow::{Context, Result, ensure};
 use m3::*;
 use m3_tests::TempDb;
-use m3_tests::http_probe::{Answer, HttpProbe};
+use m3_tests::http_probe::{Answer, HttpProbe, Then};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -61,12 +61,14 @@ fn a_server_that_redirects_to_another_origin_is_refused_by_the_host_and_fails_th
         status: 200,
         headers: vec![("content-type".into(), "application/json".into())],
         body: br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec(),
+        then: Then::Close,
     })?;
     let target = elsewhere.url("/mcp");
     let redirecting = HttpProbe::start(move |_| Answer {
         status: 307,
         headers: vec![("location".into(), target.clone())],
         body: Vec::new(),
+        then: Then::Close,
     })?;
     let secret = format!("Bearer m3-secret-{}", std::process::id());
     let db = TempDb::new();
@@ -257,6 +259,377 @@ fn headers_beyond_the_bounds_are_refused_at_submission_naming_the_limit_and_stor
     ensure!(
         !contains(&database_bytes(&db)?, secret),
         "a refused header's value reached the database"
+    );
+    Ok(())
+}
+
+// ---- hostile servers: oversized values, answers never answered, connections reset ----
+
+/// What a hostile server does wrong (the rest of it speaks enough legacy MCP over HTTP to get
+/// there: `initialize`, a call whose event stream asks for input, the answer's POST).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attack {
+    /// `initialize` answered with an `Mcp-Session-Id` of 200 KiB.
+    HugeSessionId,
+    /// `initialize` answered with a `Content-Type` of 200 KiB.
+    HugeHeader,
+    /// `initialize` names a protocol version of 200 KiB.
+    HugeVersion,
+    /// The call's event stream gives an event id of 140 KiB, then ends before its answer (a
+    /// resumption would send the id back as `Last-Event-ID`).
+    HugeEventId,
+    /// `initialize` answered with 7 MiB of server info (for a worker with little memory).
+    HugeInitialize,
+    /// The answer's POST read and never answered (the connection held open).
+    SilentDelivery,
+    /// The answer's POST read, then the connection reset.
+    ResetDelivery,
+}
+
+/// A byte repeated to `bytes`.
+fn filler(byte: char, bytes: usize) -> String {
+    std::iter::repeat_n(byte, bytes).collect()
+}
+
+/// The hostile server's handler.
+fn hostile(attack: Attack) -> impl Fn(&m3_tests::http_probe::Received) -> Answer + Send + Sync {
+    move |request| {
+        let answer = |status: u16, content_type: &str, body: String, then: Then| Answer {
+            status,
+            headers: if content_type.is_empty() {
+                Vec::new()
+            } else {
+                vec![("content-type".into(), content_type.into())]
+            },
+            body: body.into_bytes(),
+            then,
+        };
+        if request.method != "POST" {
+            // No standalone stream, and the session's end is taken.
+            let status = if request.method == "GET" { 405 } else { 200 };
+            return answer(status, "", String::new(), Then::Close);
+        }
+        let message: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let id = message["id"].clone();
+        let reply = |result: serde_json::Value| {
+            json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+        };
+        match message["method"].as_str() {
+            Some("initialize") => {
+                let version = match attack {
+                    Attack::HugeVersion => filler('9', 200 * 1024),
+                    _ => "2025-06-18".into(),
+                };
+                let name = match attack {
+                    Attack::HugeInitialize => filler('n', 7 * 1024 * 1024),
+                    _ => "hostile".into(),
+                };
+                let body = reply(json!({
+                    "protocolVersion": version,
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": name, "version": "1"}
+                }));
+                let mut answer = answer(200, "application/json", body, Then::Close);
+                match attack {
+                    Attack::HugeSessionId => answer
+                        .headers
+                        .push(("mcp-session-id".into(), filler('s', 200 * 1024))),
+                    Attack::HugeHeader => {
+                        answer.headers[0].1 =
+                            format!("application/json; padding={}", filler('p', 200 * 1024))
+                    }
+                    _ => {}
+                }
+                answer
+            }
+            Some("tools/list") => answer(
+                200,
+                "application/json",
+                reply(json!({"tools": [{"name": "lookup", "inputSchema": {"type": "object"}}]})),
+                Then::Close,
+            ),
+            Some("tools/call") if attack == Attack::HugeEventId => {
+                let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": "info", "data": "working"}});
+                let body = format!(
+                    "retry: 10\nid: {}\ndata: {note}\n\n",
+                    filler('7', 140 * 1024)
+                );
+                answer(200, "text/event-stream", body, Then::Close)
+            }
+            Some("tools/call") => {
+                // The call's stream asks for input and stays open for the answer's outcome.
+                let ask = json!({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create",
+                    "params": {"message": "Which one?", "requestedSchema": {"type": "object",
+                        "properties": {"choice": {"type": "string"}}, "required": ["choice"]}}});
+                answer(
+                    200,
+                    "text/event-stream",
+                    format!("data: {ask}\n\n"),
+                    Then::Hold,
+                )
+            }
+            Some(_) => answer(202, "", String::new(), Then::Close),
+            // A response: the answer.
+            None => match attack {
+                Attack::SilentDelivery => answer(200, "", String::new(), Then::Silent),
+                Attack::ResetDelivery => answer(200, "", String::new(), Then::Reset),
+                _ => answer(202, "", String::new(), Then::Close),
+            },
+        }
+    }
+}
+
+/// The execution against a hostile server ends failed `server_error`, its message naming what
+/// the server did and the limit it broke (`words`), never the value; no round was opened, so
+/// nothing is labelled a round failure, and the worker did not trap.
+fn fails_naming_the_limit(attack: Attack, words: &[&str], never: &str) -> Result<()> {
+    let probe = HttpProbe::start(hostile(attack))?;
+    let db = TempDb::new();
+    let (_store, kit) = kit(&db)?;
+    let handle = submit(
+        &kit,
+        HttpServer::new("remote", probe.url("/mcp")).era(McpEra::Legacy),
+    )?;
+    let result = handle.result(Some(WAIT))?;
+    let failure = result.outcome.failure.clone().context("a failure")?;
+    assert_eq!(
+        failure.kind,
+        FailureKind::ServerError,
+        "{attack:?}: {failure:?}"
+    );
+    assert_eq!(failure.code, Some(FailureCode::ServerError), "{failure:?}");
+    for word in words {
+        assert!(failure.message.contains(word), "{word:?} in {failure:?}");
+    }
+    assert!(
+        !failure.message.contains(never),
+        "{attack:?}: the value is said"
+    );
+    assert!(!failure.message.contains("instance stopped"), "{failure:?}");
+    ensure!(
+        db.store().list_rounds(&RoundFilter::default())?.is_empty(),
+        "{attack:?}: no round was opened"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_server_s_200_kib_session_id_fails_the_execution_naming_the_limit_without_a_trap() -> Result<()>
+{
+    fails_naming_the_limit(
+        Attack::HugeSessionId,
+        &["`Mcp-Session-Id` header of 204800 bytes, over the 4096-byte limit"],
+        "ssssssss",
+    )
+}
+
+#[test]
+fn a_server_s_140_kib_event_id_fails_the_execution_naming_the_limit_without_a_trap() -> Result<()> {
+    fails_naming_the_limit(
+        Attack::HugeEventId,
+        &["event id of 143360 bytes, over the 1024-byte limit"],
+        "77777777",
+    )
+}
+
+#[test]
+fn a_server_s_huge_header_or_protocol_version_fails_the_execution_naming_the_limit() -> Result<()> {
+    fails_naming_the_limit(
+        Attack::HugeHeader,
+        &["`Content-Type` header of", "over the 8192-byte limit"],
+        "pppppppp",
+    )?;
+    fails_naming_the_limit(
+        Attack::HugeVersion,
+        &["protocol version of 204800 bytes, over the 64-byte limit"],
+        "99999999",
+    )
+}
+
+/// A worker instance that stops (here: past its memory, on a server's 7 MiB `initialize`)
+/// before any round is an engine failure, said as such: no round failed, so neither
+/// `round_failed` nor `recovery_unavailable`.
+#[test]
+fn a_worker_that_traps_before_any_round_fails_its_execution_as_an_engine_error() -> Result<()> {
+    let probe = HttpProbe::start(hostile(Attack::HugeInitialize))?;
+    let db = TempDb::new();
+    let store = Arc::new(SqliteExecutionStore::open_with(
+        &db.path,
+        StoreOptions {
+            guest_limits: GuestLimits {
+                max_memory: 12 * 1024 * 1024,
+                ..GuestLimits::default()
+            },
+            ..StoreOptions::default()
+        },
+    )?);
+    let kit = McpTestKit::new(store.clone(), BTreeMap::<String, String>::new())?;
+    let handle = submit(
+        &kit,
+        HttpServer::new("remote", probe.url("/mcp")).era(McpEra::Legacy),
+    )?;
+    let result = handle.result(Some(WAIT))?;
+    let failure = result.outcome.failure.clone().context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::EngineError, "{failure:?}");
+    assert_eq!(failure.code, None, "{failure:?}");
+    assert_eq!(failure.kind.as_str(), "engine_error");
+    assert!(
+        failure.message.contains("instance stopped")
+            && failure.message.contains("memory limit exceeded"),
+        "{failure:?}"
+    );
+    ensure!(db.store().list_rounds(&RoundFilter::default())?.is_empty());
+    Ok(())
+}
+
+/// Waits for the execution's pending round and answers it.
+fn answer_pending(handle: &ExecutionHandle) -> Result<String> {
+    let since = std::time::Instant::now();
+    let round = loop {
+        if let Some(round) = handle.pending_elicitation()? {
+            break round;
+        }
+        ensure!(since.elapsed() < WAIT, "no round within {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    handle.respond_elicitation(
+        &round.round_id,
+        BTreeMap::from([(
+            "elicitation".to_string(),
+            ElicitationResponse::accept(json!({"choice": "the blue one"})),
+        )]),
+        "answer-1",
+    )?;
+    Ok(round.round_id)
+}
+
+/// The server reads the answer's POST and never responds: the round fails once the delivery
+/// timeout passes (`server_error`, saying so), long before the stream's silence limit; it is
+/// never `delivered`, and the answer is not sent again.
+#[test]
+fn an_answer_post_the_server_never_answers_fails_its_round_after_the_delivery_timeout() -> Result<()>
+{
+    let probe = HttpProbe::start(hostile(Attack::SilentDelivery))?;
+    let db = TempDb::new();
+    let (_store, kit) = kit(&db)?;
+    let handle = submit(
+        &kit,
+        HttpServer::new("remote", probe.url("/mcp"))
+            .era(McpEra::Legacy)
+            .delivery_timeout(Duration::from_secs(2)),
+    )?;
+    let round_id = answer_pending(&handle)?;
+    let result = handle.result(Some(WAIT))?;
+    let failure = result.outcome.failure.clone().context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::ServerError, "{failure:?}");
+    assert!(
+        failure
+            .message
+            .contains("did not answer the delivery of the answer within 2 s"),
+        "{failure:?}"
+    );
+    let round = db.store().get_round(&round_id)?.context("the round")?;
+    assert_eq!(round.status, ManagedInputStatus::Failed);
+    let round_failure = round.failure.context("a failed round says why")?;
+    assert_eq!(round_failure.code, FailureCode::ServerError);
+    assert!(
+        round_failure.message.contains("within 2 s"),
+        "{round_failure:?}"
+    );
+    assert_eq!(round.timestamps.delivered_at, None);
+    assert!(!round_failure.message.contains("the blue one"));
+    // One POST carried the answer: it was never sent again.
+    let answers = probe
+        .received()
+        .iter()
+        .filter(|r| contains(&r.body, "the blue one"))
+        .count();
+    assert_eq!(answers, 1);
+    Ok(())
+}
+
+/// The same with a round whose deadline comes before the delivery timeout: the deadline is
+/// honoured while the delivery waits (`deadline_exceeded`, the execution an operation
+/// timeout), and what happened to the delivery is kept as an event.
+#[test]
+fn an_answer_post_never_answered_fails_its_round_at_its_deadline_when_that_comes_first()
+-> Result<()> {
+    let probe = HttpProbe::start(hostile(Attack::SilentDelivery))?;
+    let db = TempDb::new();
+    let (_store, kit) = kit(&db)?;
+    let handle = kit
+        .agents([AgentSpec::scripted(Script::call(
+            "remote:lookup",
+            json!({}),
+        ))])?
+        .remove(0)
+        .submit(
+            Submission::new(
+                "Look it up.",
+                HttpServer::new("remote", probe.url("/mcp"))
+                    .era(McpEra::Legacy)
+                    .delivery_timeout(Duration::from_secs(600)),
+            )
+            .tools(["remote:lookup"])
+            .human_input(HumanInput::Managed)
+            .round_deadline(Duration::from_secs(10)),
+        )?;
+    let round_id = answer_pending(&handle)?;
+    let result = match handle.result(Some(WAIT)) {
+        Ok(result) => result,
+        Err(ExecutionError::OperationTimeout(timeout)) => *timeout
+            .result
+            .context("an operation timeout with its result")?,
+        Err(e) => return Err(e.into()),
+    };
+    let failure = result.outcome.failure.clone().context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::OperationTimeout, "{failure:?}");
+    assert_eq!(failure.code, Some(FailureCode::DeadlineExceeded));
+    let round = db.store().get_round(&round_id)?.context("the round")?;
+    assert_eq!(round.status, ManagedInputStatus::Failed);
+    assert_eq!(
+        round.failure.map(|f| f.code),
+        Some(FailureCode::DeadlineExceeded)
+    );
+    assert_eq!(round.timestamps.delivered_at, None);
+    let events = handle.diagnostics()?.events;
+    assert!(
+        events.iter().any(|e| e.kind == "network"
+            && e.message.contains("had not answered the delivery")
+            && e.message.contains("deadline passed")),
+        "{events:?}"
+    );
+    Ok(())
+}
+
+/// A connection reset after the answer was sent is said as such, not as a server that could
+/// not be reached.
+#[test]
+fn a_connection_reset_after_the_answer_was_sent_is_reported_as_a_reset() -> Result<()> {
+    let probe = HttpProbe::start(hostile(Attack::ResetDelivery))?;
+    let db = TempDb::new();
+    let (_store, kit) = kit(&db)?;
+    let handle = submit(
+        &kit,
+        HttpServer::new("remote", probe.url("/mcp")).era(McpEra::Legacy),
+    )?;
+    let round_id = answer_pending(&handle)?;
+    let result = handle.result(Some(WAIT))?;
+    let failure = result.outcome.failure.clone().context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::ServerError, "{failure:?}");
+    assert!(
+        failure
+            .message
+            .contains("broke the connection after the answer was sent")
+            && failure.message.contains("the connection was reset")
+            && !failure.message.contains("could not be reached"),
+        "{failure:?}"
+    );
+    let round = db.store().get_round(&round_id)?.context("the round")?;
+    assert_eq!(
+        round.failure.map(|f| f.code),
+        Some(FailureCode::ServerError)
     );
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! A tiny HTTP/1.1 server on loopback for the tests of what the kit sends and where: it records
 //! every request it gets (method, path, headers, body) and answers each with what its handler
-//! returns, one request per connection. Not an MCP server: a witness and a prop.
+//! returns, one request per connection. Not an MCP server: a witness and a prop (its handler
+//! may speak enough MCP to be a hostile server: an answer that never comes, a stream held open,
+//! a connection reset).
 
 use anyhow::{Context, Result};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -32,7 +34,7 @@ impl Received {
     }
 }
 
-/// An answer: status line's code and reason, headers, body.
+/// An answer: status line's code and reason, headers, body, and how the exchange ends.
 pub struct Answer {
     /// `307`, ...
     pub status: u16,
@@ -40,7 +42,28 @@ pub struct Answer {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub body: Vec<u8>,
+    /// What happens on the connection.
+    pub then: Then,
 }
+
+/// How the probe answers on the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Then {
+    /// The head (with `Content-Length`) and the body, then the connection closed.
+    #[default]
+    Close,
+    /// The head (without a length) and the body so far, then the connection held open and
+    /// silent until the probe is dropped: an event stream that waits.
+    Hold,
+    /// Nothing at all, the connection held open until the probe is dropped: a request
+    /// accepted and never answered.
+    Silent,
+    /// The connection reset (TCP RST) once the request was read, without a response.
+    Reset,
+}
+
+/// The longest a held connection is kept (a test that forgets its probe leaks no thread).
+const HOLD_AT_MOST: Duration = Duration::from_secs(600);
 
 type Handler = dyn Fn(&Received) -> Answer + Send + Sync;
 
@@ -69,7 +92,8 @@ impl HttpProbe {
                     Ok((stream, _)) => {
                         count.fetch_add(1, Ordering::SeqCst);
                         let (kept, handler) = (kept.clone(), handler.clone());
-                        std::thread::spawn(move || serve(stream, &kept, &*handler));
+                        let stopped = stopped.clone();
+                        std::thread::spawn(move || serve(stream, &kept, &*handler, &stopped));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
@@ -108,7 +132,7 @@ impl Drop for HttpProbe {
     }
 }
 
-fn serve(stream: TcpStream, kept: &Mutex<Vec<Received>>, handler: &Handler) {
+fn serve(stream: TcpStream, kept: &Mutex<Vec<Received>>, handler: &Handler, stop: &AtomicBool) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let mut reader = BufReader::new(match stream.try_clone() {
         Ok(s) => s,
@@ -152,16 +176,49 @@ fn serve(stream: TcpStream, kept: &Mutex<Vec<Received>>, handler: &Handler) {
     };
     let answer = handler(&request);
     kept.lock().unwrap_or_else(|e| e.into_inner()).push(request);
-    let mut out = format!("HTTP/1.1 {} Probe\r\n", answer.status);
-    for (name, value) in &answer.headers {
-        out.push_str(&format!("{name}: {value}\r\n"));
-    }
-    out.push_str(&format!(
-        "content-length: {}\r\nconnection: close\r\n\r\n",
-        answer.body.len()
-    ));
     let mut stream = stream;
-    let _ = stream.write_all(out.as_bytes());
-    let _ = stream.write_all(&answer.body);
-    let _ = stream.flush();
+    if answer.then == Then::Reset {
+        reset(stream);
+        return;
+    }
+    if answer.then != Then::Silent {
+        let mut out = format!("HTTP/1.1 {} Probe\r\n", answer.status);
+        for (name, value) in &answer.headers {
+            out.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if answer.then == Then::Close {
+            out.push_str(&format!("content-length: {}\r\n", answer.body.len()));
+        }
+        out.push_str("connection: close\r\n\r\n");
+        let _ = stream.write_all(out.as_bytes());
+        let _ = stream.write_all(&answer.body);
+        let _ = stream.flush();
+    }
+    if answer.then != Then::Close {
+        let since = std::time::Instant::now();
+        while !stop.load(Ordering::SeqCst) && since.elapsed() < HOLD_AT_MOST {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Closes `stream` with a TCP reset (linger on, for no time), not an orderly close.
+fn reset(stream: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: the descriptor is the open socket `stream` owns, and `linger` is a valid
+    // `struct linger` of the size given; setsockopt reads it and keeps nothing.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    drop(stream);
 }

@@ -129,6 +129,10 @@ pub struct RunArgs {
         conflicts_with = "server_command"
     )]
     server_header_file: Option<PathBuf>,
+    /// `--server-url`: how long an answer's delivery may wait for the server's response, in
+    /// seconds (default 30); past it the round fails.
+    #[arg(long, value_name = "SECS", requires = "server_url")]
+    server_delivery_timeout: Option<f64>,
     /// One argument of the server (repeatable).
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     server_arg: Vec<String>,
@@ -211,7 +215,16 @@ fn era(args: &RunArgs) -> m3::McpEra {
 
 fn server(args: &RunArgs) -> Result<ServerBinding> {
     match &args.server_url {
-        Some(url) => Ok(http_server(args, url)?.into()),
+        Some(url) => {
+            let mut server = http_server(args, url)?;
+            if let Some(secs) = args.server_delivery_timeout {
+                let flag = "--server-delivery-timeout";
+                let timeout = seconds(flag, secs, crate::seconds::DELIVERY_TIMEOUT)
+                    .map_err(crate::invalid_submission)?;
+                server = server.delivery_timeout(timeout);
+            }
+            Ok(server.into())
+        }
         None => Ok(stdio_server(args)?.into()),
     }
 }

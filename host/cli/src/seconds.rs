@@ -30,6 +30,11 @@ pub const LEASE: Range = Range {
     min: 0.03,
     max: DAY,
 };
+/// `--server-delivery-timeout`: an answer's delivery over HTTP, up to an hour.
+pub const DELIVERY_TIMEOUT: Range = Range {
+    min: 0.001,
+    max: 3_600.0,
+};
 /// `pending --wait`: up to 366 days.
 pub const WAIT: Range = Range {
     min: 0.0,
@@ -74,6 +79,9 @@ mod tests {
             Ok(Duration::from_millis(1500))
         );
         assert_eq!(seconds("--wait", 0.0, WAIT), Ok(Duration::ZERO));
+        for bad in [0.0, 3_600.5, 1e19] {
+            assert!(seconds("--server-delivery-timeout", bad, DELIVERY_TIMEOUT).is_err());
+        }
         let message = seconds("--lease", 1e300, LEASE).unwrap_err();
         assert!(message.contains("0.03 to 86400"), "{message}");
     }

@@ -146,6 +146,12 @@ fn cases(sb: &Sandbox, rng: &mut Rng, per_command: usize) -> Vec<Vec<String>> {
             "--server-header-file",
             &p,
         ]));
+        out.push(http_run(&[
+            "--server-url",
+            "http://127.0.0.1:9/mcp",
+            "--server-delivery-timeout",
+            &n,
+        ]));
         out.push(s(&["pending", "--wait", &n]));
         out.push(s(&["pending", "--execution", &t]));
         out.push(s(&["respond", &t, "--idempotency-key", &t, "--accept", &t]));
@@ -1108,6 +1114,7 @@ fn header_values_with_separators_reach_the_server_and_are_never_printed() {
         status: 404,
         headers: Vec::new(),
         body: Vec::new(),
+        then: m3_tests::http_probe::Then::Close,
     })
     .expect("the probe starts");
     let file = sb.write("headers.txt", &format!("API_KEY={SECRET}:x\n"));

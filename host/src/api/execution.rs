@@ -45,7 +45,7 @@ impl OutcomeKind {
 
 impl FailureKind {
     /// `operation_timeout`, `round_failed`, `server_error`, `invalid_submission`,
-    /// `model_error` or `tool_not_found`.
+    /// `model_error`, `tool_not_found` or `engine_error`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::OperationTimeout => "operation_timeout",
@@ -54,6 +54,7 @@ impl FailureKind {
             Self::InvalidSubmission => "invalid_submission",
             Self::ModelError => "model_error",
             Self::ToolNotFound => "tool_not_found",
+            Self::EngineError => "engine_error",
         }
     }
 }
@@ -87,6 +88,10 @@ pub enum FailureKind {
     ModelError,
     /// An allow-listed tool is not among the server's tools.
     ToolNotFound,
+    /// The worker's component instance stopped (a trap, its memory or compute budget) while
+    /// it held no open round (one it held fails `recovery_unavailable`, and the execution
+    /// [`FailureKind::RoundFailed`]); the message says how it stopped.
+    EngineError,
 }
 
 /// Something an agent harness did or reported (Codex: MCP server start-up, approvals given or
@@ -306,6 +311,7 @@ fn outcome_back(o: &wit::ExecutionOutcome) -> ExecutionOutcome {
                 wit::FailureKind::InvalidSubmission => FailureKind::InvalidSubmission,
                 wit::FailureKind::ModelError => FailureKind::ModelError,
                 wit::FailureKind::ToolNotFound => FailureKind::ToolNotFound,
+                wit::FailureKind::EngineError => FailureKind::EngineError,
             },
             code: f.code.map(crate::component::convert::failure_code_back),
             message: f.message.clone(),

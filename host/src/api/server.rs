@@ -214,6 +214,10 @@ pub struct HttpServer {
     pub headers: BTreeMap<String, String>,
     /// The era to speak.
     pub era: McpEra,
+    /// How long the delivery of an answer may wait for the server's response (its first
+    /// byte: the server accepting or refusing the answer) before the round fails visibly;
+    /// `None`: 30 s. From 1 ms to 1 hour.
+    pub delivery_timeout: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for HttpServer {
@@ -224,6 +228,7 @@ impl std::fmt::Debug for HttpServer {
             .field("url", &self.url)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("era", &self.era)
+            .field("delivery_timeout", &self.delivery_timeout)
             .finish()
     }
 }
@@ -247,6 +252,12 @@ impl HttpServer {
     /// Forces an era.
     pub fn era(mut self, era: McpEra) -> Self {
         self.era = era;
+        self
+    }
+
+    /// Sets how long an answer's delivery may wait for the server's response.
+    pub fn delivery_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.delivery_timeout = Some(timeout);
         self
     }
 

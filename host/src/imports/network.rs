@@ -210,13 +210,38 @@ impl WasiHttpHooks for NetworkGrant {
         }
         Box::new(async move {
             use http_body_util::BodyExt;
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let (response, io) =
+                match wasmtime_wasi_http::default_send_request(request, options).await {
+                    Ok(sent) => sent,
+                    // Said as what it is: the connection ended before a response (hyper's
+                    // error would reach the component as "not valid HTTP").
+                    Err(HttpError::Hyper(e)) if e.is_incomplete_message() => {
+                        return Err(HttpError::HttpResponseIncomplete);
+                    }
+                    Err(HttpError::Hyper(e)) if was_reset(std::error::Error::source(&e)) => {
+                        return Err(HttpError::ConnectionTerminated);
+                    }
+                    Err(e) => return Err(e),
+                };
             Ok((
                 response.map(BodyExt::boxed_unsync),
                 Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
             ))
         })
     }
+}
+
+/// Whether an error's cause is the connection reset or aborted by the other end.
+fn was_reset(cause: Option<&(dyn std::error::Error + 'static)>) -> bool {
+    use std::io::ErrorKind;
+    cause
+        .and_then(|c| c.downcast_ref::<std::io::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e.kind(),
+                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe
+            )
+        })
 }
 
 #[cfg(test)]

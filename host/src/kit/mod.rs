@@ -485,6 +485,7 @@ fn server_binding(server: &ServerBinding, resolved: &ResolvedPrograms) -> wit::S
             env_names: stdio.env.keys().cloned().collect(),
             url: None,
             header_names: Vec::new(),
+            delivery_timeout_ms: None,
         },
         ServerBinding::Http(http) => wit::ServerBinding {
             name: http.name.clone(),
@@ -495,6 +496,9 @@ fn server_binding(server: &ServerBinding, resolved: &ResolvedPrograms) -> wit::S
             env_names: Vec::new(),
             url: resolved.server_url.clone(),
             header_names: http.headers.keys().cloned().collect(),
+            delivery_timeout_ms: http
+                .delivery_timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         },
     }
 }

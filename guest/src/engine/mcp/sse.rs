@@ -7,9 +7,20 @@
 //! `retry` (digits only: the reconnection delay in milliseconds). A line starting with `:` is a
 //! comment (servers send them as keep-alives). An event without a `data` field is not
 //! dispatched, though its `id` still counts.
+//!
+//! What the server controls is bounded: an event (its lines together) at [`MAX_EVENT_BYTES`],
+//! an `id` (echoed back as `Last-Event-ID` on resumption) at [`MAX_EVENT_ID_BYTES`], a `retry`
+//! at [`MAX_RETRY_MS`]. A stream past a bound is refused as a whole ([`SseError`]), never cut
+//! or clamped.
 
 /// Most bytes of one event (its lines together) before the stream is refused.
 pub const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
+/// Most bytes of an event id: a resumption sends it back as a header (`Last-Event-ID`), and
+/// servers' ids are short (a UUID, a stream id and a counter).
+pub const MAX_EVENT_ID_BYTES: usize = 1024;
+/// The longest resumption delay a server may ask for (`retry`), in milliseconds: a broken
+/// stream is resumed within a minute or not waited for.
+pub const MAX_RETRY_MS: u64 = 60_000;
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +40,30 @@ pub enum SseError {
     EventTooLong,
     /// A line is not UTF-8.
     NotUtf8,
+    /// An `id` field longer than [`MAX_EVENT_ID_BYTES`]: its length in bytes.
+    IdTooLong(usize),
+    /// A `retry` field over [`MAX_RETRY_MS`].
+    RetryTooLong,
+}
+
+impl std::fmt::Display for SseError {
+    /// What the server did, as a phrase after "the server" (never the offending value).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::EventTooLong => {
+                write!(f, "sent an event longer than {} MiB", MAX_EVENT_BYTES >> 20)
+            }
+            Self::NotUtf8 => write!(f, "sent an event stream that is not UTF-8"),
+            Self::IdTooLong(bytes) => write!(
+                f,
+                "sent an event id of {bytes} bytes, over the {MAX_EVENT_ID_BYTES}-byte limit"
+            ),
+            Self::RetryTooLong => write!(
+                f,
+                "asked for a resumption delay (`retry`) over the {MAX_RETRY_MS} ms limit"
+            ),
+        }
+    }
 }
 
 /// Decodes one event stream, fed in chunks of any size.
@@ -129,12 +164,18 @@ impl SseDecoder {
                 self.data_lines += 1;
             }
             "event" => self.event = value.to_string(),
+            "id" if value.len() > MAX_EVENT_ID_BYTES => {
+                return Err(SseError::IdTooLong(value.len()));
+            }
             "id" if !value.contains('\0') => {
                 self.last_event_id = Some(value.to_string());
                 self.has_id = true;
             }
             "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
-                self.retry_ms = value.parse().ok();
+                match value.parse::<u64>() {
+                    Ok(ms) if ms <= MAX_RETRY_MS => self.retry_ms = Some(ms),
+                    _ => return Err(SseError::RetryTooLong),
+                }
             }
             _ => {}
         }
@@ -292,6 +333,40 @@ mod tests {
             }
         }
         assert_eq!(result, Err(SseError::EventTooLong));
+    }
+
+    #[test]
+    fn an_id_or_retry_past_its_bound_refuses_the_stream_without_naming_the_value() {
+        let mut decoder = SseDecoder::default();
+        let long = "7".repeat(140 * 1024);
+        let result = decoder.push(format!("id: {long}\ndata: x\n\n").as_bytes());
+        assert_eq!(result, Err(SseError::IdTooLong(long.len())));
+        // Never kept for a resumption, and the message names the limit, not the id.
+        assert_eq!(decoder.last_event_id(), None);
+        let message = SseError::IdTooLong(long.len()).to_string();
+        assert!(message.contains("143360 bytes") && message.contains("1024-byte limit"));
+        assert!(!message.contains("7777"));
+        // Split across chunks, the same.
+        let mut decoder = SseDecoder::default();
+        decoder.push(b"id: ").unwrap();
+        decoder.push(long.as_bytes()).unwrap();
+        assert_eq!(decoder.push(b"\n"), Err(SseError::IdTooLong(long.len())));
+        // An id at the bound is kept.
+        let mut decoder = SseDecoder::default();
+        let fits = "a".repeat(MAX_EVENT_ID_BYTES);
+        decoder.push(format!("id: {fits}\n\n").as_bytes()).unwrap();
+        assert_eq!(decoder.last_event_id(), Some(fits.as_str()));
+        // A retry over a minute, or too large for a number, is refused; one at it is kept.
+        for retry in ["60001", "99999999999999999999999999"] {
+            assert_eq!(
+                SseDecoder::default().push(format!("retry: {retry}\n").as_bytes()),
+                Err(SseError::RetryTooLong),
+                "{retry}"
+            );
+        }
+        let mut decoder = SseDecoder::default();
+        decoder.push(b"retry: 60000\n").unwrap();
+        assert_eq!(decoder.retry_ms(), Some(MAX_RETRY_MS));
     }
 
     #[test]

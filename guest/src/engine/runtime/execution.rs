@@ -940,12 +940,15 @@ pub fn finish(
 
 /// Ends, inside `tx`, an execution whose holder is gone or gives up (`operation` is `give-up`
 /// or `recover`): failed `recovery-unavailable` with `message`; the rounds the decision names
-/// fail `recovery-unavailable` with `round_message`. Returns the final state and what its
-/// worker had started, or none when the decision left it unchanged (it had finished).
+/// fail `recovery-unavailable` with `round_message`. When `stopped` (its worker's instance
+/// stopped: a trap, a limit) and that worker held no open round, no round failed: the
+/// execution fails `engine-error`, without a round's code. Returns the final state and what
+/// its worker had started, or none when the decision left it unchanged (it had finished).
 pub fn abandon_in(
     tx: &Transaction,
     execution_id: &str,
     operation: ExecutionOperation,
+    stopped: bool,
     message: &str,
     round_message: &str,
     now: Timestamp,
@@ -960,11 +963,23 @@ pub fn abandon_in(
         return Ok(None);
     }
     let spawned = decided.loaded.data.spawned.clone();
+    let round_open = match &decided.decision.fail_rounds_of {
+        Some(owner_id) => holds_open_round(tx, execution_id, owner_id)?,
+        None => false,
+    };
+    let (kind, code) = if stopped && !round_open {
+        (FailureKind::EngineError, None)
+    } else {
+        (
+            FailureKind::RoundFailed,
+            Some(FailureCode::RecoveryUnavailable),
+        )
+    };
     decided.loaded.data.outcome = Some(ExecutionOutcome {
         kind: OutcomeKind::Failed,
         failure: Some(ExecutionFailure {
-            kind: FailureKind::RoundFailed,
-            code: Some(FailureCode::RecoveryUnavailable),
+            kind,
+            code,
             message: message.to_string(),
         }),
         tool_results: tool_results_in(tx, &decided.loaded)?,
@@ -973,6 +988,27 @@ pub fn abandon_in(
     let data = decided.loaded.data.clone();
     let row = decided.write(tx, now, RoundsEnd::recovery(round_message))?;
     Ok(Some((state_of(&row, &data, false), spawned)))
+}
+
+/// Whether `owner_id` holds an open round of execution `execution_id`, read in `tx`.
+fn holds_open_round(tx: &Transaction, execution_id: &str, owner_id: &str) -> Result<bool> {
+    for status in OPEN_STATUSES {
+        let rows = tx
+            .list(&RoundFilter {
+                execution_id: Some(execution_id.to_string()),
+                status: Some(status),
+                limit: None,
+                after: None,
+            })
+            .map_err(store_error)?;
+        for row in rows {
+            let record = crate::record::from_row(&row)?;
+            if record.lease.is_some_and(|l| l.owner_id == owner_id) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// The statuses of a round that has not ended.

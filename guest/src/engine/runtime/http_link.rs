@@ -47,6 +47,23 @@ pub const MAX_RESUME_ATTEMPTS: u32 = 5;
 pub const DEFAULT_RETRY_MS: u64 = 1_000;
 /// Most bytes of an error response's body read (for its JSON-RPC error).
 const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Most bytes of the server's `Mcp-Session-Id`, which goes back on every request of the
+/// session: a UUID, a hash or a signed token fits many times over.
+pub const MAX_SESSION_ID_BYTES: usize = 4 * 1024;
+/// Most bytes of the protocol version `initialize` negotiated (a date), which goes back on
+/// every request as `MCP-Protocol-Version`.
+pub const MAX_VERSION_BYTES: usize = 64;
+/// Most bytes of any other response header the transport reads (`Content-Type`, `Location`).
+pub const MAX_HEADER_VALUE_BYTES: usize = 8 * 1024;
+/// Most headers on one request of the kit (its own and the `Mcp-Param-*` a tool asks for).
+pub const MAX_REQUEST_HEADERS: usize = 128;
+/// Most bytes of one request's headers, counted as `wasi:http` counts them (names and values,
+/// and [`HEADER_ENTRY_COST`] for each): its fields trap the component past 128 KiB, so the kit
+/// refuses a request at half that, as a typed failure, before asking for the fields.
+pub const MAX_REQUEST_HEADER_BYTES: usize = 64 * 1024;
+/// What one header costs beyond its name and value in `wasi:http`'s count (its in-memory name
+/// and value, generously).
+const HEADER_ENTRY_COST: usize = 128;
 /// Bytes read from one stream in one read.
 const READ_CHUNK: u64 = 64 * 1024;
 /// Most bytes read in one [`HttpLink::progress`] before the worker gets to look around.
@@ -619,6 +636,26 @@ impl HttpLink {
         }
     }
 
+    /// Gives up the answer's delivery (its time ran out before the server accepted or refused
+    /// it): its exchange is dropped with its request, and what waited for it is let through.
+    /// The answer is never sent again, and [`LinkEvent::Delivered`] never follows.
+    pub fn give_up_delivery(&mut self) {
+        for exchange in &mut self.exchanges {
+            if exchange.delivery {
+                exchange.delivery = false;
+                exchange.phase = Phase::Done;
+            }
+        }
+        self.queued.retain(|(_, delivery)| !delivery);
+        if let ToolCatalog::Listing { waiting, .. } = &mut self.tools {
+            waiting.retain(|(_, delivery)| !delivery);
+        }
+        if self.delivering {
+            self.delivering = false;
+            self.release();
+        }
+    }
+
     /// Nothing is under way.
     pub fn is_idle(&self) -> bool {
         self.exchanges.is_empty()
@@ -706,17 +743,32 @@ impl HttpLink {
     fn head(&mut self, index: usize, response: wasi::IncomingResponse) {
         let status = response.status();
         let headers = response.headers();
-        let get = |name: &str| -> Option<String> {
-            headers
-                .get(name)
-                .into_iter()
-                .next()
-                .and_then(|v| String::from_utf8(v).ok())
+        // Each value the transport reads is bounded before it is kept or sent back; a server
+        // past a bound is lost, the message naming the limit, never the value.
+        let read = |name: &str, limit: usize| {
+            let value = headers.get(&name.to_ascii_lowercase()).into_iter().next();
+            bounded_header(name, value, limit)
         };
-        let content_type = get("content-type").unwrap_or_default().to_ascii_lowercase();
-        let location = get("location");
-        let session = get("mcp-session-id");
+        let values = (|| {
+            Ok::<_, String>((
+                read("Content-Type", MAX_HEADER_VALUE_BYTES)?,
+                read("Location", MAX_HEADER_VALUE_BYTES)?,
+                read("Mcp-Session-Id", MAX_SESSION_ID_BYTES)?,
+            ))
+        })();
         drop(headers);
+        let (content_type, location, session) = match values {
+            Ok(values) => values,
+            Err(what) => {
+                drop(response);
+                let mut exchange = self.take(index);
+                exchange.phase = Phase::Done;
+                self.lost(&mut exchange, what);
+                self.exchanges[index] = exchange;
+                return;
+            }
+        };
+        let content_type = content_type.unwrap_or_default().to_ascii_lowercase();
         let exchange = &mut self.exchanges[index];
         if (300..400).contains(&status)
             && let Some(location) = location
@@ -847,18 +899,9 @@ impl HttpLink {
                 let events = match exchange.decoder.push(&bytes) {
                     Ok(events) => events,
                     Err(e) => {
-                        let what = match e {
-                            crate::mcp::sse::SseError::EventTooLong => format!(
-                                "sent an event longer than {} MiB",
-                                crate::mcp::sse::MAX_EVENT_BYTES >> 20
-                            ),
-                            crate::mcp::sse::SseError::NotUtf8 => {
-                                "sent an event stream that is not UTF-8".into()
-                            }
-                        };
                         let mut exchange = self.take(index);
                         exchange.phase = Phase::Done;
-                        self.lost(&mut exchange, what);
+                        self.lost(&mut exchange, e.to_string());
                         self.exchanges[index] = exchange;
                         return;
                     }
@@ -1142,11 +1185,20 @@ impl HttpLink {
                 self.stream_broke(exchange, &method, Some(why));
             }
             Purpose::Call { .. } | Purpose::Reply => {
-                let where_ = self.endpoint.url();
-                self.lost(
-                    exchange,
-                    format!("could not be reached at {where_} ({why})"),
-                );
+                let how = match stage(code) {
+                    Stage::Unreached => {
+                        format!("could not be reached at {} ({why})", self.endpoint.url())
+                    }
+                    Stage::Unsent => format!("was not sent the kit's request ({why})"),
+                    Stage::Sent if exchange.delivery => format!(
+                        "broke the connection after the answer was sent, before responding ({why})"
+                    ),
+                    Stage::Sent => format!(
+                        "broke the connection after the kit's request was sent, before \
+                         responding ({why})"
+                    ),
+                };
+                self.lost(exchange, how);
             }
         }
     }
@@ -1212,6 +1264,14 @@ impl HttpLink {
             .pointer("/result/protocolVersion")
             .and_then(Value::as_str)
         {
+            if version.len() > MAX_VERSION_BYTES {
+                // It would go back on every request: the server is lost instead.
+                self.events.push_back(LinkEvent::Lost(format!(
+                    "named a protocol version of {} bytes, over the {MAX_VERSION_BYTES}-byte limit",
+                    version.len()
+                )));
+                return;
+            }
             self.negotiated = Some(version.to_string());
             self.open_listen();
         }
@@ -1245,6 +1305,13 @@ fn begin(outgoing: &Outgoing) -> Result<Sending, wasi::ErrorCode> {
     let mut headers = outgoing.headers.clone();
     if outgoing.method == Method::Post {
         headers.push(header("content-length", &outgoing.body.len().to_string()));
+    }
+    // Past its limit `wasi:http` traps instead of refusing: the kit refuses first.
+    let size = header_cost(&headers);
+    if headers.len() > MAX_REQUEST_HEADERS || size > MAX_REQUEST_HEADER_BYTES {
+        return Err(wasi::ErrorCode::HttpRequestHeaderSectionSize(Some(
+            u32::try_from(size).unwrap_or(u32::MAX),
+        )));
     }
     let fields = wasi::Fields::from_list(&headers)
         .map_err(|e| wasi::ErrorCode::InternalError(Some(format!("a header: {e:?}"))))?;
@@ -1372,6 +1439,31 @@ fn error_reply(id: &Value, code: i64, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
 }
 
+/// A response header's value as text (`None` when absent or not UTF-8), or, when it is over
+/// `limit` bytes, what the server did, as a phrase after "the server" (never the value).
+fn bounded_header(
+    name: &str,
+    value: Option<Vec<u8>>,
+    limit: usize,
+) -> Result<Option<String>, String> {
+    match value {
+        Some(value) if value.len() > limit => Err(format!(
+            "sent a `{name}` header of {} bytes, over the {limit}-byte limit",
+            value.len()
+        )),
+        Some(value) => Ok(String::from_utf8(value).ok()),
+        None => Ok(None),
+    }
+}
+
+/// What `headers` cost against [`MAX_REQUEST_HEADER_BYTES`].
+fn header_cost(headers: &[(String, Vec<u8>)]) -> usize {
+    headers
+        .iter()
+        .map(|(name, value)| name.len() + value.len() + HEADER_ENTRY_COST)
+        .sum()
+}
+
 fn header(name: &str, value: &str) -> (String, Vec<u8>) {
     (name.to_string(), value.as_bytes().to_vec())
 }
@@ -1385,12 +1477,50 @@ fn header_value(name: &str, value: &str) -> (String, Vec<u8>) {
     )
 }
 
+/// How far a request that failed before its response got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// No connection to the server was made.
+    Unreached,
+    /// The kit did not send it (the host or the kit refused it before any connection).
+    Unsent,
+    /// Connected, and sent (or being sent) when the connection broke or the time ran out.
+    Sent,
+}
+
+/// How far a request that failed with `code` got.
+fn stage(code: &wasi::ErrorCode) -> Stage {
+    use wasi::ErrorCode as E;
+    match code {
+        E::ConnectionRefused
+        | E::ConnectionTimeout
+        | E::DnsTimeout
+        | E::DnsError(_)
+        | E::DestinationNotFound
+        | E::DestinationUnavailable
+        | E::DestinationIpProhibited
+        | E::DestinationIpUnroutable
+        | E::TlsProtocolError
+        | E::TlsCertificateError
+        | E::TlsAlertReceived(_) => Stage::Unreached,
+        E::HttpRequestDenied | E::HttpRequestHeaderSectionSize(_) | E::InternalError(_) => {
+            Stage::Unsent
+        }
+        _ => Stage::Sent,
+    }
+}
+
 /// What a `wasi:http` error means, in words.
 fn describe(code: &wasi::ErrorCode) -> String {
     use wasi::ErrorCode as E;
     match code {
         E::ConnectionRefused => "connection refused".into(),
-        E::ConnectionTerminated => "the connection was closed".into(),
+        E::ConnectionTerminated => "the connection was reset".into(),
+        E::HttpRequestHeaderSectionSize(size) => format!(
+            "its headers ({} bytes) are over the kit's limits of {MAX_REQUEST_HEADERS} headers \
+             and {MAX_REQUEST_HEADER_BYTES} bytes",
+            size.unwrap_or_default()
+        ),
         E::ConnectionTimeout => "connecting timed out".into(),
         E::ConnectionReadTimeout | E::HttpResponseTimeout => "no answer in time".into(),
         E::DnsTimeout | E::DnsError(_) => "its host name could not be resolved".into(),
@@ -1398,10 +1528,59 @@ fn describe(code: &wasi::ErrorCode) -> String {
         E::TlsProtocolError | E::TlsCertificateError | E::TlsAlertReceived(_) => {
             "TLS failed (its certificate, or the handshake)".into()
         }
-        E::HttpResponseIncomplete => "the response was cut short".into(),
+        E::HttpResponseIncomplete => "the connection closed before a complete response".into(),
         E::HttpProtocolError => "the response is not valid HTTP".into(),
         E::HttpRequestDenied => "the host refused the request".into(),
         E::InternalError(Some(why)) => why.clone(),
         other => format!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_id_or_header_past_its_bound_is_refused_naming_the_limit_not_the_value() {
+        let huge = vec![b's'; 200 * 1024];
+        let refused =
+            bounded_header("Mcp-Session-Id", Some(huge), MAX_SESSION_ID_BYTES).unwrap_err();
+        assert_eq!(
+            refused,
+            "sent a `Mcp-Session-Id` header of 204800 bytes, over the 4096-byte limit"
+        );
+        let fits = vec![b'a'; MAX_SESSION_ID_BYTES];
+        assert_eq!(
+            bounded_header("Mcp-Session-Id", Some(fits.clone()), MAX_SESSION_ID_BYTES),
+            Ok(Some(String::from_utf8(fits).unwrap()))
+        );
+        assert_eq!(bounded_header("Location", None, 1), Ok(None));
+        assert_eq!(
+            bounded_header("Content-Type", Some(vec![0xff]), MAX_HEADER_VALUE_BYTES),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn the_largest_request_the_kit_sends_stays_under_what_wasi_http_traps_at() {
+        // Every value a server gave that goes back, at its bound, with the kit's own headers.
+        let headers = vec![
+            header("content-type", "application/json"),
+            header("accept", "application/json, text/event-stream"),
+            header("mcp-protocol-version", &"9".repeat(MAX_VERSION_BYTES)),
+            header("mcp-session-id", &"s".repeat(MAX_SESSION_ID_BYTES)),
+            header(
+                "last-event-id",
+                &"7".repeat(crate::mcp::sse::MAX_EVENT_ID_BYTES),
+            ),
+            header("content-length", "1000000"),
+        ];
+        assert!(header_cost(&headers) < MAX_REQUEST_HEADER_BYTES);
+        // wasi:http's own limit (wasmtime-wasi-http's default field size limit).
+        const WASI_HTTP_FIELDS_LIMIT: usize = 128 * 1024;
+        const { assert!(MAX_REQUEST_HEADER_BYTES * 2 <= WASI_HTTP_FIELDS_LIMIT) };
+        // A request within the kit's bounds stays under the trap in wasi:http's own count
+        // (each entry's name and value, and at most 72 bytes of its structures).
+        const { assert!(MAX_REQUEST_HEADERS * 72 + MAX_REQUEST_HEADER_BYTES < WASI_HTTP_FIELDS_LIMIT) };
     }
 }

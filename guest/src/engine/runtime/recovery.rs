@@ -24,7 +24,8 @@ const GONE: &str = "the worker that owned this round is gone; its request died w
 
 /// `abandon`: recovery of one execution whose worker's instance stopped, while its lease still
 /// runs: its open rounds fail `recovery-unavailable` (the worker presents its own lease, giving
-/// up early) and the execution finishes failed, in one transaction.
+/// up early) and the execution finishes failed, in one transaction: `round-failed` when a round
+/// failed so, else `engine-error` (the instance stopped; no round was involved).
 pub fn abandon(
     execution_id: &str,
     owner_id: &str,
@@ -34,6 +35,7 @@ pub fn abandon(
     give_up(
         execution_id,
         owner_id,
+        true,
         &format!("the worker's component instance stopped ({reason}); its request died with it"),
         &format!("the worker's component instance stopped ({reason})"),
     )
@@ -49,6 +51,7 @@ pub fn give_up_expired(
     give_up(
         execution_id,
         owner_id,
+        false,
         "the worker's lease expired before it finished; its request died with it",
         "the worker's lease expired before it could record the outcome",
     )
@@ -57,6 +60,7 @@ pub fn give_up_expired(
 fn give_up(
     execution_id: &str,
     owner_id: &str,
+    stopped: bool,
     round_message: &str,
     execution_message: &str,
 ) -> Result<crate::exports::m3::managed_input::runtime::ExecutionState> {
@@ -67,6 +71,7 @@ fn give_up(
         &tx,
         execution_id,
         give_up,
+        stopped,
         execution_message,
         round_message,
         now,
@@ -191,6 +196,7 @@ pub fn recover() -> Result<RecoveryReport> {
             &tx,
             &row.execution_id,
             ExecutionOperation::Recover,
+            false,
             message,
             GONE,
             now,

@@ -49,6 +49,11 @@ pub const MAX_TURN_DEADLINE_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 pub const MAX_MODEL_RETRIES: u32 = 100;
 /// How long a finished session's server gets to exit after its stdin closes.
 pub const EXIT_GRACE_MS: u64 = 1_000;
+/// How long an answer's delivery to an HTTP server may wait for the server's response when the
+/// binding names no time: a server that accepted the connection answers a small POST at once.
+pub const DEFAULT_DELIVERY_TIMEOUT_MS: u64 = 30_000;
+/// The longest delivery timeout a binding may ask for.
+pub const MAX_DELIVERY_TIMEOUT_MS: u64 = 60 * 60 * 1000;
 /// The longest single wait (the worker re-checks its state at least this often).
 pub const MAX_WAIT_MS: u64 = 60_000;
 /// While the child keeps writing (events never time out), the worker still checks its state
@@ -237,6 +242,14 @@ pub fn check_spec(spec: &ExecutionSpec) -> Result<(), String> {
             }
             crate::mcp::endpoint::Endpoint::parse(url)
                 .map_err(|e| format!("the server URL is not usable: {}", e.0))?;
+            if let Some(ms) = spec.server.delivery_timeout_ms
+                && (ms == 0 || ms > MAX_DELIVERY_TIMEOUT_MS)
+            {
+                return Err(format!(
+                    "an HTTP server's delivery timeout must be 1 ms to {} minutes",
+                    MAX_DELIVERY_TIMEOUT_MS / 60_000
+                ));
+            }
         }
         None if spec.server.command.is_empty() => {
             return Err("the server binding needs a command".into());
@@ -497,8 +510,9 @@ struct Worker {
     session: Session,
     /// The server's Streamable HTTP transport, when it is reached over HTTP (else its stdio).
     link: Option<Box<HttpLink>>,
-    /// An answer went out over HTTP and the server has not accepted it yet.
-    delivering: bool,
+    /// An answer went out over HTTP and the server has not accepted it yet: when its delivery
+    /// is given up (the binding's delivery timeout after it was sent).
+    delivering: Option<Timestamp>,
     lines: LineBuffer,
     plan: Option<Plan>,
     slot: Option<Slot>,
@@ -635,7 +649,7 @@ impl Worker {
             spec,
             session,
             link,
-            delivering: false,
+            delivering: None,
             lines: LineBuffer::default(),
             plan,
             slot: None,
@@ -871,10 +885,13 @@ impl Worker {
             wait = wait.min(millis_until(&now, timer));
         }
         if let Some(slot) = &self.slot
-            && !slot.answered
+            && (!slot.answered || self.delivering.is_some())
             && let Some(deadline) = &slot.deadline
         {
             wait = wait.min(millis_until(&now, deadline));
+        }
+        if let Some(due) = &self.delivering {
+            wait = wait.min(millis_until(&now, due));
         }
         if let Some(due) = self.link.as_ref().and_then(|l| l.next_due()) {
             wait = wait.min(millis_until(&now, &due));
@@ -1088,8 +1105,14 @@ impl Worker {
             )));
         }
         if let Some(link) = self.link.as_mut() {
-            // Sent once; marked delivered when the server accepts it, failed if it does not.
-            self.delivering = true;
+            // Sent once; marked delivered when the server accepts it, failed if it does not,
+            // or if it does not say within the delivery timeout (or the round's deadline).
+            let timeout = self
+                .spec
+                .server
+                .delivery_timeout_ms
+                .unwrap_or(DEFAULT_DELIVERY_TIMEOUT_MS);
+            self.delivering = Some(time::add_millis(&time::now(), timeout));
             link.send(message, true);
             return Ok(());
         }
@@ -1121,7 +1144,7 @@ impl Worker {
                     inputs.push(Input::Line(text));
                 }
                 LinkEvent::Delivered => {
-                    if std::mem::take(&mut self.delivering)
+                    if self.delivering.take().is_some()
                         && let Some(slot) = self.slot.clone()
                     {
                         store_protocol::mark_delivered(&slot.round_id, slot.lease)
@@ -1129,11 +1152,11 @@ impl Worker {
                     }
                 }
                 LinkEvent::Lost(how) => {
-                    self.delivering = false;
+                    self.delivering = None;
                     inputs.extend(self.server_lost(how));
                 }
                 LinkEvent::Refused(what) => {
-                    self.delivering = false;
+                    self.delivering = None;
                     execution::record_events(&self.held, vec![("network".into(), what.clone())])
                         .map_err(|e| {
                             Stop(failed(
@@ -1164,6 +1187,61 @@ impl Worker {
         Ok(inputs)
     }
 
+    /// An answer on its way over HTTP whose round's deadline passed, or whose delivery timeout
+    /// did, before the server accepted or refused it: the delivery is given up (the request
+    /// abandoned, the answer never sent again, never marked delivered) and the round fails,
+    /// with its deadline's code when the deadline came first, else `server-error`.
+    fn delivery_overdue(&mut self, now: &Timestamp) -> Result<Option<Input>, Stop> {
+        let Some(due) = self.delivering else {
+            return Ok(None);
+        };
+        let deadline = self
+            .slot
+            .as_ref()
+            .and_then(|slot| slot.deadline)
+            .filter(|deadline| time::at_or_after(now, deadline));
+        let timed_out = time::at_or_after(now, &due);
+        if deadline.is_none() && !timed_out {
+            return Ok(None);
+        }
+        self.delivering = None;
+        if let Some(link) = self.link.as_mut() {
+            link.give_up_delivery();
+        }
+        let timeout = self
+            .spec
+            .server
+            .delivery_timeout_ms
+            .unwrap_or(DEFAULT_DELIVERY_TIMEOUT_MS);
+        match deadline {
+            Some(deadline) if !timed_out || time::at_or_after(&due, &deadline) => {
+                let waited = timeout.saturating_sub(millis_until(&deadline, &due));
+                let what = format!(
+                    "the server had not answered the delivery of the answer when the round's \
+                     deadline passed ({} after it was sent)",
+                    duration_words(waited)
+                );
+                execution::record_events(&self.held, vec![("network".into(), what)]).map_err(
+                    |e| {
+                        Stop(failed(
+                            FailureKind::ServerError,
+                            None,
+                            format!(
+                                "the delivery's end could not be recorded: {}",
+                                error_text(&e)
+                            ),
+                        ))
+                    },
+                )?;
+                Ok(Some(Input::DeadlineExpired))
+            }
+            _ => Ok(self.server_lost(format!(
+                "did not answer the delivery of the answer within {} (the delivery timeout)",
+                duration_words(timeout)
+            ))),
+        }
+    }
+
     /// What changed: the probe timer, lease renewal, a cancel request, the open round's answer
     /// or its deadline.
     fn check(&mut self) -> Result<Vec<Input>, Stop> {
@@ -1175,6 +1253,10 @@ impl Worker {
         {
             self.timer = None;
             inputs.push(Input::ProbeTimedOut);
+        }
+        if let Some(overdue) = self.delivery_overdue(&now)? {
+            inputs.push(overdue);
+            return Ok(inputs);
         }
         let waiting = self
             .slot
@@ -1408,6 +1490,15 @@ fn record_spawned(held: &ExecutionLease, spawned: &Spawned) -> Result<(), Execut
     })
 }
 
+/// `ms` milliseconds as words: whole seconds as `30 s`, else `1500 ms`.
+fn duration_words(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
 fn millis_until(now: &Timestamp, then: &Timestamp) -> u64 {
     let diff = time::to_nanos(then) - time::to_nanos(now);
     if diff <= 0 {
@@ -1454,6 +1545,7 @@ mod tests {
                 env_names: Vec::new(),
                 url: None,
                 header_names: Vec::new(),
+                delivery_timeout_ms: None,
             },
             tools: vec!["s:t".into()],
             human_input: rt::HumanInputMode::Fail,

@@ -132,6 +132,9 @@ pub struct ServerBinding {
     /// The names of the headers the host adds (absent in early documents).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub header_names: Vec<String>,
+    /// An HTTP server's delivery timeout (absent in early documents and when the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -197,6 +200,7 @@ pub enum FailureKind {
     InvalidSubmission,
     ModelError,
     ToolNotFound,
+    EngineError,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -245,6 +249,7 @@ impl From<&wit::ExecutionSpec> for ExecutionSpec {
                 env_names: s.server.env_names.clone(),
                 url: s.server.url.clone(),
                 header_names: s.server.header_names.clone(),
+                delivery_timeout_ms: s.server.delivery_timeout_ms,
             },
             tools: s.tools.clone(),
             human_input: match s.human_input {
@@ -299,6 +304,7 @@ impl From<ExecutionSpec> for wit::ExecutionSpec {
                 env_names: s.server.env_names,
                 url: s.server.url,
                 header_names: s.server.header_names,
+                delivery_timeout_ms: s.server.delivery_timeout_ms,
             },
             tools: s.tools,
             human_input: match s.human_input {
@@ -350,6 +356,7 @@ impl From<&wit::ExecutionOutcome> for ExecutionOutcome {
                     wit::FailureKind::InvalidSubmission => FailureKind::InvalidSubmission,
                     wit::FailureKind::ModelError => FailureKind::ModelError,
                     wit::FailureKind::ToolNotFound => FailureKind::ToolNotFound,
+                    wit::FailureKind::EngineError => FailureKind::EngineError,
                 },
                 code: f.code.map(FailureCode::from),
                 message: f.message.clone(),
@@ -376,6 +383,7 @@ impl From<ExecutionOutcome> for wit::ExecutionOutcome {
                     FailureKind::InvalidSubmission => wit::FailureKind::InvalidSubmission,
                     FailureKind::ModelError => wit::FailureKind::ModelError,
                     FailureKind::ToolNotFound => wit::FailureKind::ToolNotFound,
+                    FailureKind::EngineError => wit::FailureKind::EngineError,
                 },
                 code: f.code.map(Into::into),
                 message: f.message,

@@ -238,6 +238,7 @@ mod tests {
                 env_names: vec!["KEY".into()],
                 url: None,
                 header_names: Vec::new(),
+                delivery_timeout_ms: None,
             },
             tools: vec!["s:t".into()],
             human_input: rt::HumanInputMode::Fail,
