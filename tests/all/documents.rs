@@ -847,6 +847,21 @@ const CONFIGURATION: &[(&str, &str)] = &[
     ("4 min", "a relative time as the tables print it"),
     ("512 bytes", "the longest id"),
     (
+        "64 bytes",
+        "the longest protocol version a server may negotiate",
+    ),
+    ("256 bytes", "the longest header name of a binding"),
+    ("1 KiB", "the longest event id a server may send"),
+    (
+        "8 KiB",
+        "the longest header value of a binding, and of a header the transport reads",
+    ),
+    ("128 KiB", "where wasi:http traps on a request's headers"),
+    (
+        "131,071 bytes",
+        "the longest variable of a server's environment",
+    ),
+    (
         "2048 bytes",
         "the longest place a login may lead to (`next`)",
     ),
