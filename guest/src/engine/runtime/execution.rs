@@ -992,6 +992,17 @@ pub fn abandon_in(
 
 /// Whether `owner_id` holds an open round of execution `execution_id`, read in `tx`.
 fn holds_open_round(tx: &Transaction, execution_id: &str, owner_id: &str) -> Result<bool> {
+    Ok(!open_rounds_held(tx, execution_id, owner_id)?.is_empty())
+}
+
+/// The open rounds of execution `execution_id` that `owner_id` holds, each with its lease,
+/// read in `tx`.
+fn open_rounds_held(
+    tx: &Transaction,
+    execution_id: &str,
+    owner_id: &str,
+) -> Result<Vec<(String, Lease)>> {
+    let mut held = Vec::new();
     for status in OPEN_STATUSES {
         let rows = tx
             .list(&RoundFilter {
@@ -1003,12 +1014,12 @@ fn holds_open_round(tx: &Transaction, execution_id: &str, owner_id: &str) -> Res
             .map_err(store_error)?;
         for row in rows {
             let record = crate::record::from_row(&row)?;
-            if record.lease.is_some_and(|l| l.owner_id == owner_id) {
-                return Ok(true);
+            if let Some(lease) = record.lease.filter(|l| l.owner_id == owner_id) {
+                held.push((record.pending.round_id, lease));
             }
         }
     }
-    Ok(false)
+    Ok(held)
 }
 
 /// The statuses of a round that has not ended.
@@ -1077,46 +1088,32 @@ fn fail_open_rounds(
     use crate::exports::m3::managed_input::round_protocol::{
         FailureReport, Operation, RecoveryReport,
     };
-    for status in OPEN_STATUSES {
-        let rows = tx
-            .list(&RoundFilter {
-                execution_id: Some(execution_id.to_string()),
-                status: Some(status),
-                limit: None,
-                after: None,
-            })
-            .map_err(store_error)?;
-        for row in rows {
-            let record = crate::record::from_row(&row)?;
-            let Some(lease) = record.lease.filter(|l| l.owner_id == owner_id) else {
-                continue;
-            };
-            let round_id = &record.pending.round_id;
-            let failed = match end.code {
-                Some(code) => crate::store_protocol::apply_in(
-                    tx,
-                    round_id,
-                    Operation::Fail(FailureReport {
-                        lease: lease.clone(),
-                        code,
-                        message: end.message.clone(),
-                    }),
-                    now,
-                )
-                .is_ok(),
-                None => false,
-            };
-            if !failed {
-                crate::store_protocol::apply_in(
-                    tx,
-                    round_id,
-                    Operation::FailRecovery(RecoveryReport {
-                        lease: Some(lease),
-                        message: end.message.clone(),
-                    }),
-                    now,
-                )?;
-            }
+    for (round_id, lease) in open_rounds_held(tx, execution_id, owner_id)? {
+        let round_id = &round_id;
+        let failed = match end.code {
+            Some(code) => crate::store_protocol::apply_in(
+                tx,
+                round_id,
+                Operation::Fail(FailureReport {
+                    lease: lease.clone(),
+                    code,
+                    message: end.message.clone(),
+                }),
+                now,
+            )
+            .is_ok(),
+            None => false,
+        };
+        if !failed {
+            crate::store_protocol::apply_in(
+                tx,
+                round_id,
+                Operation::FailRecovery(RecoveryReport {
+                    lease: Some(lease),
+                    message: end.message.clone(),
+                }),
+                now,
+            )?;
         }
     }
     Ok(())
