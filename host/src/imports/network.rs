@@ -64,7 +64,8 @@ impl NetworkGrant {
         })
     }
 
-    /// The origin granted, if any.
+    /// The origin granted, if any (read by tests and the benchmarks' internals only).
+    #[cfg(any(test, feature = "internals"))]
     pub fn origin(&self) -> Option<&str> {
         self.origin.as_deref()
     }

@@ -1,0 +1,84 @@
+"""m3: durable, sandboxed managed elicitation input for MCP agent tests.
+
+With ``human_input="managed"``, an agent's action pauses at an MCP elicitation while m3 stores
+the pending round; any caller (this process, another one, ``m3 respond``, ``m3 serve``) reads
+it and answers; m3 validates the answer and delivers it to the waiting server once::
+
+    from m3 import ElicitationResponse, MCPTestKit
+    from m3.storage import SQLiteExecutionStore
+
+    store = SQLiteExecutionStore("executions.sqlite")
+    with MCPTestKit(store=store, env={}) as kit:
+        agent = kit.agents([{"harness": "codex", "models": ["gpt-5"]}])[0]
+        handle = agent.submit("Book the shipment.", server=shipping_server,
+                              tools=["shipping:book_shipment"], human_input="managed")
+        pending = handle.pending_elicitation()
+        ...
+
+Every decision (validation, the round's state machine, leases, idempotency, recovery) is made
+by m3's WebAssembly component, the same one the Rust crate and the ``m3`` command run.
+"""
+
+from __future__ import annotations
+
+from m3._kit import (
+    Agent,
+    AgentSpec,
+    AsyncAgent,
+    AsyncExecutionHandle,
+    AsyncMCPTestKit,
+    ExecutionHandle,
+    HttpServer,
+    MCPTestKit,
+    StdioServer,
+)
+from m3.errors import (
+    EngineError,
+    ManagedInputConflict,
+    ManagedInputError,
+    ManagedInputRecoveryError,
+    ManagedInputStateError,
+    ManagedInputValidationError,
+    ModelValidationError,
+    OperationTimeout,
+    StorageError,
+)
+from m3.types import (
+    ElicitationResponse,
+    ExecutionResult,
+    ExecutionState,
+    ExecutionStatus,
+    FormElicitationRequest,
+    HumanInput,
+    PendingElicitationRound,
+    UrlElicitationRequest,
+)
+
+__all__ = [
+    "MCPTestKit",
+    "AsyncMCPTestKit",
+    "Agent",
+    "AsyncAgent",
+    "AgentSpec",
+    "ExecutionHandle",
+    "AsyncExecutionHandle",
+    "StdioServer",
+    "HttpServer",
+    "ElicitationResponse",
+    "ExecutionResult",
+    "ExecutionState",
+    "ExecutionStatus",
+    "FormElicitationRequest",
+    "UrlElicitationRequest",
+    "PendingElicitationRound",
+    "HumanInput",
+    "ManagedInputError",
+    "ManagedInputValidationError",
+    "ManagedInputConflict",
+    "ManagedInputStateError",
+    "ManagedInputRecoveryError",
+    "StorageError",
+    "EngineError",
+    "ModelValidationError",
+    "OperationTimeout",
+]
