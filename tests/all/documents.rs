@@ -20,8 +20,9 @@ fn read(relative: &str) -> Result<String> {
     std::fs::read_to_string(root().join(relative)).with_context(|| relative.to_string())
 }
 
-/// Where the workspace keeps source: `.rs` and `.wit` files under these folders.
-const SOURCE_DIRS: [&str; 11] = [
+/// Where the workspace keeps source: `.rs`, `.wit` and (the Python package's) `.py` and
+/// `.pyi` files under these folders.
+const SOURCE_DIRS: [&str; 15] = [
     "wit",
     "guest/src",
     "host/src",
@@ -33,9 +34,13 @@ const SOURCE_DIRS: [&str; 11] = [
     "tests/support",
     "tests/benches",
     "examples",
+    "host/python",
+    "tests/python",
+    "tests/peers",
+    "tests/embedding",
 ];
 
-/// Every `.rs` and `.wit` file of the workspace's own source, relative to the root, sorted.
+/// Every source file of the workspace's own, relative to the root, sorted.
 fn source_files() -> Result<Vec<String>> {
     let root = root();
     let mut files = Vec::new();
@@ -49,7 +54,10 @@ fn source_files() -> Result<Vec<String>> {
                     if name != "target" && name != "node_modules" && !name.starts_with('.') {
                         stack.push(path);
                     }
-                } else if name.ends_with(".rs") || name.ends_with(".wit") {
+                } else if [".rs", ".wit", ".py", ".pyi"]
+                    .iter()
+                    .any(|e| name.ends_with(e))
+                {
                     let relative = path.strip_prefix(&root)?.to_string_lossy().into_owned();
                     files.push(relative);
                 }
@@ -356,12 +364,16 @@ fn code_map_sections(architecture: &str) -> Result<Vec<(String, String)>> {
     Ok(sections)
 }
 
-/// The file entries (`.rs`, `.wit`) a code-map section names.
+/// The file entries (`.rs`, `.wit`, `.py`, `.pyi`) a code-map section names.
 fn file_entries(section: &str) -> Vec<&str> {
     backticked(section)
         .into_iter()
         .filter(|s| {
-            (s.ends_with(".rs") || s.ends_with(".wit")) && !s.contains(' ') && !s.contains("::")
+            [".rs", ".wit", ".py", ".pyi"]
+                .iter()
+                .any(|e| s.ends_with(e))
+                && !s.contains(' ')
+                && !s.contains("::")
         })
         .collect()
 }
@@ -803,6 +815,11 @@ fn cited_sections(paragraph: &str) -> BTreeSet<u32> {
 /// with one of these values (number and unit as written) needs no run behind it. Every entry
 /// is quoted by some document.
 const CONFIGURATION: &[(&str, &str)] = &[
+    ("24 hours", "a submission's rounds' default deadline"),
+    (
+        "50 ms",
+        "how often a blocking call of the Python package looks for Ctrl-C",
+    ),
     (
         "0.1 ms",
         "the first pause between tries for SQLite's write lock",
@@ -1141,5 +1158,52 @@ fn reliability_lists_the_mutation_check_as_it_runs() -> Result<()> {
             "the mutation check names {name}, which does not exist"
         );
     }
+    Ok(())
+}
+
+/// The fenced blocks of one language in the README section headed `heading`.
+fn fenced_blocks(readme: &str, heading: &str, language: &str) -> Vec<String> {
+    let Some(start) = readme.find(heading) else {
+        return Vec::new();
+    };
+    let rest = &readme[start + heading.len()..];
+    let section = &rest[..rest.find("\n## ").unwrap_or(rest.len())];
+    let fence = format!("```{language}\n");
+    let mut blocks = Vec::new();
+    let mut text = section;
+    while let Some(open) = text.find(&fence) {
+        let body = &text[open + fence.len()..];
+        let Some(close) = body.find("```") else { break };
+        blocks.push(body[..close].to_string());
+        text = &body[close + 3..];
+    }
+    blocks
+}
+
+#[test]
+fn the_readme_s_python_is_the_python_the_tests_run() -> Result<()> {
+    let readme = read("README.md")?;
+    let blocks = fenced_blocks(&readme, "## From Python\n", "python");
+    assert!(
+        !blocks.is_empty(),
+        "README.md has no \"From Python\" example"
+    );
+    for block in &blocks {
+        // Each block is a whole test file of `tests/python/`, which pytest runs.
+        let found = std::fs::read_dir(root().join("tests/python"))?
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.path().extension().is_some_and(|e| e == "py"))
+            .any(|entry| std::fs::read_to_string(entry.path()).is_ok_and(|text| text == *block));
+        assert!(
+            found,
+            "this README \"From Python\" block is not a file of tests/python/:\n{block}"
+        );
+    }
+    let commands = fenced_blocks(&readme, "## From Python\n", "sh");
+    assert_eq!(
+        commands,
+        ["python3 -m venv .venv && .venv/bin/pip install ./host/python\n"],
+        "the install command the README gives is the one tests/support/python_package.rs runs"
+    );
     Ok(())
 }

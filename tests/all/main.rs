@@ -24,6 +24,8 @@ mod peers;
 mod postgres_faults;
 mod postgres_server;
 mod process;
+mod python_package;
+mod python_spec_example;
 mod random_kills;
 mod redaction;
 mod sandbox;

@@ -18,6 +18,7 @@ pub mod http_probe;
 pub mod http_server;
 pub mod peers;
 pub mod postgres_server;
+pub mod python_package;
 pub mod rng;
 
 /// A temporary directory holding one database file.

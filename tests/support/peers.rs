@@ -45,11 +45,11 @@ const SERVER_EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything
 /// How long `npm ci` may take.
 const NPM_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long `python3 -m venv` may take.
-const VENV_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const VENV_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long `pip install` may take.
-const PIP_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const PIP_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long a version check may take.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 /// The marker an install writes last, in its install directory.
 const MARKER: &str = ".m3-installed";
 
@@ -411,7 +411,7 @@ pub fn installed_python_mcp_version(python: &Path) -> Result<String> {
 
 /// Runs `install` once per process; the outcome (even a failure) is kept, so a broken install
 /// fails every test that needs it quickly and with the same message.
-fn once(
+pub(crate) fn once(
     cell: &OnceLock<Result<PathBuf, String>>,
     install: fn() -> Result<PathBuf>,
 ) -> Result<PathBuf> {
@@ -427,7 +427,7 @@ fn server_everything_script(dir: &Path) -> PathBuf {
         .join("index.js")
 }
 
-fn venv_python(venv: &Path) -> PathBuf {
+pub(crate) fn venv_python(venv: &Path) -> PathBuf {
     venv.join("bin").join("python")
 }
 
@@ -444,12 +444,12 @@ fn stamp(files: &[&str]) -> Result<String> {
 }
 
 /// Whether `dir` holds a finished install of exactly `stamp` (and its key file still exists).
-fn installed(dir: &Path, stamp: &str, key_file: &Path) -> bool {
+pub(crate) fn installed(dir: &Path, stamp: &str, key_file: &Path) -> bool {
     key_file.exists() && fs::read_to_string(dir.join(MARKER)).is_ok_and(|m| m == stamp)
 }
 
 /// Holds `tests/.peers/<name>.lock` exclusively while it lives (released on drop).
-fn lock(name: &str) -> Result<File> {
+pub(crate) fn lock(name: &str) -> Result<File> {
     let root = install_root();
     fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     let path = root.join(format!("{name}.lock"));
@@ -464,7 +464,7 @@ fn lock(name: &str) -> Result<File> {
     Ok(file)
 }
 
-fn write_marker(dir: &Path, stamp: &str) -> Result<()> {
+pub(crate) fn write_marker(dir: &Path, stamp: &str) -> Result<()> {
     let tmp = dir.join(format!("{MARKER}.tmp"));
     fs::write(&tmp, stamp).with_context(|| format!("writing {}", tmp.display()))?;
     fs::rename(&tmp, dir.join(MARKER)).context("publishing the install marker")
@@ -568,40 +568,7 @@ fn install_python_peers() -> Result<PathBuf> {
         return Ok(venv);
     }
     let result = (|| {
-        let python3 = which("python3")?;
-        if venv.exists() {
-            fs::remove_dir_all(&venv).with_context(|| format!("removing {}", venv.display()))?;
-        }
-        let mut command = Command::new(python3);
-        command.args(["-m", "venv"]).arg(&venv);
-        run_logged(
-            &mut command,
-            VENV_TIMEOUT,
-            &install_root().join("venv-create.log"),
-        )?;
-        retrying("pip install", |attempt| {
-            let mut command = Command::new(&python);
-            command
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--disable-pip-version-check",
-                    "--no-input",
-                ])
-                .arg("-r")
-                .arg(&requirements);
-            if attempt > 1 {
-                // Not the cache a cut-short download may have left behind.
-                command.arg("--no-cache-dir");
-            }
-            run_logged(
-                &mut command,
-                PIP_TIMEOUT,
-                &install_root().join(format!("pip-install-{attempt}.log")),
-            )
-            .map(drop)
-        })?;
+        new_venv(&venv, &requirements, &install_root(), "pip-install")?;
         let version = installed_python_mcp_version(&python)?;
         ensure!(
             version == PYTHON_MCP_VERSION,
@@ -616,12 +583,50 @@ fn install_python_peers() -> Result<PathBuf> {
         .map(|()| venv)
 }
 
+/// Makes `venv` afresh (removing what is there) and installs the pinned `requirements` into it
+/// with pip, retrying; the logs go to `logs` (`venv-create.log`, `<log>-<attempt>.log`).
+pub(crate) fn new_venv(venv: &Path, requirements: &Path, logs: &Path, log: &str) -> Result<()> {
+    if venv.exists() {
+        fs::remove_dir_all(venv).with_context(|| format!("removing {}", venv.display()))?;
+    }
+    let mut command = Command::new(which("python3")?);
+    command.args(["-m", "venv"]).arg(venv);
+    run_logged(&mut command, VENV_TIMEOUT, &logs.join("venv-create.log"))?;
+    let python = venv_python(venv);
+    retrying(
+        &format!("pip install -r {}", requirements.display()),
+        |attempt| {
+            let mut command = Command::new(&python);
+            command
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                ])
+                .arg("-r")
+                .arg(requirements);
+            if attempt > 1 {
+                // Not the cache a cut-short download may have left behind.
+                command.arg("--no-cache-dir");
+            }
+            run_logged(
+                &mut command,
+                PIP_TIMEOUT,
+                &logs.join(format!("{log}-{attempt}.log")),
+            )
+            .map(drop)
+        },
+    )
+}
+
 /// How many times an install command is tried before its failure fails the tests.
 const INSTALL_ATTEMPTS: u32 = 3;
 
 /// Runs `attempt` (given its number, from 1) until it succeeds, at most [`INSTALL_ATTEMPTS`]
 /// times; the error names every failed attempt, so a pin that is wrong still fails loudly.
-fn retrying(what: &str, mut attempt: impl FnMut(u32) -> Result<()>) -> Result<()> {
+pub(crate) fn retrying(what: &str, mut attempt: impl FnMut(u32) -> Result<()>) -> Result<()> {
     let mut failures = Vec::new();
     for number in 1..=INSTALL_ATTEMPTS {
         match attempt(number) {
@@ -639,7 +644,7 @@ fn retrying(what: &str, mut attempt: impl FnMut(u32) -> Result<()>) -> Result<()
 }
 
 /// `name` on `PATH`, as an absolute path.
-fn which(name: &str) -> Result<PathBuf> {
+pub(crate) fn which(name: &str) -> Result<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
@@ -647,16 +652,45 @@ fn which(name: &str) -> Result<PathBuf> {
         .ok_or_else(|| anyhow!("`{name}` is not on PATH; the peer tests need it"))
 }
 
-/// Runs `command` (stdin closed, stdout and stderr to `log`) and returns its stdout+stderr text;
-/// kills its whole process group after `timeout`. Fails with the tail of the log.
-fn run_logged(command: &mut Command, timeout: Duration, log: &Path) -> Result<String> {
+/// How a command run by [`run_captured`] ended and what it printed.
+#[derive(Debug)]
+pub struct Captured {
+    /// Its exit status; `None` when it was killed at its timeout.
+    pub status: Option<std::process::ExitStatus>,
+    /// Its stdout and stderr, together.
+    pub output: String,
+    /// The command as it was started.
+    pub shown: String,
+    /// How long it was allowed.
+    pub timeout: Duration,
+}
+
+impl Captured {
+    /// Whether it exited with success.
+    pub fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// How it ended, in words: its exit status, or its kill at the timeout.
+    pub fn ended(&self) -> String {
+        match self.status {
+            Some(status) => status.to_string(),
+            None => format!("killed after {} s", self.timeout.as_secs()),
+        }
+    }
+}
+
+/// Runs `command` (stdin closed, stdout and stderr together into `log`) in a process group of
+/// its own, killing the whole group after `timeout` (npm, pip and pytest have children of
+/// their own).
+pub fn run_captured(command: &mut Command, timeout: Duration, log: &Path) -> Result<Captured> {
     use std::os::unix::process::CommandExt;
     let shown = format!("{command:?}");
     let file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
     command
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
-        .stderr(file.try_clone()?)
+        .stderr(file)
         .process_group(0);
     let mut child = command
         .spawn()
@@ -667,7 +701,6 @@ fn run_logged(command: &mut Command, timeout: Duration, log: &Path) -> Result<St
             break Some(status);
         }
         if started.elapsed() > timeout {
-            // The whole group: npm and pip may have children of their own.
             let _ = Command::new("kill")
                 .args(["-KILL", "--", &format!("-{}", child.id())])
                 .status();
@@ -677,23 +710,30 @@ fn run_logged(command: &mut Command, timeout: Duration, log: &Path) -> Result<St
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let text = String::from_utf8_lossy(&fs::read(log)?).into_owned();
+    let output = String::from_utf8_lossy(&fs::read(log)?).into_owned();
+    Ok(Captured {
+        status,
+        output,
+        shown,
+        timeout,
+    })
+}
+
+/// Runs `command` (stdin closed, stdout and stderr to `log`) and returns its stdout+stderr text;
+/// kills its whole process group after `timeout`. Fails with the tail of the log.
+pub(crate) fn run_logged(command: &mut Command, timeout: Duration, log: &Path) -> Result<String> {
+    let run = run_captured(command, timeout, log)?;
     let tail = || {
-        let lines: Vec<&str> = text.lines().collect();
+        let lines: Vec<&str> = run.output.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     };
-    match status {
-        None => bail!(
-            "{shown} did not finish within {} s and was killed (log: {}):\n{}",
-            timeout.as_secs(),
-            log.display(),
-            tail()
-        ),
-        Some(status) if !status.success() => bail!(
-            "{shown} failed with {status} (log: {}):\n{}",
-            log.display(),
-            tail()
-        ),
-        Some(_) => Ok(text),
-    }
+    ensure!(
+        run.success(),
+        "{} failed ({}) (log: {}):\n{}",
+        run.shown,
+        run.ended(),
+        log.display(),
+        tail()
+    );
+    Ok(run.output)
 }
