@@ -48,6 +48,12 @@ bench-peers:
     cargo bench -p m3 --bench peers_scale
     cargo bench -p m3-cli --bench startup
 
+# The Python package's kit against the Rust kit and the Python SDK's in-memory client, same
+# server, same run (builds the package in release into tests/.peers/ first); writes
+# target/bench/python_rounds.json (see BENCHMARKS.md, section 1)
+bench-python:
+    cargo bench -p m3-tests --bench python_rounds
+
 # Writes the stored-format fixture of the current format (once per format; never rewrites one).
 fixture:
     cargo build -p m3-tests --bins

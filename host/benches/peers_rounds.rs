@@ -54,7 +54,7 @@ mod common;
 use chrono::Utc;
 use common::fixture::{era_name, path_text};
 use common::stats::{Stats, secs, stats_json, sync_name};
-use common::{BenchResult, RunArgs, Table, target_dir, workspace_dir};
+use common::{BenchResult, RunArgs, Table, loadavg, target_dir, workspace_dir};
 use m3::{
     AgentSpec, ElicitationRequest, ElicitationResponse, ExecutionHandle, ExecutionStatus,
     HumanInput, ManagedInputStatus, ManagedInputStore, McpEra, McpTestKit, NewRound, OwnerClaim,
@@ -1081,17 +1081,6 @@ fn cpu_model() -> Option<String> {
         .find_map(|l| l.strip_prefix("model name"))
         .and_then(|l| l.split_once(':'))
         .map(|(_, m)| m.trim().to_string())
-}
-
-/// `/proc/loadavg` (1, 5 and 15 minutes): other work on the machine shows in the figures.
-fn loadavg() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    Some(
-        text.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
-    )
 }
 
 fn main() -> BenchResult<()> {

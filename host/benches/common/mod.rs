@@ -95,6 +95,17 @@ impl Table {
     }
 }
 
+/// `/proc/loadavg` (1, 5 and 15 minutes): other work on the machine shows in the figures.
+pub fn loadavg() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    Some(
+        text.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
 /// `$CARGO_TARGET_DIR`, else the workspace's `target/` (where the JSON goes).
 pub fn target_dir() -> PathBuf {
     let workspace = workspace_dir();

@@ -17,6 +17,21 @@ it and answers; m3 validates the answer and delivers it to the waiting server on
 
 Every decision (validation, the round's state machine, leases, idempotency, recovery) is made
 by m3's WebAssembly component, the same one the Rust crate and the ``m3`` command run.
+
+Where this package differs from the specification, and why:
+
+- A submission's rounds have a deadline of 24 hours unless ``agent.submit(...,
+  round_deadline=SECONDS)`` gives another (the specification's ``deadline`` is optional): a
+  round nobody answers would otherwise keep a worker, a server process and a lease alive
+  without end. A round made with ``store.create_round`` follows the specification: a
+  ``pending.deadline`` of ``None`` is no deadline.
+- A legacy ``elicitation/create`` request without ``_meta["m3/request_key"]`` is keyed
+  ``elicitation`` (the legacy era has one request per round and no key of its own).
+- ``create_round(pending, *, round_index, round_limit, owner_id, lease_ttl,
+  operation_parameters, harness)``: the specification names the method, not its arguments;
+  the round's ``created_at`` is the store clock's time, as every other timestamp is.
+- Durations (``lease_ttl``, ``timeout``, ``round_deadline``) are seconds, as Python's own
+  APIs take them.
 """
 
 from __future__ import annotations
