@@ -123,7 +123,7 @@ impl Handle {
         idempotency_key: String,
     ) -> PyResult<()> {
         let work = work::respond(self.inner.clone(), round_id, responses, idempotency_key);
-        raise(py, self.runtime.block(py, work))
+        raise(py, self.runtime.block(py, self.runtime.to_completion(work)))
     }
 
     fn respond_elicitation_async<'py>(
@@ -134,7 +134,7 @@ impl Handle {
         idempotency_key: String,
     ) -> PyResult<Bound<'py, PyAny>> {
         let work = work::respond(self.inner.clone(), round_id, responses, idempotency_key);
-        self.runtime.awaitable(py, work)
+        self.runtime.awaitable(py, self.runtime.to_completion(work))
     }
 
     fn snapshot(&self, py: Python<'_>) -> PyResult<String> {
@@ -184,10 +184,19 @@ impl Handle {
     }
 
     fn cancel(&self, py: Python<'_>) -> PyResult<()> {
-        raise(py, self.runtime.block(py, work::cancel(self.inner.clone())))
+        raise(
+            py,
+            self.runtime.block(
+                py,
+                self.runtime.to_completion(work::cancel(self.inner.clone())),
+            ),
+        )
     }
 
     fn cancel_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.runtime.awaitable(py, work::cancel(self.inner.clone()))
+        self.runtime.awaitable(
+            py,
+            self.runtime.to_completion(work::cancel(self.inner.clone())),
+        )
     }
 }

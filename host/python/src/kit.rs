@@ -126,18 +126,19 @@ impl Kit {
     fn shutdown(&self, py: Python<'_>, grace_secs: f64) -> PyResult<usize> {
         let grace = raise(py, duration("grace", grace_secs))?;
         let kit = self.inner.clone();
-        raise(
-            py,
-            self.runtime
-                .block(py, async move { Ok(kit.shutdown(grace).await) }),
-        )
+        let shutting = self
+            .runtime
+            .to_completion(async move { Ok(kit.shutdown(grace).await) });
+        raise(py, self.runtime.block(py, shutting))
     }
 
     fn shutdown_async<'py>(&self, py: Python<'py>, grace_secs: f64) -> PyResult<Bound<'py, PyAny>> {
         let grace = raise(py, duration("grace", grace_secs))?;
         let kit = self.inner.clone();
-        self.runtime
-            .awaitable(py, async move { Ok(kit.shutdown(grace).await) })
+        let shutting = self
+            .runtime
+            .to_completion(async move { Ok(kit.shutdown(grace).await) });
+        self.runtime.awaitable(py, shutting)
     }
 }
 
@@ -174,18 +175,20 @@ impl Agent {
     /// Submits work given in its JSON form.
     fn submit(&self, py: Python<'_>, work: String) -> PyResult<Handle> {
         let (agent, runtime) = (self.inner.clone(), self.runtime.clone());
-        let submitted = self.runtime.block(py, async move {
+        let submitting = self.runtime.to_completion(async move {
             let inner = agent.submit(submission(&work)?).await?;
             Ok(Handle { inner, runtime })
         });
+        let submitted = self.runtime.block(py, submitting);
         raise(py, submitted)
     }
 
     fn submit_async<'py>(&self, py: Python<'py>, work: String) -> PyResult<Bound<'py, PyAny>> {
         let (agent, runtime) = (self.inner.clone(), self.runtime.clone());
-        self.runtime.awaitable(py, async move {
+        let submitting = self.runtime.to_completion(async move {
             let inner = agent.submit(submission(&work)?).await?;
             Ok(Handle { inner, runtime })
-        })
+        });
+        self.runtime.awaitable(py, submitting)
     }
 }

@@ -47,8 +47,6 @@ pub(crate) fn lease_ttl(ms: f64) -> Outcome<std::time::Duration> {
 /// Reads the JSON of `create_round`'s arguments.
 pub(crate) fn new_round(text: &str) -> Outcome<NewRound> {
     let json: NewRoundJson = serde_json::from_str(text).map_err(|e| {
-        // serde's message names the field and the expected type; the values are not quoted
-        // for the types that could hold an answer (schemas and states are not answers).
         invalid(
             "invalid_round",
             format!("the round does not convert: {}", kind_only(&e)),
@@ -79,9 +77,16 @@ pub(crate) fn new_round(text: &str) -> Outcome<NewRound> {
     })
 }
 
-/// serde_json's message without its position.
+/// What serde_json found wrong, naming fields but never a value given: a wrong value may be an
+/// environment variable's or a header's (a secret), or part of a request.
 pub(crate) fn kind_only(e: &serde_json::Error) -> String {
     let text = e.to_string();
-    let suffix = format!(" at line {} column {}", e.line(), e.column());
-    text.strip_suffix(&suffix).unwrap_or(&text).to_string()
+    let named = ["missing field", "unknown field", "duplicate field"];
+    match named.iter().find(|head| text.starts_with(*head)) {
+        Some(_) => {
+            let suffix = format!(" at line {} column {}", e.line(), e.column());
+            text.strip_suffix(&suffix).unwrap_or(&text).to_string()
+        }
+        None => "a value has the wrong type or form".to_string(),
+    }
 }

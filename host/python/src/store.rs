@@ -57,12 +57,20 @@ impl ManagedInputStore {
     ) -> PyResult<String> {
         let store = self.store.clone();
         let outcome = py.detach(|| op(&*store).and_then(|value| to_json(&value)));
-        if let Some(why) = self.clock.as_ref().and_then(|c| c.take_failure()) {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "{why}; the call ran on the clock's previous reading, and what it wrote stays"
-            )));
+        let failed_reading = self.clock.as_ref().and_then(|c| c.take_failure());
+        let outcome = raise(py, outcome);
+        match failed_reading {
+            // The clock's failure is raised, with the call's own error (if any) as its cause.
+            Some(why) => {
+                let error = pyo3::exceptions::PyValueError::new_err(format!(
+                    "{why}; the call used the clock's previous reading instead, and whatever it \
+                     committed stays committed"
+                ));
+                error.set_cause(py, outcome.err());
+                Err(error)
+            }
+            None => outcome,
         }
-        raise(py, outcome)
     }
 }
 

@@ -2,7 +2,7 @@
 //! every 50 ms to let Python handle signals (Ctrl-C interrupts it with `KeyboardInterrupt`); an
 //! async call is a tokio task whose result settles an asyncio future on its own event loop.
 
-use crate::failure::Outcome;
+use crate::failure::{Failure, Outcome};
 use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use std::future::Future;
@@ -145,6 +145,27 @@ impl Cancel {
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 impl Runtime {
+    /// Runs `work` as a task of its own and gives a future of its result: an interrupted
+    /// (Ctrl-C) or cancelled wait on that future stops the waiting, never the work, so a
+    /// submission is never left stored without its worker, nor a cancel half requested.
+    pub(crate) fn to_completion<T, F>(
+        &self,
+        work: F,
+    ) -> impl Future<Output = Outcome<T>> + Send + 'static
+    where
+        F: Future<Output = Outcome<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let task = self.handle().spawn(work);
+        async move {
+            task.await.unwrap_or_else(|e| {
+                Err(Failure::Execution(m3::ExecutionError::Runtime(format!(
+                    "a task of the binding failed: {e}"
+                ))))
+            })
+        }
+    }
+
     /// Runs `work` to its end on this thread (no signal checks: for drops).
     pub(crate) fn block_quietly<F: Future>(&self, work: F) -> F::Output {
         self.handle().block_on(work)
