@@ -30,6 +30,7 @@ mod random_kills;
 mod redaction;
 mod sandbox;
 mod scripted_session;
+mod shipped;
 mod store_contract;
 mod stored_format;
 mod submission;

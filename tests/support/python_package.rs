@@ -7,7 +7,7 @@
 //!   mypy, and the Python MCP SDK with its dependencies, as the peers pin it) and the package
 //!   itself, installed the way the README tells a user to (`pip install ./host/python`: pip
 //!   fetches maturin, the package's PEP 517 build backend), with `MATURIN_PEP517_ARGS=--profile
-//!   dev` so that the build reuses the workspace's debug profile and `CARGO_TARGET_DIR` set to
+//!   dev --locked` (cargo runs locked everywhere in CI) so that the build reuses the workspace's debug profile and `CARGO_TARGET_DIR` set to
 //!   the workspace's target directory (the variable if set, else `<workspace>/target`).
 //! - The requirements are installed again when their file changes (the marker in the venv holds
 //!   the file's text); the package is built and installed again when any source it is built
@@ -23,11 +23,11 @@
 //! - [`python_package_release()`]: the same in the venv `tests/.peers/python-package-release/venv/`
 //!   (its own marker and lock, `python-package-release`), with the package built the way `pip
 //!   install ./host/python` builds it for a user: maturin's default, the release profile (into
-//!   `<target>/release`). For the benchmark `tests/benches/python_rounds.rs`.
+//!   `<target>/release`), locked. For the benchmark `tests/benches/python_rounds.rs`.
 //! - [`m3_command()`]: the `m3` command of the workspace (`host/cli`), built once per test
 //!   process in the same profile and target directory as this test binary, by the cargo command
-//!   that builds it for the `m3` command's own tests (`cargo test --workspace --no-run --test
-//!   readme`): the same features as this test binary's build, so no dependency is built a second
+//!   that builds it for the `m3` command's own tests (`cargo test --workspace --locked --no-run
+//!   --test readme`): the same features as this test binary's build, so no dependency is built a second
 //!   time (`cargo build --workspace --bin m3` resolves features without dev-dependencies and
 //!   rebuilds wasmtime). The Python tests answer rounds with `m3 respond` and start them with `m3
 //!   run`.
@@ -159,7 +159,14 @@ fn build_m3_command() -> Result<PathBuf> {
     let mut command = Command::new(cargo());
     command
         .current_dir(workspace_root())
-        .args(["test", "--workspace", "--no-run", "--test", "readme"])
+        .args([
+            "test",
+            "--workspace",
+            "--locked",
+            "--no-run",
+            "--test",
+            "readme",
+        ])
         .env("CARGO_TARGET_DIR", &target);
     if profile.file_name().is_some_and(|name| name == "release") {
         command.arg("--release");
@@ -170,7 +177,7 @@ fn build_m3_command() -> Result<PathBuf> {
     run_logged(&mut command, BUILD_TIMEOUT, &log).with_context(|| {
         format!(
             "building the m3 command failed; to run it by hand: cd {} && CARGO_TARGET_DIR={} \
-             cargo test --workspace --no-run --test readme",
+             cargo test --workspace --locked --no-run --test readme",
             workspace_root().display(),
             target.display()
         )
@@ -264,8 +271,8 @@ fn install_python_package(profile: Profile) -> Result<PathBuf> {
          {venv}/bin/python -m pip install --force-reinstall --no-deps {package} (needs python3 \
          with the venv module, the PyPI registry, and the Rust toolchain)",
         args = match profile {
-            Profile::Dev => "MATURIN_PEP517_ARGS='--profile dev' ",
-            Profile::Release => "",
+            Profile::Dev => "MATURIN_PEP517_ARGS='--profile dev --locked' ",
+            Profile::Release => "MATURIN_PEP517_ARGS=--locked ",
         },
         venv = venv.display(),
         requirements = requirements.display(),
@@ -304,8 +311,8 @@ fn install_python_package(profile: Profile) -> Result<PathBuf> {
                 .current_dir(workspace_root())
                 .env("CARGO_TARGET_DIR", &target);
             match profile {
-                Profile::Dev => command.env("MATURIN_PEP517_ARGS", "--profile dev"),
-                Profile::Release => command.env_remove("MATURIN_PEP517_ARGS"),
+                Profile::Dev => command.env("MATURIN_PEP517_ARGS", "--profile dev --locked"),
+                Profile::Release => command.env("MATURIN_PEP517_ARGS", "--locked"),
             };
             run_logged(
                 &mut command,
