@@ -2,7 +2,7 @@
 
 # Run the whole test suite (the README's test command)
 test:
-    cargo test --workspace
+    cargo test --workspace --locked
 
 # What CI runs: fmt, clippy, tests
 ci:
