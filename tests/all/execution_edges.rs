@@ -168,10 +168,13 @@ fn a_typescript_sdk_server_that_times_out_withdraws_its_round() -> Result<()> {
     Ok(())
 }
 
-/// An answer committed before the server withdrew stays stored (and readable), but the round is
-/// failed, not resolved, and the answer is never delivered.
+/// An answer committed while the server's request runs out its 1.5 s timeout is delivered
+/// exactly once, or its round fails `request_withdrawn` with the answer kept and never
+/// delivered. Which of the two happens is not forced: the worker notices an answer within
+/// milliseconds, so the answer is usually delivered, and this test does not prove that the
+/// too-late path (the server withdrew before the worker saw the answer) ever runs.
 #[test]
-fn an_answer_committed_too_late_is_kept_but_never_delivered() -> Result<()> {
+fn an_answer_racing_the_server_s_timeout_is_delivered_once_or_its_round_says_why() -> Result<()> {
     let db = TempDb::new();
     let (_store, kit) = kit_on(&db, KitOptions::default());
     let server = binding("ts", &peers::withdrawing_server(1_500)?).era(McpEra::Legacy);
@@ -347,11 +350,18 @@ fn worker_waiting_on_a_round(db: &TempDb, lease: Duration) -> (std::process::Chi
 }
 
 /// A worker killed while its round is pending: another live kit recovers it within two lease
-/// periods, with nobody running `recover`.
+/// periods, with nobody running `recover`. The bound is the documented one, counted from the
+/// moment the kill is known: the dead worker's leases were last renewed before it, so they expire
+/// within one lease period of it, and the live kit's next recovery pass comes within one more
+/// (it runs once per lease period). The only allowance is a quarter of a lease for what a pass
+/// and this test's reads take on a loaded machine; the lease is long (4 s) so that a quarter of
+/// it is ample, whatever the machine's speed. Recovery never touches a live lease: the round
+/// failed only once its lease had expired.
 #[test]
 fn a_live_kit_recovers_a_killed_worker_s_round_within_two_lease_periods() {
     let db = TempDb::new();
-    let lease = Duration::from_millis(1_000);
+    let lease = Duration::from_secs(4);
+    let bound = lease * 2 + lease / 4;
     let (mut child, round_id) = worker_waiting_on_a_round(&db, lease);
     // A live kit on the same database, with the same lease; it touches its store once.
     let (_store, live) = kit_on(
@@ -377,13 +387,32 @@ fn a_live_kit_recovers_a_killed_worker_s_round_within_two_lease_periods() {
             break (record, execution);
         }
         assert!(
-            killed.elapsed() < lease * 2 + Duration::from_secs(5),
-            "not recovered after {:?}: round {:?}",
+            killed.elapsed() <= bound,
+            "not recovered within two lease periods ({bound:?}, a quarter of a lease for the \
+             passes themselves) after the kill: {:?}, round {:?}",
             killed.elapsed(),
             record.status
         );
         std::thread::sleep(Duration::from_millis(20));
     };
+    println!(
+        "recovered {:?} after the kill (bound {bound:?})",
+        killed.elapsed()
+    );
+    let expired_at = recovered
+        .lease
+        .as_ref()
+        .expect("the round kept its lease")
+        .expires_at;
+    let failed_at = recovered
+        .timestamps
+        .failed_at
+        .expect("a failed round says when");
+    assert!(
+        failed_at >= expired_at,
+        "recovery failed the round {:?} before its lease expired",
+        expired_at - failed_at
+    );
     assert_eq!(
         recovered.failure.map(|f| f.code),
         Some(FailureCode::RecoveryUnavailable)

@@ -16,6 +16,7 @@ mod executions;
 mod executions_peers;
 mod http_network;
 mod http_peers;
+mod integrity;
 mod lease_fencing;
 mod lifecycle_model;
 mod malformed_input;

@@ -102,11 +102,9 @@ pub fn open_named(name: &str, options: StoreOptions) -> DatabaseStore {
     DatabaseStore::open(name, options).unwrap_or_else(|e| panic!("open a store: {e}"))
 }
 
-/// `PRAGMA integrity_check` of a SQLite database (`ok` when sound); on PostgreSQL, whose server
-/// keeps its own files, `ok`.
+/// `ok` when the database of `db` is intact, else every problem found, one per line: the
+/// database's own check (SQLite's `integrity_check` and `foreign_key_check`, PostgreSQL's amcheck
+/// on every btree index) and the store's invariants on both (`integrity.rs`).
 pub fn integrity(db: &Db) -> String {
-    match db {
-        Db::Sqlite(db) => crate::integrity_check(&db.path),
-        Db::Postgres(_) => "ok".into(),
-    }
+    crate::integrity::check(db)
 }

@@ -16,6 +16,7 @@ pub mod fake_model;
 pub mod fixture;
 pub mod http_probe;
 pub mod http_server;
+pub mod integrity;
 pub mod peers;
 pub mod postgres_server;
 pub mod python_package;
