@@ -8,44 +8,28 @@
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use m3::{
-    DatabaseStore, ElicitationResponse, ErrorCode, ManagedInputError, ManagedInputRecord,
-    ManagedInputStatus, ManagedInputStore, NewRound, RoundFilter, SqliteManagedInputStore,
-    StoreOptions, Synchronous,
+    ErrorCode, ManagedInputError, ManagedInputRecord, ManagedInputStatus, ManagedInputStore,
+    NewRound, RoundFilter, SqliteManagedInputStore, StoreOptions, Synchronous,
 };
 use m3_tests::backends::{Db, integrity, open_named};
+use m3_tests::race::{OUTCOME_LINE, Outcome, RACE_KEY, RACE_ROUND, answer};
 use m3_tests::{TempDb, address_round, claim, create, integrity_check, open};
-use serde_json::{Value, json};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use serde_json::Value;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// The idempotency key every racer presents.
-const RACE_KEY: &str = "race-key";
-/// The round every racer answers.
-const RACE_ROUND: &str = "race-round";
+/// The helper binary whose `race` mode is one racing process.
+const HELPER: &str = env!("CARGO_BIN_EXE_m3-test-helper");
 
 /// A round owned by a worker whose lease outlives any test run.
 fn long_lease_round(round_id: &str) -> NewRound {
     let mut round = address_round(round_id);
     round.owner = Some(claim("worker-1", Duration::from_secs(3600)));
     round
-}
-
-/// Response `a` or `b`: two different valid answers to the address form.
-fn answer(which: char) -> BTreeMap<String, ElicitationResponse> {
-    let city = match which {
-        'a' => "Pune",
-        'b' => "Lyon",
-        other => panic!("no answer {other:?}"),
-    };
-    BTreeMap::from([(
-        "shipping_address".to_string(),
-        ElicitationResponse::accept(json!({"street": "1 Main Street", "city": city})),
-    )])
 }
 
 /// Options for tests where durability is not the point (FULL fsyncs are slow here).
@@ -59,55 +43,6 @@ fn fast_options() -> StoreOptions {
 /// Is this a storage failure (busy or otherwise)?
 fn is_storage(e: &ManagedInputError) -> bool {
     matches!(e, ManagedInputError::Storage(_))
-}
-
-/// One racer's outcome, as the parent of a process race sees it.
-#[derive(Debug)]
-enum Outcome {
-    /// `Ok`, with the record serialised.
-    Ok(Value),
-    /// `ManagedInputConflict` with this code.
-    Conflict(String),
-    /// Anything else: kind, code, message.
-    Other(String),
-}
-
-impl Outcome {
-    fn from_result(result: &Result<ManagedInputRecord, ManagedInputError>) -> Self {
-        match result {
-            Ok(record) => Outcome::Ok(serde_json::to_value(record).expect("record serialises")),
-            Err(ManagedInputError::Conflict(c)) => Outcome::Conflict(c.code().to_string()),
-            Err(e) => Outcome::Other(format!("{} ({:?}): {e}", e.kind_name(), e.code())),
-        }
-    }
-
-    fn to_json(&self) -> Value {
-        match self {
-            Outcome::Ok(record) => json!({"outcome": "ok", "record": record}),
-            Outcome::Conflict(code) => json!({"outcome": "conflict", "code": code}),
-            Outcome::Other(message) => json!({"outcome": "other", "message": message}),
-        }
-    }
-
-    fn from_json(value: &Value) -> Result<Self> {
-        let field = |name: &str| {
-            value
-                .get(name)
-                .cloned()
-                .ok_or_else(|| anyhow!("outcome line without `{name}`: {value}"))
-        };
-        Ok(match field("outcome")?.as_str() {
-            Some("ok") => Outcome::Ok(field("record")?),
-            Some("conflict") => Outcome::Conflict(
-                field("code")?
-                    .as_str()
-                    .context("conflict code is a string")?
-                    .to_string(),
-            ),
-            Some("other") => Outcome::Other(field("message")?.to_string()),
-            _ => bail!("unknown outcome line: {value}"),
-        })
-    }
 }
 
 /// Checks the promises of an idempotent race: `attempts` holds, for every caller, which answer
@@ -222,66 +157,6 @@ fn race_across_threads(db: &Db) -> Result<()> {
     Ok(())
 }
 
-/// Marks the outcome lines a racing child prints among libtest's own output.
-const CHILD_LINE: &str = "M3-RACE-OUTCOME ";
-const ENV_DB: &str = "M3_RACE_DB";
-const ENV_ANSWER: &str = "M3_RACE_ANSWER";
-const ENV_THREADS: &str = "M3_RACE_THREADS";
-const ENV_BARRIER_DIR: &str = "M3_RACE_BARRIER_DIR";
-const ENV_CHILD: &str = "M3_RACE_CHILD";
-
-fn env(name: &str) -> Result<String> {
-    std::env::var(name).with_context(|| format!("{name} is not set"))
-}
-
-/// Not a test of its own: the body of one racing process of
-/// [`race_across_processes`], which runs this binary again with
-/// `--exact concurrency::race_child` and the `M3_RACE_*` variables. Without them it returns.
-#[test]
-fn race_child() -> Result<()> {
-    if std::env::var_os(ENV_DB).is_none() {
-        return Ok(());
-    }
-    let name = env(ENV_DB)?;
-    let which = env(ENV_ANSWER)?.chars().next().context("answer letter")?;
-    let threads: usize = env(ENV_THREADS)?.parse()?;
-    let barrier_dir = PathBuf::from(env(ENV_BARRIER_DIR)?);
-    let child = env(ENV_CHILD)?;
-
-    let ready = Arc::new(Barrier::new(threads + 1));
-    let go = barrier_dir.join("go");
-    let racers: Vec<_> = (0..threads)
-        .map(|_| {
-            let (name, ready, go) = (name.clone(), ready.clone(), go.clone());
-            thread::spawn(move || -> Result<Outcome> {
-                // Whatever happens, the racer reaches the barrier: one that failed to open its
-                // store says why (below) instead of leaving the others waiting for ever.
-                let prepared = (|| -> Result<DatabaseStore> {
-                    let store = DatabaseStore::open(&name, StoreOptions::default())?;
-                    store.get_round(RACE_ROUND)?.context("round missing")?;
-                    Ok(store)
-                })();
-                ready.wait();
-                let store = prepared?;
-                let deadline = Instant::now() + Duration::from_secs(120);
-                while !go.exists() {
-                    ensure!(Instant::now() < deadline, "the parent never said go");
-                    thread::sleep(Duration::from_micros(100));
-                }
-                let result = store.submit_responses(RACE_ROUND, &answer(which), RACE_KEY);
-                Ok(Outcome::from_result(&result))
-            })
-        })
-        .collect();
-    ready.wait();
-    std::fs::write(barrier_dir.join(format!("ready-{child}")), b"")?;
-    for racer in racers {
-        let outcome = racer.join().map_err(|_| anyhow!("racer panicked"))??;
-        println!("{CHILD_LINE}{}", outcome.to_json());
-    }
-    Ok(())
-}
-
 /// Racers in processes, several threads each.
 fn race_across_processes(db: &Db) -> Result<()> {
     const PROCESSES: usize = 6;
@@ -292,27 +167,18 @@ fn race_across_processes(db: &Db) -> Result<()> {
     let barrier_dir = scratch.path().join("barrier");
     std::fs::create_dir(&barrier_dir)?;
 
-    let exe = std::env::current_exe()?;
     let mut children = Vec::new();
     for child in 0..PROCESSES {
         let which = if child % 2 == 0 { "a" } else { "b" };
-        let process = Command::new(&exe)
-            .args([
-                "--exact",
-                "concurrency::race_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ENV_DB, db.name())
-            .env(ENV_ANSWER, which)
-            .env(ENV_THREADS, THREADS_EACH.to_string())
-            .env(ENV_BARRIER_DIR, &barrier_dir)
-            .env(ENV_CHILD, child.to_string())
+        let process = Command::new(HELPER)
+            .args(["race", &db.name(), which, &THREADS_EACH.to_string()])
+            .arg(&barrier_dir)
+            .arg(child.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .with_context(|| format!("spawning {}", exe.display()))?;
+            .with_context(|| format!("spawning {HELPER}"))?;
         children.push((which.chars().next().unwrap_or('a'), process));
     }
 
@@ -351,8 +217,7 @@ fn race_across_processes(db: &Db) -> Result<()> {
         );
         let lines: Vec<&str> = stdout
             .lines()
-            // libtest's "test ... " may precede the first line without a newline.
-            .filter_map(|l| l.find(CHILD_LINE).map(|at| &l[at + CHILD_LINE.len()..]))
+            .filter_map(|l| l.find(OUTCOME_LINE).map(|at| &l[at + OUTCOME_LINE.len()..]))
             .collect();
         ensure!(
             lines.len() == THREADS_EACH,

@@ -33,6 +33,7 @@
 
 use chrono::TimeDelta;
 use m3::*;
+use m3_tests::replay::RandomTest;
 use m3_tests::rng::Rng;
 use m3_tests::*;
 use serde_json::json;
@@ -578,9 +579,7 @@ fn assert_absorbs(
 
 #[test]
 fn eight_workers_contend_for_rounds_and_paused_workers_are_fenced_off() {
-    let seed = m3_tests::seed(
-        "lease_fencing::eight_workers_contend_for_rounds_and_paused_workers_are_fenced_off",
-    );
+    let seed = RandomTest::LeaseFencing.seed();
     let rounds = ROUNDS * soak_factor();
     let db = TempDb::new();
     let clock = manual_clock();

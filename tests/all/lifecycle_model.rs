@@ -9,6 +9,7 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use m3::*;
+use m3_tests::replay::RandomTest;
 use m3_tests::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -435,7 +436,7 @@ fn the_model_itself_allows_only_forward_transitions() {
 // The model's tests, on SQLite and on PostgreSQL alike.
 m3_tests::on_both_backends! {
     fn the_store_follows_the_reference_lifecycle_model(db) {
-        let seed = m3_tests::seed("lifecycle_model::the_store_follows_the_reference_lifecycle_model");
+        let seed = RandomTest::LifecycleModel.seed_on(db);
         let mut bytes = [0u8; 32];
         bytes[..8].copy_from_slice(&seed.to_le_bytes());
         let cases = CASES * soak_factor() as u32;

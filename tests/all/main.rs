@@ -29,6 +29,7 @@ mod python_package;
 mod python_spec_example;
 mod random_kills;
 mod redaction;
+mod replay;
 mod sandbox;
 mod scripted_session;
 mod shipped;

@@ -56,7 +56,7 @@
 //! parser's 128 levels, which is how the component reports it), nothing is stored, and a refused
 //! round id is not consumed.
 //!
-//! Printed (`--nocapture`): the seed (`M3_MALFORMED_SEED=<seed>` replays a run), cases per
+//! Printed (`--nocapture`): the seed with the command that replays it (`M3_SEED`), cases per
 //! category and per generator kind, the codes seen, how many cases reached the component and how
 //! many the host's edge refused (with the share per category), the slowest case, cases per
 //! second and the total time.
@@ -66,6 +66,7 @@ use m3::{
     ManagedInputStatus, ManagedInputStore, ManualClock, NewRound, Policy, SqliteManagedInputStore,
     StoreOptions, Synchronous,
 };
+use m3_tests::replay::RandomTest;
 use m3_tests::rng::Rng;
 use m3_tests::{TempDb, address_schema, claim, every_kind_schema, open, soak_factor, t0};
 use serde_json::{Map, Value, json};
@@ -88,22 +89,6 @@ const MIB: usize = 1024 * 1024;
 // ---------------------------------------------------------------------------------------------
 // Seeded generation
 // ---------------------------------------------------------------------------------------------
-
-/// `M3_MALFORMED_SEED` (decimal or `0x` hex), or a fresh seed printed with the figures.
-fn run_seed() -> u64 {
-    if let Ok(text) = std::env::var("M3_MALFORMED_SEED") {
-        let text = text.trim();
-        let parsed = match text.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16),
-            None => text.parse(),
-        };
-        return parsed.unwrap_or_else(|e| panic!("M3_MALFORMED_SEED={text}: {e}"));
-    }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ (u64::from(std::process::id()) << 32)
-}
 
 const TEXT_CHARS: &[char] = &[
     'a', 'b', 'c', 'x', 'y', 'z', 'A', 'M', 'Z', '0', '7', '9', ' ', '-', '.', '\'', '"', '\\',
@@ -1848,9 +1833,8 @@ fn print_figures(tallies: &BTreeMap<Category, Tally>, run: &Run) {
 #[test]
 fn malformed_submissions_are_refused_and_leave_every_round_pending() {
     let started = Instant::now();
-    let seed = run_seed();
+    let seed = RandomTest::MalformedSubmissions.seed();
     let total = CASES_PER_CATEGORY * CATEGORIES.len() * soak_factor();
-    println!("malformed submissions: seed {seed:#x} (replay with M3_MALFORMED_SEED={seed:#x})");
 
     let db = TempDb::new();
     let clock = Arc::new(CountingClock {
@@ -2093,7 +2077,7 @@ fn malformed_submissions_are_refused_and_leave_every_round_pending() {
 /// use, on reuse, and from several threads at once sharing one prepared round.
 #[test]
 fn a_prepared_round_decides_every_case_as_the_one_off_call_does() {
-    let seed = run_seed();
+    let seed = RandomTest::PreparedRound.seed();
     let db = TempDb::new();
     let options = StoreOptions::default();
     let limit = options.max_responses_bytes;
@@ -2675,9 +2659,8 @@ fn hostile_schema(rng: &mut Rng) -> (&'static str, Value, ErrorCode) {
 #[test]
 fn generated_hostile_schemas_are_refused_at_create_round_in_bounded_time() {
     let started = Instant::now();
-    let seed = run_seed();
+    let seed = RandomTest::HostileSchemas.seed();
     let total = HOSTILE_SCHEMAS * soak_factor();
-    println!("hostile schemas: seed {seed:#x} (replay with M3_MALFORMED_SEED={seed:#x})");
     let db = TempDb::new();
     let options = StoreOptions {
         synchronous: Synchronous::Normal,

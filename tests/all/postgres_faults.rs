@@ -7,6 +7,7 @@
 use anyhow::{Context, Result, bail, ensure};
 use m3::*;
 use m3_tests::backends::{Db, open_named};
+use m3_tests::contention::{CLAIMED, DELIVERED, ROUNDS, contended_options, round_id};
 use m3_tests::postgres_server::PostgresServer;
 use m3_tests::*;
 use serde_json::json;
@@ -22,18 +23,8 @@ const SHIPPING_SERVER: &str = env!("CARGO_BIN_EXE_m3-test-shipping-server");
 const WORKERS: usize = 8;
 /// Answering threads, each answering every round with an answer of its own.
 const ANSWERERS: usize = 32;
-/// Rounds contended for.
-const ROUNDS: usize = 12;
-
-const ENV_DB: &str = "M3_CONTEND_DB";
-const ENV_WORKER: &str = "M3_CONTEND_WORKER";
-/// Marks a child's lines among libtest's own output.
-const CLAIMED: &str = "M3-CONTEND-CLAIMED ";
-const DELIVERED: &str = "M3-CONTEND-DELIVERED ";
-
-fn round_id(i: usize) -> String {
-    format!("contended-{i}")
-}
+/// The helper binary whose `contend` mode is one contending worker process.
+const HELPER: &str = env!("CARGO_BIN_EXE_m3-test-helper");
 
 /// The answer of answerer `t`: a street of its own, so the stored answer names its author.
 fn answer(t: usize) -> BTreeMap<String, ElicitationResponse> {
@@ -47,71 +38,6 @@ fn code(e: &ManagedInputError) -> Option<ErrorCode> {
     e.code()
 }
 
-/// Not a test of its own: one contending worker process of
-/// [`eight_worker_processes_and_thirty_two_answerers_agree_on_every_round`], which runs this
-/// binary again with `--exact postgres_faults::contend_child`. Without its variables it returns.
-/// It tries to claim every round; for each it wins, it waits for the answer, delivers it once
-/// (`start_delivery` committed before the delivery is reported) and resolves the round.
-#[test]
-fn contend_child() -> Result<()> {
-    let Ok(db) = std::env::var(ENV_DB) else {
-        return Ok(());
-    };
-    let worker = std::env::var(ENV_WORKER).context("worker id")?;
-    let store = open_named(&db, contended_options());
-    let mut won = Vec::new();
-    for i in 0..ROUNDS {
-        let id = round_id(i);
-        // A lease far longer than the run: a worker process slow to start on a loaded machine
-        // must find the others' rounds held, never expired.
-        match store.claim_round(&id, &claim(&worker, Duration::from_secs(900))) {
-            Ok(lease) => {
-                println!("{CLAIMED}{id} {worker}");
-                won.push((id, lease));
-            }
-            // Another worker holds it, or already saw it through.
-            Err(e)
-                if matches!(
-                    code(&e),
-                    Some(ErrorCode::LeaseHeld | ErrorCode::RoundTerminal)
-                ) => {}
-            Err(e) => bail!("{id}: claim: {e}"),
-        }
-    }
-    for (id, lease) in won {
-        let until = Instant::now() + Duration::from_secs(600);
-        loop {
-            let record = store.get_round(&id)?.context("the round disappeared")?;
-            if record.status == ManagedInputStatus::ResponseValidated {
-                break;
-            }
-            ensure!(
-                record.status == ManagedInputStatus::Pending,
-                "{id}: {}",
-                record.status
-            );
-            ensure!(Instant::now() < until, "{id} was never answered");
-            thread::sleep(Duration::from_millis(10));
-        }
-        store.start_delivery(&id, &lease, &format!("deliver-{id}"))?;
-        println!("{DELIVERED}{id} {worker}");
-        store.mark_delivered(&id, &lease)?;
-        store.resolve(&id, &lease)?;
-    }
-    Ok(())
-}
-
-/// The stores of the contention below: a busy timeout of 30 s. This test is about agreement
-/// (one claim, one acknowledged answer, one delivery per round) among 40 writers on 2 cores,
-/// with the rest of the suite running beside it; a write that waits longer than the default
-/// 5 s there is load, not a finding (the busy timeout's own promise is `concurrency::*`'s).
-fn contended_options() -> StoreOptions {
-    StoreOptions {
-        busy_timeout_ms: 30_000,
-        ..StoreOptions::default()
-    }
-}
-
 /// 8 worker processes and 32 answering threads on one database.
 fn contend(db: &Db) -> Result<()> {
     let setup = db.store();
@@ -122,18 +48,10 @@ fn contend(db: &Db) -> Result<()> {
             ..address_round(&round_id(i))
         })?;
     }
-    let exe = std::env::current_exe()?;
     let children: Vec<_> = (0..WORKERS)
         .map(|w| {
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "postgres_faults::contend_child",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(ENV_DB, db.name())
-                .env(ENV_WORKER, format!("worker-{w}"))
+            Command::new(HELPER)
+                .args(["contend", &db.name(), &format!("worker-{w}")])
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())

@@ -2,19 +2,18 @@
 //! of their own, an unprivileged server on a private socket with `fsync` on, a restart that keeps
 //! the data, and a server stopped and removed when the process that started it is killed.
 
-use m3_tests::postgres_server::PostgresServer;
+use m3_tests::postgres_server::{OWNER_LINE, PostgresServer};
 use m3_tests::process_is_running;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Set for the child process of [`the_sentinel_stops_the_server_when_its_owner_is_killed`].
-const OWNER_CHILD: &str = "M3_POSTGRES_OWNER_CHILD";
-/// Marks the line on which that child names its postmaster and directory.
-const OWNER_LINE: &str = "M3-POSTGRES-OWNER ";
+/// The helper binary whose `own-postgres` mode is the owner process that
+/// [`the_sentinel_stops_the_server_when_its_owner_is_killed`] kills.
+const HELPER: &str = env!("CARGO_BIN_EXE_m3-test-helper");
 
 /// The uid fields (real, effective, saved, filesystem) of process `pid`.
 fn uids(pid: u32) -> Vec<u32> {
@@ -218,42 +217,15 @@ fn only_this_process_holds_the_sentinel_s_pipe() {
     );
 }
 
-/// Not a test of its own: the body of the process that
-/// [`the_sentinel_stops_the_server_when_its_owner_is_killed`] starts (this binary run again with
-/// `--exact postgres_server::owner_child` and `M3_POSTGRES_OWNER_CHILD`) and kills. It starts a
-/// server, names its postmaster and directory, and waits to be killed. Without the variable it
-/// returns.
-#[test]
-fn owner_child() {
-    if std::env::var_os(OWNER_CHILD).is_none() {
-        return;
-    }
-    let server = PostgresServer::start();
-    println!(
-        "{OWNER_LINE}{} {}",
-        server.postmaster_pid(),
-        server.socket_dir().display()
-    );
-    std::io::stdout().flush().expect("flushing stdout");
-    std::thread::sleep(Duration::from_secs(120));
-}
-
 #[test]
 fn the_sentinel_stops_the_server_when_its_owner_is_killed() {
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut child = Command::new(&exe)
-        .args([
-            "--exact",
-            "postgres_server::owner_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(OWNER_CHILD, "1")
+    let mut child = Command::new(HELPER)
+        .arg("own-postgres")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .unwrap_or_else(|e| panic!("spawning {}: {e}", exe.display()));
+        .unwrap_or_else(|e| panic!("spawning {HELPER}: {e}"));
     let stdout = child.stdout.take().expect("piped stdout");
     let (lines, received) = mpsc::channel();
     std::thread::spawn(move || {
@@ -268,7 +240,6 @@ fn the_sentinel_stops_the_server_when_its_owner_is_killed() {
         let left = deadline.saturating_duration_since(Instant::now());
         match received.recv_timeout(left) {
             Ok(line) => {
-                // libtest's `test ... ` may precede it on the line.
                 if let Some(at) = line.find(OWNER_LINE) {
                     break line[at + OWNER_LINE.len()..].to_string();
                 }

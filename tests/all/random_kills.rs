@@ -1,8 +1,8 @@
 //! Random kills under load (reliability catalogue item 3, second half: "kill -9 the worker
 //! process ... at random times under load").
 //!
-//! Several worker processes (this test binary run again as children, see [`worker_child`]) loop
-//! over many rounds on one database file: `create_round` (owned by the worker, short lease),
+//! Several worker processes (`m3-test-helper kill-worker`, the body is
+//! `m3_tests::kill_worker`) loop over many rounds on one database file: `create_round` (owned by the worker, short lease),
 //! `submit_responses` with an idempotency key, `renew`, `start_delivery`, `mark_delivered`,
 //! `resolve`. A child prints `M3-RK-ACK <round> <step>` after each step the store acknowledged.
 //! The parent kills children with SIGKILL at random times drawn from a seeded generator (a fresh
@@ -20,15 +20,18 @@
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use m3::{
-    DatabaseStore, ElicitationResponse, ErrorCode, FailureCode, ManagedInputError,
-    ManagedInputRecord, ManagedInputStatus, ManagedInputStore, NewRound, OwnerClaim, RoundFilter,
-    StoreOptions, Synchronous,
+    DatabaseStore, ErrorCode, FailureCode, ManagedInputError, ManagedInputRecord,
+    ManagedInputStatus, ManagedInputStore, OwnerClaim, RoundFilter,
 };
 use m3_tests::backends::{Db, integrity, open_named};
-use m3_tests::{address_requests, soak_factor};
-use serde_json::json;
+use m3_tests::kill_worker::{
+    ACK, ERROR, LEASE, READY, Step, answer, delivery_key, fast_options, round_id, submit_key,
+};
+use m3_tests::replay::RandomTest;
+use m3_tests::rng::Rng;
+use m3_tests::soak_factor;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -36,12 +39,13 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// The helper binary whose `kill-worker` mode is one worker process.
+const HELPER: &str = env!("CARGO_BIN_EXE_m3-test-helper");
+
 /// Worker processes running at the same time.
 const SLOTS: usize = 4;
 /// Kill-and-restart cycles per slot in the default run (times `soak_factor()`).
 const KILLS_PER_SLOT: usize = 3;
-/// Each worker's lease: short, so that recovery can run soon after the last kill.
-const LEASE: Duration = Duration::from_secs(2);
 /// Rounds the last, never-killed, generation of each slot runs to the end.
 const FINAL_ROUNDS: usize = 4;
 /// A killed generation is told to run this many rounds: it is always killed long before.
@@ -62,204 +66,11 @@ const PLACES: [&str; 5] = [
 /// How long a child may take to open its store.
 const STARTUP_LIMIT: Duration = Duration::from_secs(120);
 
-const ENV_DB: &str = "M3_RK_DB";
-const ENV_WORKER: &str = "M3_RK_WORKER";
-const ENV_ROUNDS: &str = "M3_RK_ROUNDS";
-
-/// Marks a child's lines among libtest's own output.
-const READY: &str = "M3-RK-READY";
-const ACK: &str = "M3-RK-ACK ";
-const ERROR: &str = "M3-RK-ERROR ";
-
-/// `synchronous=NORMAL`: in WAL mode a commit is durable across a crash of the process (the
-/// WAL frames are in the OS page cache once `write` returns, and SIGKILL does not take the
-/// kernel down); only a power loss or OS crash can lose the last commits. A SIGKILL is a
-/// process crash, so NORMAL is enough here and much faster than FULL's fsyncs.
-fn fast_options() -> StoreOptions {
-    StoreOptions {
-        synchronous: Synchronous::Normal,
-        ..StoreOptions::default()
-    }
-}
-
-/// The steps a worker takes per round, in order; each is acknowledged by a line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Step {
-    Create,
-    Submit,
-    Renew,
-    StartDelivery,
-    MarkDelivered,
-    Resolve,
-}
-
-impl Step {
-    const ALL: [Step; 6] = [
-        Step::Create,
-        Step::Submit,
-        Step::Renew,
-        Step::StartDelivery,
-        Step::MarkDelivered,
-        Step::Resolve,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Step::Create => "create_round",
-            Step::Submit => "submit_responses",
-            Step::Renew => "renew",
-            Step::StartDelivery => "start_delivery",
-            Step::MarkDelivered => "mark_delivered",
-            Step::Resolve => "resolve",
-        }
-    }
-
-    fn parse(name: &str) -> Option<Step> {
-        Step::ALL.into_iter().find(|s| s.name() == name)
-    }
-
-    /// The least status a round must have once this step was acknowledged.
-    fn status(self) -> ManagedInputStatus {
-        match self {
-            Step::Create => ManagedInputStatus::Pending,
-            Step::Submit | Step::Renew => ManagedInputStatus::ResponseValidated,
-            Step::StartDelivery => ManagedInputStatus::DeliveryStarted,
-            Step::MarkDelivered => ManagedInputStatus::Delivered,
-            Step::Resolve => ManagedInputStatus::Resolved,
-        }
-    }
-}
-
 /// Position in the lifecycle (`failed` has none: nothing but recovery fails a round here).
 fn rank(status: ManagedInputStatus) -> Option<usize> {
     match status {
         ManagedInputStatus::Failed => None,
         other => ManagedInputStatus::ALL.iter().position(|s| *s == other),
-    }
-}
-
-fn round_id(worker: &str, i: usize) -> String {
-    format!("{worker}-r{i}")
-}
-
-fn submit_key(round_id: &str) -> String {
-    format!("submit-{round_id}")
-}
-
-fn delivery_key(round_id: &str) -> String {
-    format!("deliver-{round_id}")
-}
-
-/// The answer to `round_id`: it names the round, so a stored answer can be traced to its round.
-fn answer(round_id: &str) -> BTreeMap<String, ElicitationResponse> {
-    BTreeMap::from([(
-        "shipping_address".to_string(),
-        ElicitationResponse::accept(json!({"street": "1 Main Street", "city": round_id})),
-    )])
-}
-
-fn new_round(worker: &str, round_id: &str) -> NewRound {
-    NewRound::new(
-        round_id,
-        format!("exec-{worker}"),
-        "shipping",
-        "book_shipment",
-        address_requests(),
-    )
-    .owned_by(OwnerClaim {
-        owner_id: worker.to_string(),
-        lease_ttl: LEASE,
-    })
-}
-
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    // One write per line: a kill cannot leave half an acknowledgement in the pipe.
-    let _ = out.write_all(format!("{line}\n").as_bytes());
-    let _ = out.flush();
-}
-
-fn ack(round_id: &str, step: Step) {
-    say(&format!("{ACK}{round_id} {}", step.name()));
-}
-
-/// One round of a worker, acknowledging each step as the store returns it.
-fn run_round(store: &DatabaseStore, worker: &str, round_id: &str) -> Result<()> {
-    let expect = |record: &ManagedInputRecord, status: ManagedInputStatus| {
-        ensure!(
-            record.status == status,
-            "{round_id}: expected {status}, the store returned {}",
-            record.status
-        );
-        Ok(())
-    };
-    let created = store.create_round(&new_round(worker, round_id))?;
-    expect(&created, ManagedInputStatus::Pending)?;
-    let lease = created.lease.context("an owned round without a lease")?;
-    ack(round_id, Step::Create);
-    let submitted = store.submit_responses(round_id, &answer(round_id), &submit_key(round_id))?;
-    expect(&submitted, ManagedInputStatus::ResponseValidated)?;
-    ack(round_id, Step::Submit);
-    let lease = store.renew(round_id, &lease, LEASE)?;
-    ack(round_id, Step::Renew);
-    let started = store.start_delivery(round_id, &lease, &delivery_key(round_id))?;
-    expect(&started, ManagedInputStatus::DeliveryStarted)?;
-    ack(round_id, Step::StartDelivery);
-    let delivered = store.mark_delivered(round_id, &lease)?;
-    expect(&delivered, ManagedInputStatus::Delivered)?;
-    ack(round_id, Step::MarkDelivered);
-    let resolved = store.resolve(round_id, &lease)?;
-    expect(&resolved, ManagedInputStatus::Resolved)?;
-    ack(round_id, Step::Resolve);
-    Ok(())
-}
-
-fn env(name: &str) -> Result<String> {
-    std::env::var(name).with_context(|| format!("{name} is not set"))
-}
-
-/// Not a test of its own: the body of one worker process of [`random_kills_under_load`], which
-/// runs this binary again with `--exact random_kills::worker_child` and the `M3_RK_*`
-/// variables. Without them it returns at once.
-#[test]
-fn worker_child() -> Result<()> {
-    let Some(db) = std::env::var_os(ENV_DB) else {
-        return Ok(());
-    };
-    let worker = env(ENV_WORKER)?;
-    let rounds: usize = env(ENV_ROUNDS)?.parse()?;
-    let store = open_named(&db.to_string_lossy(), fast_options());
-    // Instantiate the component before saying ready, so that kills land under load.
-    store.get_round("warm-up")?;
-    say(READY);
-    for i in 0..rounds {
-        let id = round_id(&worker, i);
-        if let Err(e) = run_round(&store, &worker, &id) {
-            let text = match e.downcast_ref::<ManagedInputError>() {
-                Some(m) => format!("{id}: {} ({:?}): {m}", m.kind_name(), m.code()),
-                None => format!("{id}: {e:#}"),
-            };
-            say(&format!("{ERROR}{text}"));
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
-/// A small deterministic generator (SplitMix64): the kill schedule follows from the seed.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn in_range(&mut self, range: std::ops::Range<u64>) -> u64 {
-        range.start + self.next() % (range.end - range.start)
     }
 }
 
@@ -287,15 +98,7 @@ struct Life {
 
 fn spawn_worker(exe: &Path, db: &str, worker: &str, rounds: usize) -> Result<Worker> {
     let child = Command::new(exe)
-        .args([
-            "--exact",
-            "random_kills::worker_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ENV_DB, db)
-        .env(ENV_WORKER, worker)
-        .env(ENV_ROUNDS, rounds.to_string())
+        .args(["kill-worker", db, worker, &rounds.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -330,7 +133,7 @@ fn run_slot(
     seed: u64,
     landed: &std::sync::Mutex<BTreeSet<String>>,
 ) -> Result<Vec<Life>> {
-    let mut rng = SplitMix64(seed ^ (slot as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f));
+    let mut rng = Rng::for_case(seed, slot as u64);
     let mut lives = Vec::new();
     let reader = open_named(db, fast_options());
     for generation in 0.. {
@@ -395,7 +198,8 @@ fn run_slot(
         let killed_after = if last {
             None
         } else {
-            let delay = Duration::from_millis(rng.in_range(KILL_DELAY_MS));
+            let spread = (KILL_DELAY_MS.end - KILL_DELAY_MS.start) as usize;
+            let delay = Duration::from_millis(KILL_DELAY_MS.start + rng.below(spread) as u64);
             thread::sleep(delay);
             if let Some(status) = child.0.try_wait()? {
                 lines.extend(rx.iter());
@@ -441,7 +245,6 @@ fn run_slot(
         }
         let mut acks = Vec::new();
         for line in &lines {
-            // libtest's "test ... " may precede a child's first line without a newline.
             let Some(at) = line.find(ACK) else { continue };
             let rest = &line[at + ACK.len()..];
             let (round, step) = rest
@@ -488,7 +291,7 @@ fn show<T>(result: &Result<T, ManagedInputError>) -> String {
 
 /// The run on `db`.
 fn random_kills_on(db: &Db) -> Result<()> {
-    let seed = m3_tests::seed("random_kills::random_kills_under_load");
+    let seed = RandomTest::RandomKills.seed_on(db);
     let kills_per_slot = KILLS_PER_SLOT * soak_factor();
     println!(
         "random kills: {SLOTS} slots x {kills_per_slot} kills (or more, until every place is hit), lease {LEASE:?}"
@@ -496,7 +299,7 @@ fn random_kills_on(db: &Db) -> Result<()> {
     let landed_places = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
     // Create the file and schema before the crowd arrives.
     drop(db.open(fast_options()));
-    let exe = std::env::current_exe()?;
+    let exe = PathBuf::from(HELPER);
     let started = Instant::now();
 
     let slots: Vec<_> = (0..SLOTS)

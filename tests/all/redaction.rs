@@ -30,6 +30,7 @@
 
 use chrono::TimeDelta;
 use m3::*;
+use m3_tests::replay::{RandomTest, SEED_VARIABLE};
 use m3_tests::rng::Rng;
 use m3_tests::*;
 use serde_json::{Value, json};
@@ -774,8 +775,8 @@ fn scenario(secrets_file: &Path) {
             ..StoreOptions::default()
         },
     );
-    // The parent chose the seed and passes it on as `M3_SEED`.
-    let mut s = Secrets::new(m3_tests::seed("redaction (child)"));
+    // The parent chose the seed and passes it on as `M3_SEED` (the child is the same test).
+    let mut s = Secrets::new(RandomTest::Redaction.seed());
     let cases = CASES * soak_factor();
     for case in 0..cases {
         run_case(&mut s, &store, &clock, case);
@@ -816,13 +817,12 @@ fn secrets_never_appear_in_errors_debug_output_or_streams() {
     // The parent: run the scenario in a child and scan everything it printed.
     let dir = tempfile::tempdir().expect("temp dir");
     let secrets_file = dir.path().join("secrets.txt");
-    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
-    let test = format!("{module}::secrets_never_appear_in_errors_debug_output_or_streams");
-    let seed = m3_tests::seed(&test);
+    let seed = RandomTest::Redaction.seed();
+    let test = RandomTest::Redaction.filter(None);
     let output = Command::new(std::env::current_exe().expect("test binary"))
         .args([test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, &secrets_file)
-        .env("M3_SEED", format!("{seed:x}"))
+        .env(SEED_VARIABLE, format!("{seed:x}"))
         .env("RUST_BACKTRACE", "1")
         .output()
         .expect("run the child");

@@ -12,14 +12,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod backends;
+pub mod contention;
 pub mod fake_model;
 pub mod fixture;
 pub mod http_probe;
 pub mod http_server;
 pub mod integrity;
+pub mod kill_worker;
 pub mod peers;
 pub mod postgres_server;
 pub mod python_package;
+pub mod race;
+pub mod replay;
 pub mod rng;
 
 /// A temporary directory holding one database file.
@@ -242,22 +246,6 @@ pub fn wait_until_in_timed_sleep(tid: u32, limit: Duration) -> bool {
         std::thread::yield_now();
     }
     false
-}
-
-/// The seed of a randomised test: fresh each run, or `M3_SEED` (hex) to replay one. Printed with
-/// the command that replays it (libtest shows it when the test fails).
-pub fn seed(test: &str) -> u64 {
-    let seed = match std::env::var("M3_SEED") {
-        Ok(text) => u64::from_str_radix(text.trim().trim_start_matches("0x"), 16)
-            .unwrap_or_else(|_| panic!("M3_SEED={text} is not a hexadecimal seed")),
-        Err(_) => {
-            let mut bytes = [0u8; 8];
-            getrandom::fill(&mut bytes).expect("the operating system's random source");
-            u64::from_le_bytes(bytes)
-        }
-    };
-    println!("{test}: seed {seed:x} (replay: M3_SEED={seed:x} cargo test --workspace -- {test})");
-    seed
 }
 
 /// Whether process `pid` is alive and not a zombie (Linux `/proc`).

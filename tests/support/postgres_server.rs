@@ -128,6 +128,24 @@ struct ServerUser {
     switch: bool,
 }
 
+/// Starts the line on which [`serve_until_killed`] names its postmaster and directory:
+/// `<pid> <dir>` follow.
+pub const OWNER_LINE: &str = "M3-POSTGRES-OWNER ";
+
+/// The owner process of `postgres_server::the_sentinel_stops_the_server_when_its_owner_is_killed`
+/// (`m3-test-helper own-postgres`): starts a server, names its postmaster and directory on an
+/// [`OWNER_LINE`], and waits (120 s at most) to be killed.
+pub fn serve_until_killed() {
+    let server = PostgresServer::start();
+    println!(
+        "{OWNER_LINE}{} {}",
+        server.postmaster_pid(),
+        server.socket_dir().display()
+    );
+    std::io::stdout().flush().expect("flushing stdout");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
 impl PostgresServer {
     /// The server of this test process, started on first use and shared by its tests; it stops
     /// when the process exits. Panics (in every caller) if it could not start.

@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use m3_tests::replay::RandomTest;
 use m3_tests::rng::Rng;
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
@@ -211,16 +212,7 @@ fn cases(sb: &Sandbox, rng: &mut Rng, per_command: usize) -> Vec<Vec<String>> {
 /// either succeeds or says what is wrong with a typed first stderr line.
 #[test]
 fn hostile_arguments_never_panic_and_every_error_is_typed() {
-    let seed = std::env::var("M3_HOSTILE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64 | 1)
-                .unwrap_or(0x9e37_79b9_7f4a_7c15)
-        });
-    println!("hostile arguments: seed {seed} (replay with M3_HOSTILE_SEED={seed})");
+    let seed = RandomTest::HostileArguments.seed();
     let sb = Sandbox::new();
     let mut rng = Rng::new(seed);
     let mut failures = Vec::new();
@@ -251,7 +243,7 @@ fn hostile_arguments_never_panic_and_every_error_is_typed() {
     }
     assert!(
         failures.is_empty(),
-        "seed {seed}: {} of {count} cases failed:\n{}",
+        "seed {seed:x}: {} of {count} cases failed:\n{}",
         failures.len(),
         failures.join("\n")
     );
