@@ -6,7 +6,7 @@
 //! number) and converted to and from the WIT types in one place per document
 //! ([`round`], [`execution`]).
 //!
-//! The rule for changing it (ARCHITECTURE.md, "The stored format"):
+//! The rule for changing it (docs/decisions/0049-the-stored-format.md):
 //! - Adding an optional field (`#[serde(default)]`) needs no new format: older documents read
 //!   with the default, and older releases never see it (a database is not shared across
 //!   downgrades).
