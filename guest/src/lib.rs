@@ -7,6 +7,13 @@
 //! (store protocol, runtime, sandbox probes over the host's imports). Without it (`--profile
 //! policy --no-default-features`) it is the small `policy-only` world: validation and the pure
 //! round state machine, importing nothing but `wasi:random`.
+//!
+//! # Files
+//!
+//! - `lib.rs`: bindings, the `Component` type and `export!`, the two folders below re-exported at
+//!   the crate root (so every path reads `crate::<module>`), and (policy-only build) getrandom's
+//!   custom backend over the imported `wasi:random`. The two worlds meet only here: `policy/` is
+//!   always built, `engine/` only with the feature `engine`.
 
 #![allow(missing_docs)] // the generated bindings carry the WIT documentation
 

@@ -45,6 +45,28 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Files
+//!
+//! - `lib.rs`: the crate's documentation (its store example is a doctest), its modules and the
+//!   public re-exports. The folders show the design: `api/` the public types, `component/` the
+//!   component plumbing, `imports/` what the host gives the component, `backend/` the choice of
+//!   database, `sqlite/` and `postgres/` the two backends, `process/` the child processes, `kit/`
+//!   and `worker/` executions, `checks/` the reliability checks' switches. The files read top-down:
+//!   no two modules use each other, directly or through others
+//!   (`tidy::host_modules_use_each_other_in_no_circle`; the generated bindings, whose resource type
+//!   names `backend/mod.rs`, aside). **The API boundary**: every module is private; the API is the
+//!   re-exports (the specification's names in plain Rust types), `health` and `embedding` (a
+//!   documentation module holding EMBEDDING.md, whose Rust example is a doctest too). No generated
+//!   binding type appears in a public signature (`tidy::no_generated_type_in_the_public_api`, with
+//!   a planted-leak control); `lib.rs` denies `private_interfaces`, `private_bounds` and
+//!   `unnameable_types` for the host's own internal types.
+//! - `testing.rs`: `m3::testing`, hidden from the documentation and outside the API: hooks for m3's
+//!   own tests and tools (an execution's stored state without a kit, a submission stored and never
+//!   run, a second worker, the worker's change signal, the artifact cache, the child-process
+//!   types), and, with the cargo feature `internals` (benchmarks only, `required-features`),
+//!   `testing::internals`: the modules below the API that `benches/engine.rs` and
+//!   `benches/peers_validation.rs` measure.
 
 // Everything below the API is private to the crate: the generated bindings, the component
 // plumbing, the imports, the SQLite backend and the processes. The API is the re-exports below

@@ -1,7 +1,7 @@
-//! Time across machines on PostgreSQL (ARCHITECTURE.md, "PostgreSQL: time is the server's"):
-//! workers whose own clocks disagree by seconds decide on the same leases, because each reads
-//! the database server's time (`TimeSource::DatabaseServer`, PostgreSQL's default). The same
-//! skew with each machine's clock read as it is (`TimeSource::Clock`) shows what that prevents.
+//! Time across machines on PostgreSQL (docs/decisions/0012-postgresql-time-is-the-servers.md):
+//! workers whose own clocks disagree by seconds decide on the same leases, because each reads the
+//! database server's time (`TimeSource::DatabaseServer`, PostgreSQL's default). The same skew with
+//! each machine's clock read as it is (`TimeSource::Clock`) shows what that prevents.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use m3::*;

@@ -367,11 +367,11 @@ fn typescript_sdk_over_http_elicitations_on_the_get_stream_are_answered_and_with
     Ok(())
 }
 
-/// A worker process killed with SIGKILL while its 2026-07-28 round over HTTP waits: the round
-/// holds no connection and its `requestState` is stored, yet it does not survive its worker
-/// (ARCHITECTURE.md, "A round over HTTP does not survive its worker"): once the lease expires,
-/// recovery fails it `recovery_unavailable`, a late answer is refused, and the server, which
-/// never knew, serves the next execution.
+/// A worker process killed with SIGKILL while its 2026-07-28 round over HTTP waits: the round holds
+/// no connection and its `requestState` is stored, yet it does not survive its worker
+/// (docs/decisions/0006-a-round-over-http-does-not-survive-its-worker.md): once the lease expires,
+/// recovery fails it `recovery_unavailable`, a late answer is refused, and the server, which never
+/// knew, serves the next execution.
 #[test]
 fn python_sdk_over_http_a_killed_worker_s_modern_round_is_recovered_not_resumed() -> Result<()> {
     let peer = booking_http(false)?;

@@ -1,4 +1,43 @@
 //! Test support: temporary database files, stores on them, and request fixtures.
+//!
+//! # Files
+//!
+//! - `python_package.rs`: the package built into the ignored venv
+//!   `tests/.peers/python-package/venv/` on first use (once per test process, under a file lock):
+//!   the pinned requirements, then `pip install ./host/python` (maturin fetched by pip) with
+//!   `MATURIN_PEP517_ARGS=--profile dev` and the workspace's target directory, again whenever a
+//!   file it is built from changes (a marker holding each source file's hash); a failed build fails
+//!   the tests with its log. The same in release, maturin's default, into
+//!   `tests/.peers/python-package-release/venv/` for the benchmark
+//!   `tests/benches/python_rounds.rs`. Also the `m3` command, built as the `m3` command's own tests
+//!   build it (`cargo test --workspace --no-run --test readme`: the same features, nothing built
+//!   twice) in this binary's profile.
+//! - `shipping_server_main.rs`: the bundled server as a binary of the test package
+//!   (`CARGO_BIN_EXE_m3-test-shipping-server`).
+//! - `write_fixture_main.rs`: `m3-test-write-fixture`, which wrote that fixture through the public
+//!   API (rounds in every status, executions in every lifecycle and outcome); run once per stored
+//!   format.
+//! - `lib.rs`: temporary databases, stores on them and request fixtures; it holds `fake_model.rs`,
+//!   `peers.rs`, `fixture.rs` (what the API reads back from a database, as JSON) and `rng.rs` (the
+//!   one seeded generator of every random test, here and in `host/cli/tests/`) as modules, and
+//!   `backends.rs` (`Db`, a fresh database of either backend, and `on_both_backends!`, one body as
+//!   a test per backend) and `postgres_server.rs` (a throwaway PostgreSQL server per test process:
+//!   `initdb` into a temporary directory as an unprivileged user, a Unix socket only, a database of
+//!   its own per test, stopped by a sentinel when the test process ends in any way; the Debian
+//!   package installed first when the binaries are missing), `http_server.rs` (a peer started in
+//!   its HTTP mode on a free loopback port, waited for, killed with its process group, restartable
+//!   on the same port) and `http_probe.rs` (a loopback HTTP/1.1 witness that records every request
+//!   and answers as told, and can hold a stream open, stay silent, or reset the connection: a
+//!   hostile server's parts).
+//! - `fault_worker_main.rs`: `m3-test-fault-worker`, the worker process `tests/all/crash.rs` kills
+//!   at each named fault point (built with `fault-points`).
+//! - `fake_model_main.rs`: `m3-test-fake-model`, the loopback model of `fake_model.rs` as a binary,
+//!   for the Codex tests.
+//! - `fake_codex_main.rs`: `m3-test-fake-codex`, a fake Codex app-server that replays error paths
+//!   for `tests/all/codex_transcripts.rs`.
+//! - `second_process_main.rs`: `m3-test-second-process`, a second process on the same store: it
+//!   attaches a handle to an execution another process submitted, or runs the specification's Codex
+//!   example with `env={}`.
 
 use chrono::{DateTime, TimeZone, Utc};
 use m3::{

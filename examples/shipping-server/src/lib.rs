@@ -7,6 +7,19 @@
 //! legacy era (2025-06-18 / 2025-11-25: server-initiated `elicitation/create`, the key hinted in
 //! `_meta["m3/request_key"]`) or the modern one (2026-07-28: `input_required` results with a
 //! sealed `requestState`), chosen by `--era`. The other flags are knobs for the kit's tests.
+//!
+//! # Files
+//!
+//! - `lib.rs`: arguments, the stdio loop, `run_from(args)`, which lets a host embed it (`m3
+//!   shipping-server` is the demo's server).
+//! - `main.rs`: the `shipping-server` binary.
+//! - `shipping.rs`: the tools, what each round asks, what the answers lead to.
+//! - `legacy.rs`: `initialize`, server-initiated `elicitation/create`.
+//! - `modern.rs`: `server/discover`, `input_required` results answered by a retry.
+//! - `seal.rs`: the sealed `requestState`: a keyed hash, tamper-evident but not cryptographic.
+//! - `rpc.rs`: JSON-RPC helpers.
+//! - `label_and_quote.rs`: the prompt and the resource.
+//! - `tests/wire.rs`: drives it over real pipes.
 
 mod label_and_quote;
 mod legacy;

@@ -5,6 +5,12 @@
 //! rustc` with its own target directory (sharing the outer one deadlocks on its lock) and without
 //! the outer build's environment (clippy, coverage or sanitizer flags must not leak into the wasm
 //! build).
+//!
+//! # Files
+//!
+//! - This crate is this one file (`m3-build-support`): the nested `cargo rustc` with a target
+//!   directory per profile and a clean environment, and the `wit-component` encoding, shared by
+//!   `host/components/build.rs` and the minimal example.
 
 use std::env;
 use std::path::{Path, PathBuf};

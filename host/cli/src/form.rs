@@ -175,7 +175,8 @@ fn format_hint(format: &str) -> Option<&'static str> {
 }
 
 /// Asks for the properties of `schema` in the order the server wrote them (the host keeps JSON
-/// objects in their written order: ARCHITECTURE.md, "Decisions").
+/// objects in their written order:
+/// docs/decisions/0034-a-schemas-properties-keep-the-servers-order.md).
 fn ask_form(schema: &Value, earlier: Option<&Map<String, Value>>) -> Result<Map<String, Value>> {
     let required: Vec<&str> = schema
         .get("required")

@@ -3,6 +3,110 @@
 //!
 //! Errors: a non-zero exit and a first stderr line that starts with the typed error's name
 //! (`ManagedInputValidationError: ...`, `ModelValidationError: ...`, `OperationTimeout: ...`).
+//!
+//! # Files
+//!
+//! - `main.rs`: clap arguments (`--db`/`M3_DB`, `--json` and `--wide` global; `validate`,
+//!   `check-schema` and `component` open no database; only `run` and `demo` create one: every other
+//!   command refuses a missing `--db` with `StorageError ... (database_missing)`, `pending --wait`
+//!   waiting for it to appear), dispatch, the examples (`examples.rs`: each subcommand's `--help`
+//!   examples, parsed by a unit test) and `completions`; a closed stdout (the standard library's
+//!   print panic) ends the command quietly with 141 while it unwinds (executions cancelled, servers
+//!   reaped); input files read up to 8 MiB; listings that report unreadable records; the cache
+//!   notice, last.
+//! - `error_report.rs`: the error rule: a non-zero exit and a first stderr line `Type: message`, or
+//!   with `--json` one object `{"error": {"type", "code", "message"}}`; the type and code come from
+//!   the library's typed errors in the chain, else from the `Type: ` prefix and trailing `(code)`
+//!   of the command's own errors, else (a bug) `EngineError`; clap's complaints are
+//!   `ManagedInputValidationError (invalid_command_line)`.
+//! - `engine_start.rs`: the spinners where people wait (the component's first compilation,
+//!   "preparing the policy engine, once", and `pending --wait`), on a terminal only and never with
+//!   `--json`; with `NO_COLOR` a fixed message is one plain line instead (no cursor escapes).
+//! - `seconds.rs`: every duration flag's range.
+//! - `json.rs`: the contract's JSON (snake_case, every field present, RFC 3339 UTC) for pending
+//!   rounds, records (never lease tokens; `--redacted` swaps answers for the projection),
+//!   executions and results; and the reader of one pending round for `validate`.
+//! - `run.rs`: `m3 run` (kit in this process, spinner on stderr, every round of the execution
+//!   reported once in order from the store's listing: answered in the terminal form while pending,
+//!   or printed as a `pending` JSON line; the result; exit 0 only on success; a deadline that timed
+//!   the execution out prints its result and then `OperationTimeout: ...`; `--lease`; the agent
+//!   from the flags or `--agent` in the dict form; several models: one execution each, driven
+//!   together without the terminal form, every result reported, exit 0 only if all succeeded,
+//!   SIGTERM and Ctrl-C, in the form or while waiting, cancel all; an interrupted run exits 130;
+//!   `--server-url` with `--server-header NAME=VALUE` or `--server-header-file` (`NAME: VALUE`
+//!   lines, so a secret need not be on a command line) for a Streamable HTTP server).
+//! - `bin/m3-conformance-client.rs`: the binary `m3-conformance-client URL`, the kit's MCP client
+//!   under the official conformance suite: the scenario (`MCP_CONFORMANCE_SCENARIO`), version and
+//!   context from the environment, one scripted execution against an `HttpServer` with managed
+//!   input in a throwaway database, rounds answered as a person would (each field's default, or a
+//!   plain value of its type); exit 0 when the execution did what the scenario asks, 1 when not.
+//! - `interrupt.rs`: SIGINT/SIGTERM as a flag the command polls (a prompt in raw mode reads Ctrl-C
+//!   as a key; the terminal library raises SIGINT itself, so the same flag is set); a second Ctrl-C
+//!   exits at once with 130 (signal-hook's conditional shutdown).
+//! - `form.rs`: the dialoguer form built from a request's schema, shared by `run`, `respond` and
+//!   `demo`: the fields in the schema's order ("A schema's properties keep the server's order"
+//!   under "Decisions"), typed fields, enum labels, defaults, `*` on required fields, a format hint
+//!   after the label; a value that does not fit is refused at its own prompt with the reason
+//!   (`field_check.rs`), so the other values stay; a second try after the component refused the
+//!   whole answer starts from the values typed before; URL requests shown in full, consent asked,
+//!   never opened; Ctrl-C ends it with `Interrupted` and the cursor shown again.
+//! - `field_check.rs`: one field's checks as typed (type, length, range, and the subset's formats
+//!   `email`, `uri`, `date`, `date-time`, judged by the component itself: the policy rules, loaded
+//!   once, asked to validate a one-field form; the subset has no `pattern`, and the command
+//!   compiles no JSON Schema validator of its own).
+//! - `demo.rs`: the spec's example on a fresh database (or on `--db`, created if missing and kept),
+//!   the server being this binary's `example-server` subcommand (alias `shipping-server`); Ctrl-C
+//!   cancels its execution like `run`'s and exits 130.
+//! - `pending.rs` (a table, or with `--json` an array of pending rounds; `--wait`, `--watch`),
+//!   `respond.rs` (the same path as `respond_elicitation`: `runtime.respond`; answers from flags
+//!   with the caller's `--idempotency-key`, or, with no answer flags on a terminal, from the form
+//!   with a key made and printed; `--wait [SECS]` follows the round to `resolved` (exit 0) or
+//!   `failed` (typed, with its code; `OperationTimeout` when the wait ends first), with a spinner
+//!   on a terminal; Ctrl-C in its form submits nothing and exits 130), `inspect.rs` (`rounds`,
+//!   `show`, `executions`, `status` (`--watch`), `events`, `cancel`, `recover`); `pending`,
+//!   `rounds`, `executions` and `status` run a recovery pass first (saying on stderr what it
+//!   failed), so no listing shows a round whose worker is gone as waiting, `policy_check.rs`
+//!   (`validate`, `check-schema`: the sandboxed policy, no database; `validate` takes one round, or
+//!   `pending --json`'s array when it holds exactly one), `doctor.rs` (one line per check for
+//!   people, plain JSON data with `--json`; exit 1 when the database or the component is not
+//!   healthy, 0 with no database yet), `migrate.rs` (`m3 migrate --from sqlite:PATH --to
+//!   postgres://...`, `--db` unused: the library's copy, its report as a table and the digest or
+//!   with `--json` as data; a refusal is a typed error with its code), `component.rs` (`m3
+//!   component`: writes the policy-only or the engine component to a file).
+//! - `ids.rs`: ids as people type and read them: any unique prefix of a round or execution id is
+//!   accepted wherever a command takes one (`show`, `respond`, `status`, `events`, `cancel`,
+//!   `--execution`), resolved by the store's prefix query; several matches are a
+//!   `ManagedInputValidationError` with the word `ambiguous_id` naming up to 10 candidates ("and N
+//!   more") and nothing is done; an unknown id is passed on for the store's own not-found error.
+//!   Tables show the shortest prefix unique among the ids listed, at least 8 characters, and a
+//!   round `EXEC-rN` as `SHORT-rN` (accepted back: `SHORT` resolves to its execution).
+//! - `human.rs`: the look of output for people (`Look`): tables fitted to `COLUMNS` or the
+//!   terminal's width, rows one line high and long cells cut with `…` (id columns kept whole),
+//!   relative times ("4 min ago", "in 23 h"), colour only on a terminal and never with a non-empty
+//!   `NO_COLOR`; `--wide` turns all of it off (whole ids, RFC 3339 times, nothing cut). JSON never
+//!   changes with it. Lines (`Look::fit`) and cells of text m3 did not write (`Look::text`) are
+//!   escaped first (`escaped.rs`).
+//! - `escaped.rs`: text that m3 did not write (a server's message, field titles and choices, its
+//!   error, a tool's output, the stderr tail, harness events, request keys, error lines) shown on a
+//!   terminal with every control character (C0, DEL, C1), bidirectional override and line separator
+//!   as a visible escape (`\x1b`, `\r`, `\u{202e}`): a server's escape sequences never set a title,
+//!   clear the screen, write the clipboard or fake a question. `line` escapes newlines and tabs
+//!   too; `lines` keeps them. JSON output needs none of it.
+//! - `watch.rs`: `--watch` (`pending`, `status`): polls `Executions::data_version` (the database's
+//!   `PRAGMA data_version`) every 100 ms, reads again only after a change; on a terminal it redraws
+//!   (also every second, for relative times), elsewhere it prints each new snapshot once; ends on
+//!   Ctrl-C (SIGINT/SIGTERM, exit 0) or, for `status`, once the execution finished.
+//! - `history.rs`: `m3 events`' history, from the store alone: the execution's `created_at` and its
+//!   end (`updated_at`, outcome, code), each round's lifecycle timestamps (created, answered =
+//!   `response_validated_at`, delivery started, delivered, resolved, failed with its code, worded
+//!   "recovered" for `recovery_unavailable` and "withdrawn" for `request_withdrawn`), merged in
+//!   time order with the harness's events (kind `harness`); `--json` adds it as `history` next to
+//!   the keys `events` always had.
+//! - `benches/startup.rs`: `m3 pending` start-up with a warm component cache (the first, cold run
+//!   reported apart).
+//! - `benches/serve.rs` (`just bench-serve`): rounds answered per second through the API by 50
+//!   clients (call latency, time to delivery) and the event stream fanned out to 200 subscribers
+//!   (time to each, the server's memory), written to `target/bench/serve.json`.
 
 mod component;
 mod demo;

@@ -1,6 +1,23 @@
 //! The database behind a store object: SQLite (`sqlite/`) or PostgreSQL (`postgres/`), chosen
 //! by how the database is named. Both run the same transactions for the same component; this
 //! module only dispatches to the one in use.
+//!
+//! # Files
+//!
+//! `mod.rs` (`Backend`, a store object's database, SQLite or PostgreSQL, and `Transaction`, the
+//! `store` import's resource on either: dispatch only; the ids of rounds and executions read
+//! without decoding rows), `idle.rs` (connections between operations, of either backend: lent to
+//! one at a time, closed within a second of their last use, never across a `fork`), `id_prefix.rs`
+//! (ids by prefix for people who type them short: one range query on the primary key, `id >= p AND
+//! id < successor(p)`, so `%` and `_` are literal and nothing is listed in full; a full id is a
+//! point lookup; `DatabaseStore::round_ids_with_prefix`, `Executions::execution_ids_with_prefix`,
+//! `IdMatches`), `migrate.rs` (`m3 migrate`: `migrate_sqlite_to_postgres` copies the six tables of
+//! a SQLite file at the current schema version into an empty PostgreSQL database, every column
+//! verbatim (text, integer, NULL), the source read-only in one read snapshot, the target in one
+//! transaction under its write lock; refused (`MigrateError`, nothing written) while a version
+//! row's lease is later than now or when the target holds rows; before `COMMIT` the rows are read
+//! back and compared, per table, by count and by a SHA-256 over a canonical encoding of each cell
+//! in primary-key order, any difference rolling back; `MigrationReport`: counts and digests).
 
 pub mod id_prefix;
 pub mod idle;

@@ -3,6 +3,32 @@
 //! server is reached over HTTP), each import linked to its own context by a projection. Pure
 //! I/O: the host tells the time, runs transactions, reports what its child process does and
 //! carries the HTTP requests it is allowed to; it decides nothing.
+//!
+//! # Files
+//!
+//! What the host gives the component, one context per capability: `mod.rs`: `HostState`, the state
+//! of one instance (its memory limiter, `wasi:random`, the budget mark and the contexts), and its
+//! projections `for_clock`, `for_store`, `for_process`, the one place an import marks the return to
+//! the component for the compute budget's refill.
+//!
+//! - `clock.rs`: `ClockContext`, the `clock` host function.
+//! - `store.rs`: `StoreContext`, the `store` host functions (transactions as resources on the
+//!   database).
+//! - `process.rs`: `ProcessContext` and `ExecutionIo`, the `process` and `events` host functions:
+//!   the child gets exactly the kit's `env` plus the binding's `env` (held by the host only; for a
+//!   harness that starts the server itself, the binding's `env` goes to the private home's
+//!   `config.toml` instead, for that server alone), stdout events come before exit, `next` selects
+//!   over output, the execution's wake-up `Notify` (registered on its id: only commits that concern
+//!   it), the timeout and the watched `wasi:io` pollables (polled on the instance's resource table,
+//!   `ready`); the child is reaped whatever ends the call. The context also holds the instance's
+//!   `wasi:http` state (resource table, settings, grant), linked by `HostState`'s `WasiHttpView`
+//!   and `for_io`, neither an m3 import (returning from them refills no budget).
+//! - `network.rs`: `NetworkGrant`, the execution's grant as `wasi:http`'s send hook: a request
+//!   whose origin is not the server's is refused (`HttpRequestDenied`, before any connection),
+//!   redirects included (each hop is a request of the component's own); the binding's headers are
+//!   added to every request let through (marked sensitive; their values never enter the component);
+//!   `server_origin` and `header` check a binding at submission (typed errors that name a header,
+//!   never its value).
 
 pub mod clock;
 pub mod network;

@@ -11,6 +11,29 @@
 //! subprocess API resolves them (see [`crate::process::resolve`]); a missing one is a
 //! [`ModelValidationError`]. [`AsyncMcpTestKit::execution`] gives a handle on any execution of
 //! the store, submitted by any process.
+//!
+//! # Files
+//!
+//! The public execution API.
+//!
+//! - `mod.rs`: `AsyncMcpTestKit` (tokio) and `McpTestKit` (the same on its own two-thread runtime),
+//!   `KitOptions` (lease 15 s, renewal 5 s), agents, submit (policy checks, programs and
+//!   directories resolved, then `runtime.submit`, then a worker task), `execution(id)` (a handle on
+//!   any execution of the store), and recovery: at the store's first use and then once per lease
+//!   period while the kit lives.
+//! - `handle.rs`: `AsyncExecutionHandle` / `ExecutionHandle` (`pending_elicitation`,
+//!   `respond_elicitation` then wake, `snapshot`, `result(timeout)` woken by its execution's
+//!   wake-ups (its end), `cancel`).
+//! - `error.rs`: `ExecutionError`.
+//! - `agent.rs`: `AgentSpec`, `Script` (`{"steps": [...]}` of `ScriptStep::{Tool, Prompt,
+//!   Resource}`), `PlanEntry`, `CodexOptions`, `ModelProvider`, `CodexCredentials`.
+//! - `agent_json.rs`: the specification's dict form of an `AgentSpec` (`AgentSpec::from_json` and
+//!   its `Deserialize`: `harness`, `models`, `script`, `elicitation_plan`, the codex settings under
+//!   `codex`; unknown keys refused; errors name keys, never the values given).
+//! - `codex.rs`: what the host checks and finds for the `codex` harness at submission: the program
+//!   answers `--version` as the Codex CLI, and where the user's sign-in is (`$CODEX_HOME` or
+//!   `~/.codex`; its kind for `m3 doctor`, never its value). `handle.diagnostics()` reads an
+//!   execution's harness events and stderr tail.
 
 pub mod agent;
 mod agent_json;

@@ -1,5 +1,5 @@
-//! The database server's time, as a worker's clock on PostgreSQL (ARCHITECTURE.md, "PostgreSQL:
-//! time is the server's").
+//! The database server's time, as a worker's clock on PostgreSQL
+//! (docs/decisions/0012-postgresql-time-is-the-servers.md).
 //!
 //! Workers on several machines decide on the same leases and deadlines, so they must agree on
 //! the time. Each store reads its own clock corrected by the offset between that clock and the

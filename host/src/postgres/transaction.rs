@@ -1,12 +1,12 @@
 //! One transaction on PostgreSQL, the resource behind the component's `store` import when the
 //! database is PostgreSQL: the same rows and the same compare-and-set as on SQLite.
 //!
-//! Isolation (ARCHITECTURE.md, "PostgreSQL"): a write transaction takes the database's one write
-//! lock (a transaction-level advisory lock) before its first statement, as SQLite's
-//! `BEGIN IMMEDIATE` takes the file's, so the writes of every worker on every machine are one
-//! sequence and each sees all that committed before it (`READ COMMITTED` reads after the lock
-//! was granted); a read is one `REPEATABLE READ` snapshot. A lock not granted within the busy
-//! timeout is `busy`.
+//! Isolation (docs/decisions/0009-postgresql-one-write-at-a-time-snapshots-for.md): a write
+//! transaction takes the database's one write lock (a transaction-level advisory lock) before its
+//! first statement, as SQLite's `BEGIN IMMEDIATE` takes the file's, so the writes of every worker
+//! on every machine are one sequence and each sees all that committed before it (`READ COMMITTED`
+//! reads after the lock was granted); a read is one `REPEATABLE READ` snapshot. A lock not granted
+//! within the busy timeout is `busy`.
 
 use super::connection::{Connection, params};
 use super::database::{CHANGES_CHANNEL, Database};

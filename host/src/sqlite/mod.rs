@@ -5,6 +5,22 @@
 //! transaction that the writes of one store object waiting for each other share (group commit:
 //! one durable commit for a burst, each write's `commit` returning only once it is durable).
 //! The host knows tables and columns, never what a status means.
+//!
+//! # Files
+//!
+//! `mod.rs` (the module's rules: a connection per read, writes in savepoints of a shared `BEGIN
+//! IMMEDIATE` transaction), `store_error.rs` (SQLite's errors as the store import's: `busy` or
+//! `failure`), `group_commit.rs` (group commit: one write turn per store object; writes that wait
+//! for each other share one SQLite transaction and one durable commit, each told the group's
+//! outcome), `database.rs` (path checks, pragmas, WAL, the keeper connection; opening an up-to-date
+//! store writes nothing), `migrations.rs` (`user_version`, `application_id`, six migrations),
+//! `transaction.rs` (the `transaction` resource's round rows, each a wide row and a version row:
+//! SQL only), `wakeups.rs` (targeted wake-ups: `wake-execution` stamps the execution's row of
+//! `execution_wakeups` with the next number in the writing transaction; a commit tells this
+//! process's waiters on that execution at once, the watcher tells the others; `Waiters`, the
+//! process's waiters by execution), `execution_rows.rs` (its execution rows, the same way, and the
+//! execution items: appended with the next number, listed by kind). Commits by other connections
+//! and processes are noticed in one place, the worker's `host/src/worker/changes.rs`.
 
 pub mod database;
 pub mod execution_rows;

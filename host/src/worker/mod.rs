@@ -4,6 +4,27 @@
 //! store's instance pool. `run` drives one execution on its own instance whose `process` and
 //! `events` imports are async: while the execution waits (for its server, an answer, a timer),
 //! it is a suspended future on tokio, not a thread.
+//!
+//! # Files
+//!
+//! `mod.rs`: `Executions` (public: a database's stored executions without a kit: `snapshot`,
+//! `states`, `pending_round`, `respond`, `request_cancel`, `recover` with its `RecoveryReport`;
+//! inside the crate, `submit` and `run`, one async instance per execution; synchronous calls go
+//! through the store's instance pool).
+//!
+//! - `changes.rs`: the wake-ups, one watcher per database and process (every 5 ms, on the keeper
+//!   connection, while anyone waits): `PRAGMA data_version` says whether anything was committed;
+//!   only then it reads the wake-up rows above the last number it saw
+//!   (`host/src/sqlite/wakeups.rs`) and wakes those executions' waiters, no others; `register` (a
+//!   worker, a handle's `result`) and `subscribe` (every commit, for `m3::testing`).
+//! - `parking.rs`: the parked workers' held leases (no store: `host/src/imports/process.rs` parks,
+//!   the renewer reads): which are due (one nearly due, within a quarter period, brings along all
+//!   due within three quarters of a period, so renewals fall into step), the results kept for the
+//!   workers to take back, and a worker woken only when it must look (`wake`: its cancel flag or
+//!   its round; `timeout`: a renewal refused, failed, or a period late, after which it renews by
+//!   itself).
+//! - `renewals.rs`: the renewer, one task per `Executions` while any of its workers runs, renewing
+//!   what is due with the component's `renew-held` (256 workers per transaction).
 
 pub mod changes;
 pub mod parking;

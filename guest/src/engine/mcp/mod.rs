@@ -13,6 +13,29 @@
 //! - [`mrtr`]: multi round-trip requests (`input_required`, MCP 2026-07-28).
 //! - [`request`]: turning a server's elicitation parameters into a round's request.
 //! - [`schema_order`]: the order in which a server wrote a schema's properties.
+//!
+//! # Files
+//!
+//! The MCP client side as pure functions over JSON-RPC values (the worker drives them).
+//!
+//! - `mod.rs`: the module's map.
+//! - `framing.rs`: bounded newline framing.
+//! - `message.rs`: routing by kind (server requests share our id space).
+//! - `era.rs`: `server/discover` probe, `initialize` fallback, modern `_meta`.
+//! - `request.rs`: elicitation params -> round request, request keys (`_meta["m3/request_key"]` or
+//!   `elicitation`).
+//! - `schema_order.rs`: the order a server wrote a `requestedSchema`'s properties in, read from the
+//!   line (a thread-local kept until the next line), and the schema's text in it.
+//! - `legacy.rs`: `elicitation/create`, -32042 URL lists keyed `url-N`.
+//! - `mrtr.rs`: `input_required` (keys and `requestState` verbatim, retries, `-32602` ->
+//!   `invalid_request_state`).
+//! - `sse.rs`: Server-Sent Events framing of Streamable HTTP responses (every line ending,
+//!   comments, `id` and `retry` kept for resumption, an event's own id for de-duplication), bounded
+//!   per event.
+//! - `endpoint.rs`: a server URL's scheme, authority and path, its origin (normalised as the host
+//!   normalises it) and the targets of its redirects.
+//! - `param_headers.rs`: SEP-2243 header values (plain, or `=?base64?...?=`) and a tool's
+//!   `x-mcp-header` annotations, with the rules that make a tool uncallable.
 
 pub mod endpoint;
 pub mod era;

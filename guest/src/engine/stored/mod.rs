@@ -6,7 +6,7 @@
 //! number) and converted to and from the WIT types in one place per document
 //! ([`round`], [`execution`]).
 //!
-//! The rule for changing it (ARCHITECTURE.md, "The stored format"):
+//! The rule for changing it (docs/decisions/0049-the-stored-format.md):
 //! - Adding an optional field (`#[serde(default)]`) needs no new format: older documents read
 //!   with the default, and older releases never see it (a database is not shared across
 //!   downgrades).
@@ -16,6 +16,19 @@
 //!   (`tests/fixtures/`) must still read unchanged.
 //! - A document of a format newer than [`FORMAT`] is refused (`corrupt-record`, naming the
 //!   format), never guessed at.
+//!
+//! # Files
+//!
+//! The stored format, types of the component's own apart from the WIT contract.
+//!
+//! - `mod.rs`: `FORMAT`, `decode` (reads the `format` first: absent is 1, newer is refused by name)
+//!   and `encode`, and the rule for changing the format.
+//! - `round.rs`: `RoundDocument` and its conversion to and from `managed-input-record`.
+//! - `execution.rs`: `ExecutionDocument` (submission, cancel flag, outcome, what the worker
+//!   started, the lease token; the tool results an older build kept in it) and its conversions, and
+//!   `ToolResultItem`, one tool result in a row of its own (an execution item of kind
+//!   `tool-result`).
+//! - `values.rs`: timestamps, operation kinds and failure codes shared by both.
 
 pub mod execution;
 pub mod round;

@@ -7,6 +7,63 @@
 //! in a browser goes back only to a path of this server (`local_path.rs`).
 //! Library calls (SQLite, the component) run on the blocking pool, never on the runtime's
 //! threads.
+//!
+//! # Files
+//!
+//! `m3 serve`, the CLI's contract over HTTP (axum on tokio).
+//!
+//! - `mod.rs`: the flags, the refusal of a non-loopback `--listen` without a token
+//!   (`token_required`), the runtime, the bound address as the first stdout line, graceful stop on
+//!   Ctrl-C/SIGTERM (open event streams end, or the stop would wait for them).
+//! - `connections.rs`: the accept loop (hyper's HTTP/1.1 under the axum router, each connection on
+//!   its own task, `TCP_NODELAY`): a connection that does not send a request's head within the
+//!   request timeout (30 s; idle keep-alive ones too) is closed, so clients that never finish a
+//!   request cannot use up the file descriptors; on stop, the requests in flight finish.
+//! - `api.rs`: the routes, each answering with the value its command's `--json` prints (the same
+//!   functions: `pending::list_in`, `inspect::round_value` (redacted only),
+//!   `inspect::status_value`, `inspect::events_value`, `respond::submit`), every library call on
+//!   the blocking pool (one write at a time, in arrival order: many at once starved each other in
+//!   SQLite's busy handler before the host took SQLite's lock with retries of its own; BENCHMARKS
+//!   section 9), bodies bounded to 8 MiB and to the request timeout (408 `request_timeout`); an
+//!   answer's `responses` reach the component as the client wrote them (its strict parser refuses a
+//!   key given twice).
+//! - `problem.rs`: an error as `host/cli/src/error_report.rs` classifies it, with its HTTP status
+//!   (400, 404, 409, 410 `round_terminal`, `delivered_then_failed`, `delivery_unconfirmed` and
+//!   `recovery_unavailable`, 401, 403, 405, 408, 413, 503 `storage_busy`, 500) and the
+//!   `request_key` and `field` the component named (a page shows the error next to that field); the
+//!   router's fallbacks make every refusal typed JSON (`route_not_found`, `method_not_allowed` with
+//!   `Allow`), and a browser's GET of a page that does not exist gets `assets/not_found.html`.
+//! - `extract.rs`: the path and query extractors, whose refusals are typed (`invalid_path`,
+//!   `invalid_query`: a bad percent-encoding, a parameter given twice), never axum's `text/plain`.
+//! - `local_path.rs`: `LocalPath`, where a login may lead (`next`): one leading `/` (not `//` or
+//!   `/\`), visible ASCII without a backslash or control character, also once percent-decoded, at
+//!   most 2048 bytes; the guard's redirect, the login form and the `Location` after a login accept
+//!   only it (a bad one is dropped on GET, refused with 400 and no cookie on POST).
+//! - `auth.rs`: the guard in front of every page and call (and of every path and method no route
+//!   has) but the login form and the assets: the token (bearer header, or the login cookie:
+//!   HttpOnly, SameSite=Strict, an HMAC of the token; `Token::parse` refuses an empty, blank or
+//!   control-character token from any source), compared in constant time, never logged or quoted;
+//!   without a token, only an exact loopback `Host` (an authority of a host and an optional numeric
+//!   port, the host compared whole: no DNS rebinding); CSRF for state-changing requests not sent
+//!   with the bearer header (same origin by `Origin`/`Sec-Fetch-Site`, and the `X-M3-CSRF` value or
+//!   a JSON body).
+//! - `page.rs`: the login form, the one HTML shell of every page (`/`, `/rounds/{id}`,
+//!   `/executions/{id}`), `GET /api/session` (the CSRF value for same-origin scripts), the security
+//!   headers (a Content-Security-Policy allowing this origin only, `nosniff`, no framing,
+//!   `no-store`); `assets/` (`index.html`, `login.html`, `not_found.html`, `app.js`, `app.css`) are
+//!   embedded with `include_str!`. `assets/app.js`: the inbox (pending rounds newest first,
+//!   executions), a round's page (its progress, a form built from each request's `requestedSchema`:
+//!   every MCP field kind, checks as the user types, the component's error next to its field,
+//!   URL-mode requests as text with a consent box, decline and cancel), an execution's page (facts,
+//!   rounds, history, cancel), all kept current by one `EventSource`; elements are built with
+//!   `textContent` only.
+//! - `events.rs`: the one watcher task (its first look taken before the address is printed, so
+//!   every later change is streamed; a round that moved several steps between two looks is said in
+//!   each: `round_answered` before its end) and `/api/events/stream` (Server-Sent Events,
+//!   keep-alive comments, `lagged` for a slow reader). Hidden test knobs of `m3 serve`:
+//!   `--keep-alive-secs`, `--event-capacity`, `--send-buffer-bytes` (the listening socket's send
+//!   buffer, which accepted connections inherit, so a stalled reader's buffers fill with little
+//!   data), `--request-timeout-secs`.
 
 mod api;
 mod auth;
