@@ -15,8 +15,9 @@
 //!   threads contend for 12 rounds (on both backends: one claim, one acknowledged answer and one
 //!   delivery per round); on PostgreSQL, a write whose connection the server terminates while it
 //!   waits in its transaction writes nothing and its retry succeeds, idle connections the server
-//!   closed are never lent, and the server restarted while an execution's round waits loses and
-//!   doubles nothing.
+//!   closed are never lent, and the server restarted while an execution's round waits: the worker
+//!   survives it, the answer given after it is delivered exactly once and the database is intact.
+//!   The contending workers are `m3-test-helper contend` processes.
 //! - `postgres_server.rs`: the throwaway PostgreSQL server of `tests/support/postgres_server.rs`
 //!   itself.
 //! - `embedding.rs`: the policy-only component in other hosts. The shared vectors
@@ -27,9 +28,11 @@
 //!   part; the component's imports and exports; EMBEDDING.md's JavaScript and Python examples run
 //!   as written.
 //! - `lifecycle_model.rs`: proptest, random operation sequences against an independent reference
-//!   model comparing kinds and codes; a fresh seed each run (printed, `M3_SEED` replays it), 96 x
-//!   `M3_SOAK` sequences, every status reached.
-//! - `concurrency.rs`: idempotent-submit races across threads and OS processes, contention, no
+//!   model comparing kinds and codes; a fresh seed each run (printed with the command that
+//!   replays exactly this test, `tests/support/replay.rs`), 96 x `M3_SOAK` sequences, every status
+//!   reached.
+//! - `concurrency.rs`: idempotent-submit races across threads and OS processes (`m3-test-helper
+//!   race`), contention, no
 //!   process-wide lock (writers seen sleeping in the host's retries for SQLite's write lock, not
 //!   slept for), and a write lock held past the busy timeout as a typed `storage_busy` that changes
 //!   nothing.
@@ -107,16 +110,16 @@
 //! - `execution_edges.rs`: the edges of an execution's life: servers that stop waiting (the
 //!   TypeScript SDK 1.x's request timeout and a server that exits or completes without waiting,
 //!   `tests/peers/withdrawing_server.mjs`; a Python tool wrapping `ctx.elicit` in a timeout), an
-//!   answer committed too late, a deadline as `OperationTimeout`, a killed worker recovered by a
+//!   answer racing the server's timeout (delivered once or its round says why), a deadline as `OperationTimeout`, a killed worker recovered by a
 //!   live kit, a queued execution whose submitter died, a handle attached from a second process
 //!   (`tests/support/second_process_main.rs`), programs and directories resolved as given, prompts
 //!   and resources that elicit, in both eras.
 //! - Reliability catalogue (see RELIABILITY.md; `M3_SOAK` multiplies iterations, `just soak`):
 //!   `malformed_input.rs` (10,400 generated submissions + 1,200 hostile schemas),
 //!   `lease_fencing.rs` (injected clock, 8 workers), `random_kills.rs` (SIGKILLs of worker
-//!   processes under load, until kills have landed between rounds and in every status a live round
-//!   passes through); each draws a fresh seed every run, printed with the command that replays it
-//!   (`M3_SEED`), `redaction.rs` (random secrets in errors, Debug and child output; the command's
+//!   processes, `m3-test-helper kill-worker`, under load, until kills have landed between rounds and in every status a live round
+//!   passes through); each draws a fresh seed every run, printed with the command that replays
+//!   exactly that test (`M3_SEED`, `tests/support/replay.rs`), `redaction.rs` (random secrets in errors, Debug and child output; the command's
 //!   in `host/cli/tests/redaction.rs`).
 //! - `peers.rs`: the guest's MCP protocol functions against real peers (server-everything, Python
 //!   `mcp==2.3.0` in both eras), installed on first use (`tests/support/peers.rs`) from the pinned
@@ -130,7 +133,7 @@
 //!   and over the package's own source; and the example file checked against the specification's
 //!   example character for character (kept in `tests/fixtures/specification-example.txt`, itself
 //!   checked against `../shared/spec/` where a checkout has the specification beside it). The
-//!   suite, a file per concept:
+//!   suite's files, a file per concept, are listed in `tests/python/README.md`.
 //! - `python_spec_example.rs`: `tests/python/spec_example.py` run as a program by the venv's
 //!   Python, in a fresh directory with a clean environment, must exit 0 having left its round
 //!   resolved with the example's answer and the shipment booked to it: as written, with the real
@@ -139,6 +142,17 @@
 //!   `/etc/codex/config.toml`, an overlay in a mount namespace of that run alone) sends to the
 //!   loopback model (which refuses any other key); and with only the agent's dict replaced by a
 //!   scripted one.
+//! - `integrity.rs`: the integrity check itself (`tests/support/integrity.rs`): on a store with
+//!   real executions it is ok, and each corruption planted by raw SQL (orphans, version rows out of
+//!   step, an open round under an execution its worker finished, unknown statuses, a dropped index
+//!   on PostgreSQL) is reported, on both backends.
+//! - `replay.rs`: every printed replay command lists exactly the test that printed it (the filter
+//!   run through this binary with `--list`), and every random test is registered in
+//!   `tests/support/replay.rs`, the only source of seeds.
+//! - `shipped.rs`: what ships is what CI builds: no test-only feature of `m3` reaches `m3-cli`,
+//!   `m3-python` or the library (`cargo tree` without dev-dependencies), the words `.ci/run` scans
+//!   the release `m3` for are in the test build's, and `.ci/run` runs the README's two commands as
+//!   written.
 //! - `stored_format.rs`: the committed fixture database (`tests/fixtures/format-1.sqlite`) reads
 //!   back through the public API exactly as its JSON (`format-1.json`) records; a renamed stored
 //!   field or a newer format is refused by name.

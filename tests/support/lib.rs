@@ -5,12 +5,12 @@
 //! - `python_package.rs`: the package built into the ignored venv
 //!   `tests/.peers/python-package/venv/` on first use (once per test process, under a file lock):
 //!   the pinned requirements, then `pip install ./host/python` (maturin fetched by pip) with
-//!   `MATURIN_PEP517_ARGS=--profile dev` and the workspace's target directory, again whenever a
+//!   `MATURIN_PEP517_ARGS="--profile dev --locked"` and the workspace's target directory, again whenever a
 //!   file it is built from changes (a marker holding each source file's hash); a failed build fails
 //!   the tests with its log. The same in release, maturin's default, into
 //!   `tests/.peers/python-package-release/venv/` for the benchmark
 //!   `tests/benches/python_rounds.rs`. Also the `m3` command, built as the `m3` command's own tests
-//!   build it (`cargo test --workspace --no-run --test readme`: the same features, nothing built
+//!   build it (`cargo test --workspace --locked --no-run --test readme`: the same features, nothing built
 //!   twice) in this binary's profile.
 //! - `shipping_server_main.rs`: the bundled server as a binary of the test package
 //!   (`CARGO_BIN_EXE_m3-test-shipping-server`).
@@ -18,8 +18,10 @@
 //!   API (rounds in every status, executions in every lifecycle and outcome); run once per stored
 //!   format.
 //! - `lib.rs`: temporary databases, stores on them and request fixtures; it holds `fake_model.rs`,
-//!   `peers.rs`, `fixture.rs` (what the API reads back from a database, as JSON) and `rng.rs` (the
-//!   one seeded generator of every random test, here and in `host/cli/tests/`) as modules, and
+//!   `peers.rs`, `fixture.rs` (what the API reads back from a database, as JSON), `rng.rs` (the
+//!   one seeded generator of every random test, here and in `host/cli/tests/`) and `replay.rs`
+//!   (the registry of random tests, `RandomTest`: their seeds, from `M3_SEED` or fresh, and the
+//!   replay command that names exactly one test) as modules, and
 //!   `backends.rs` (`Db`, a fresh database of either backend, and `on_both_backends!`, one body as
 //!   a test per backend) and `postgres_server.rs` (a throwaway PostgreSQL server per test process:
 //!   `initdb` into a temporary directory as an unprivileged user, a Unix socket only, a database of
@@ -28,7 +30,15 @@
 //!   its HTTP mode on a free loopback port, waited for, killed with its process group, restartable
 //!   on the same port) and `http_probe.rs` (a loopback HTTP/1.1 witness that records every request
 //!   and answers as told, and can hold a stream open, stay silent, or reset the connection: a
-//!   hostile server's parts).
+//!   hostile server's parts), `integrity.rs` (what `backends::integrity` checks: SQLite's
+//!   `integrity_check` and `foreign_key_check`, or amcheck's `bt_index_check` on every btree index
+//!   on PostgreSQL, then the store's own invariants over the same rows on both), and the bodies of
+//!   the helper processes: `race.rs` (one process of `concurrency`'s idempotent submit race),
+//!   `kill_worker.rs` (the worker `random_kills` kills: its steps and acknowledgement lines) and
+//!   `contention.rs` (a contending worker of `postgres_faults`).
+//! - `helper_main.rs`: `m3-test-helper`, the tests' helper processes, one mode each (`race`,
+//!   `kill-worker`, `contend`, `own-postgres`, the last owning a throwaway PostgreSQL server for
+//!   `tests/all/postgres_server.rs`), so that no helper is a test of its own.
 //! - `fault_worker_main.rs`: `m3-test-fault-worker`, the worker process `tests/all/crash.rs` kills
 //!   at each named fault point (built with `fault-points`).
 //! - `fake_model_main.rs`: `m3-test-fake-model`, the loopback model of `fake_model.rs` as a binary,
