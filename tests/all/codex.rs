@@ -711,38 +711,208 @@ fn the_agent_is_offered_exactly_the_allowed_tools() -> Result<()> {
     Ok(())
 }
 
-/// Credentials reach Codex and nothing else: an endpoint that requires `Authorization: Bearer
-/// <key>` works with the key in an environment variable named by `env_key`, and with a copied
-/// `auth.json` (an API-key sign-in); without either it is refused at once as `model_error`
-/// carrying the status.
+/// A live process as `/proc` shows it: its id, executable, environment and command line.
+struct ProcessView {
+    pid: u32,
+    exe: Option<PathBuf>,
+    environ: Vec<u8>,
+    cmdline: Vec<u8>,
+}
+
+/// Every live process whose environment and command line this user can read.
+fn processes() -> Vec<ProcessView> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            let dir = entry.path();
+            Some(ProcessView {
+                pid,
+                exe: std::fs::read_link(dir.join("exe")).ok(),
+                environ: std::fs::read(dir.join("environ")).ok()?,
+                cmdline: std::fs::read(dir.join("cmdline")).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The parent of process `pid` (the field after the name in `/proc/PID/stat`).
+fn parent_of(pid: u32) -> Result<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_name = stat.rsplit_once(')').context("a stat line")?.1;
+    Ok(after_name
+        .split_whitespace()
+        .nth(1)
+        .context("a parent id")?
+        .parse()?)
+}
+
+/// Whether `needle` occurs in `haystack`.
+fn holds(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// Every file under `dir` (recursively) whose bytes hold `needle`, as paths relative to `dir`.
+fn files_holding(dir: &Path, needle: &str) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    let mut left = vec![dir.to_path_buf()];
+    while let Some(next) = left.pop() {
+        for entry in std::fs::read_dir(&next)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                left.push(entry.path());
+            } else if kind.is_file() && holds(&std::fs::read(entry.path())?, needle) {
+                found.push(entry.path().strip_prefix(dir)?.to_path_buf());
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Credentials reach Codex and nothing else. An endpoint that requires `Authorization: Bearer
+/// <key>` (every other request to it is refused 401) works with the key in an environment
+/// variable named by `env_key`, and with a copied `auth.json` (an API-key sign-in): every
+/// request Codex sent the model carried the key. While each round waits, the key is in the
+/// environment of Codex alone (with `env_key`) or of no process (with the sign-in), on the
+/// command line of no process but the test's fake model, not in the environment of the MCP
+/// server Codex started (found by a marker of its binding), and in no file of the execution's
+/// scratch directory (Codex's private home, its configuration, sessions and logs) but the
+/// copied `auth.json`; that directory is gone once the execution ends, and neither the events,
+/// the stderr tail nor the database file (rows and WAL; the variable's name is there, its value
+/// is not) holds the key. Without either credential the run is refused at once as
+/// `model_error` carrying the status.
 #[test]
 fn credentials_from_env_key_or_a_copied_sign_in_and_a_clean_refusal_without() -> Result<()> {
     const KEY: &str = "sk-test-7f3a";
+    const VARIABLE: &str = "M3_TEST_MODEL_KEY";
     let db = TempDb::new();
     let model = FakeModel::start(db.dir.path(), &format!("auth:{KEY}"))?;
-    let run = |agent: &Agent| -> Result<ExecutionResult> {
-        let handle = agent.submit(submission(HumanInput::Managed))?;
-        loop {
-            if let Some(pending) = handle.pending_elicitation()? {
-                handle.respond_elicitation(&pending.round_id, address(), "k")?;
-            }
-            let snapshot = handle.snapshot()?;
-            if snapshot.lifecycle == ExecutionStatus::Finished {
-                break;
-            }
+    let codex = codex_binary()?.canonicalize()?;
+    let server_path = Path::new(SHIPPING_SERVER).canonicalize()?;
+    // Runs one execution; while its round waits, checks where the key is; `sign_in` names the
+    // one file of the scratch directory allowed to hold it.
+    let run = |agent: &Agent, mark: &str, sign_in: Option<&str>| -> Result<()> {
+        let server = StdioServer::new("shipping", SHIPPING_SERVER)
+            .args(["--era", "legacy"])
+            .env("M3_TEST_SERVER_MARK", mark);
+        let handle = agent.submit(
+            Submission::new(
+                "Ask for the delivery address, then book the shipment.",
+                server,
+            )
+            .tools(["shipping:book_shipment"])
+            .human_input(HumanInput::Managed),
+        )?;
+        let pending = wait_pending(&handle)?;
+        let all = processes();
+        let server_env = format!("M3_TEST_SERVER_MARK={mark}");
+        let servers: Vec<&ProcessView> = all
+            .iter()
+            .filter(|p| p.exe.as_deref() == Some(server_path.as_path()))
+            .filter(|p| holds(&p.environ, &server_env))
+            .collect();
+        ensure!(
+            servers.len() == 1,
+            "{mark}: {} MCP servers found",
+            servers.len()
+        );
+        // This execution's Codex: the process that started the MCP server.
+        let codex_pid = parent_of(servers[0].pid)?;
+        let ours = all
+            .iter()
+            .find(|p| p.pid == codex_pid)
+            .context("the MCP server's parent")?;
+        ensure!(
+            ours.exe.as_deref() == Some(codex.as_path()),
+            "{mark}: the MCP server's parent is {:?}, not Codex",
+            ours.exe
+        );
+        for server in &servers {
+            ensure!(
+                !holds(&server.environ, KEY) && !holds(&server.environ, VARIABLE),
+                "{mark}: the MCP server (pid {}) was given the model's key",
+                server.pid
+            );
+        }
+        let with_key: Vec<&ProcessView> = all.iter().filter(|p| holds(&p.environ, KEY)).collect();
+        for process in &with_key {
+            ensure!(
+                process.exe.as_deref() == Some(codex.as_path()),
+                "{mark}: pid {} ({:?}), not Codex, holds the key in its environment",
+                process.pid,
+                process.exe
+            );
+        }
+        match sign_in {
+            None => ensure!(
+                with_key.iter().any(|p| p.pid == codex_pid),
+                "{mark}: the key is not in this execution's Codex's environment"
+            ),
+            Some(_) => ensure!(
+                with_key.is_empty(),
+                "{mark}: with a sign-in, a process holds the key in its environment"
+            ),
+        }
+        for process in all.iter().filter(|p| holds(&p.cmdline, KEY)) {
+            ensure!(
+                process.pid == model.child.id(),
+                "{mark}: the key is on the command line of pid {} ({:?})",
+                process.pid,
+                process.exe
+            );
+        }
+        // The scratch directory: the parent of Codex's private home.
+        let home = ours
+            .environ
+            .split(|b| *b == 0)
+            .find_map(|e| e.strip_prefix(b"CODEX_HOME="))
+            .context("CODEX_HOME")?;
+        let home = PathBuf::from(String::from_utf8(home.to_vec())?);
+        let scratch = home
+            .parent()
+            .context("the scratch directory")?
+            .to_path_buf();
+        ensure!(home.is_dir(), "{mark}: no private home at {home:?}");
+        let holding = files_holding(&scratch, KEY)?;
+        let allowed: Vec<PathBuf> = sign_in
+            .iter()
+            .map(|name| Path::new("home").join(name))
+            .collect();
+        ensure!(
+            holding == allowed,
+            "{mark}: files of the scratch directory holding the key: {holding:?}"
+        );
+        handle.respond_elicitation(&pending.round_id, address(), "k")?;
+        let result = handle.result(Some(Duration::from_secs(120)))?;
+        ensure!(result.succeeded(), "{mark}: {}", result.outcome);
+        let until = Instant::now() + Duration::from_secs(20);
+        while scratch.exists() {
+            ensure!(
+                Instant::now() < until,
+                "{mark}: the scratch directory {scratch:?} outlived its execution"
+            );
             std::thread::sleep(Duration::from_millis(25));
         }
-        Ok(handle.result(Some(Duration::from_secs(60)))?)
+        let diagnostics = handle.diagnostics()?;
+        ensure!(
+            !format!("{diagnostics:?}").contains(KEY),
+            "{mark}: the execution's events or stderr tail hold the key"
+        );
+        Ok(())
     };
     // The key in the kit's environment, named by the provider.
     let (_kit, agent) = codex_kit_with(
         &db,
-        model.provider().env_key("M3_TEST_MODEL_KEY"),
-        [("M3_TEST_MODEL_KEY", KEY)],
+        model.provider().env_key(VARIABLE),
+        [(VARIABLE, KEY)],
         |o| o,
     )?;
-    let result = run(&agent)?;
-    assert!(result.succeeded(), "env_key: {}", result.outcome);
+    run(&agent, "env-key", None)?;
     // An API-key sign-in, copied from another Codex home.
     let home = tempfile::tempdir()?;
     std::fs::write(
@@ -755,8 +925,18 @@ fn credentials_from_env_key_or_a_copied_sign_in_and_a_clean_refusal_without() ->
             ..o
         }
     })?;
-    let result = run(&agent)?;
-    assert!(result.succeeded(), "auth.json: {}", result.outcome);
+    run(&agent, "sign-in", Some("auth.json"))?;
+    // Every request Codex sent the model carried the key: none was refused.
+    let log = std::fs::read_to_string(db.dir.path().join(format!("model-auth:{KEY}.log")))?;
+    let asked = log
+        .lines()
+        .filter(|l| l.starts_with("fake-model: POST ") && l.contains("/responses"))
+        .count();
+    ensure!(asked >= 4, "the model was asked {asked} times in two runs");
+    ensure!(
+        !log.contains("fake-model: refused"),
+        "a request reached the model without the key:\n{log}"
+    );
     // Neither: refused, named, fast.
     let (_kit, agent) = codex_kit_with(&db, model.provider().with_openai_auth(), [], |o| o)?;
     let handle = agent.submit(submission(HumanInput::Managed))?;
@@ -774,6 +954,20 @@ fn credentials_from_env_key_or_a_copied_sign_in_and_a_clean_refusal_without() ->
         "{diagnostics:?}"
     );
     assert!(!format!("{diagnostics:?}").contains(KEY));
+    // The stored rows: the variable's name is kept with the submission, never the key.
+    let mut stored = Vec::new();
+    for suffix in ["", "-wal"] {
+        let mut path = db.path.clone().into_os_string();
+        path.push(suffix);
+        if let Ok(bytes) = std::fs::read(&path) {
+            stored.extend(bytes);
+        }
+    }
+    ensure!(
+        holds(&stored, VARIABLE),
+        "the database does not hold the provider's variable name: the scan reads nothing"
+    );
+    ensure!(!holds(&stored, KEY), "the database holds the model's key");
     Ok(())
 }
 
@@ -891,7 +1085,12 @@ fn failures_are_fast_and_named() -> Result<()> {
 fn the_features_the_kit_switches_off_exist_in_the_pinned_codex() -> Result<()> {
     let home = tempfile::tempdir()?;
     let mut command = Command::new(codex_binary()?);
-    for feature in m3_guest::runtime::worker::CODEX_TOOL_FEATURES {
+    let features = || {
+        m3_guest::runtime::worker::CODEX_TOOL_FEATURES
+            .iter()
+            .chain(m3_guest::runtime::worker::CODEX_QUIET_FEATURES)
+    };
+    for feature in features() {
         command.arg("-c").arg(format!("features.{feature}=false"));
     }
     let out = command
@@ -917,7 +1116,7 @@ fn the_features_the_kit_switches_off_exist_in_the_pinned_codex() -> Result<()> {
         listed.len() > 50,
         "unexpected `features list` output: {listed:?}"
     );
-    for feature in m3_guest::runtime::worker::CODEX_TOOL_FEATURES {
+    for feature in features() {
         let state = listed.get(*feature).with_context(|| {
             format!("Codex {} has no feature `{feature}`", peers::CODEX_VERSION)
         })?;

@@ -460,6 +460,70 @@ fn server_everything_url_elicitation_is_a_url_round_answered_by_consent() -> Res
     Ok(())
 }
 
+/// An accepted URL answer is never fetched, neither by the kit nor by anything it runs: a URL
+/// request whose URL points at a loopback listener this test owns is listed, answered `accept`
+/// and delivered (the server says it completed the elicitation), and the listener has had no
+/// connection at any point, also a moment after the delivery. (The static side of the promise
+/// is `tidy::nothing_shipped_can_fetch_a_url`.)
+#[test]
+fn an_accepted_url_answer_is_never_fetched() -> Result<()> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let url = format!(
+        "http://127.0.0.1:{}/consent?state=m3-test",
+        listener.local_addr()?.port()
+    );
+    // A connection completes its handshake in the backlog whether or not it is accepted:
+    // `accept` finds it however late it is asked.
+    let connections = || -> Result<usize> {
+        let mut seen = 0;
+        loop {
+            match listener.accept() {
+                Ok(_) => seen += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(seen),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let run = Run::start(
+        everything(McpEra::Legacy)?,
+        Script::call("everything:trigger-url-elicitation", json!({"url": url})),
+    )?;
+    let round = run.pending()?;
+    let ElicitationRequest::Url(request) = only_request(&round, LEGACY_KEY)? else {
+        bail!("expected a URL request: {:?}", round.requests);
+    };
+    assert_eq!(request.url, url);
+    ensure!(
+        connections()? == 0,
+        "the URL was fetched before it was answered"
+    );
+    run.answer(&round, LEGACY_KEY, ElicitationResponse::accept_url())?;
+    let result = run.succeeded()?;
+    let [tool] = result.outcome.tool_results.as_slice() else {
+        bail!(
+            "one tool result expected: {:?}",
+            result.outcome.tool_results
+        );
+    };
+    let text = tool.text();
+    assert!(
+        text.contains("completed the URL elicitation") && text.contains(&url),
+        "{text}"
+    );
+    run.assert_resolved(&round.round_id)?;
+    // Anything the answer set off has had a moment to connect (a longer wait only makes the
+    // check stricter).
+    std::thread::sleep(Duration::from_millis(500));
+    let seen = connections()?;
+    ensure!(
+        seen == 0,
+        "the URL of an accepted answer was fetched: {seen} connections"
+    );
+    run.close();
+    Ok(())
+}
+
 #[test]
 fn server_everything_url_required_error_is_a_consent_round_and_the_retry_asks_again() -> Result<()>
 {

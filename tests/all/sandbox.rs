@@ -591,8 +591,10 @@ fn regression_the_compute_budget_is_the_same_on_every_machine() -> Result<()> {
 }
 
 /// The largest answers the edge limits let through (1 MiB: ~96,000 fields, valid or invalid at
-/// their very end) cost a bounded, machine-independent amount of fuel, well inside the default
-/// compute budget: they get their typed answer on any machine.
+/// their very end) cost a bounded, machine-independent amount of fuel, under an eighth of the
+/// default compute budget (656 million of 6,000 million: the budget is more than nine times
+/// their cost; not ten), so they get their typed answer on any machine. Fuel counts the guest's
+/// WebAssembly operations, not time: the figure is the same however loaded the machine is.
 #[test]
 fn the_largest_answers_stay_well_inside_the_default_compute_budget() -> Result<()> {
     let policy = Policy::new()?;
@@ -638,7 +640,11 @@ fn the_largest_answers_stay_well_inside_the_default_compute_budget() -> Result<(
         "largest answers ({n} fields): {most} fuel, {:.1}% of the default budget",
         most as f64 * 100.0 / DEFAULT_COMPUTE_BUDGET as f64
     );
-    ensure!(most > 0 && most < DEFAULT_COMPUTE_BUDGET / 5, "{most} fuel");
+    ensure!(
+        most > 0 && most < DEFAULT_COMPUTE_BUDGET / 8,
+        "the largest answers cost {most} fuel, not under an eighth of the default budget ({})",
+        DEFAULT_COMPUTE_BUDGET / 8
+    );
     Ok(())
 }
 

@@ -346,6 +346,186 @@ fn endless_inputs_are_refused_at_the_limit() {
     );
 }
 
+/// The most the command reads of an input file (`MAX_INPUT_BYTES` in `host/cli/src/main.rs`).
+const MAX_INPUT: usize = 8 * 1024 * 1024;
+
+/// How the command's reader refuses an input past [`MAX_INPUT`] (`read_input_within`).
+const PAST_THE_LIMIT: &str = "is larger than 8 MiB (payload_too_large); nothing was read past that";
+
+/// Writes `json` followed by spaces, `len` bytes in all (trailing whitespace is still one JSON
+/// document, so the file's size is the only thing that differs between two lengths).
+fn padded(sb: &Sandbox, name: &str, json: &str, len: usize) -> String {
+    assert!(
+        json.len() <= len,
+        "{name}: {} bytes before padding",
+        json.len()
+    );
+    let path = sb.write(name, &format!("{json}{}", " ".repeat(len - json.len())));
+    path.to_str().expect("a UTF-8 path").to_string()
+}
+
+/// Every input the command reads with its 8 MiB limit, at the edge: a file of exactly 8 MiB is
+/// read whole and then used (a round file, accepted) or refused for what it holds, never for
+/// the reader's limit (an answer map by the library's 1 MiB limit, which names all 8,388,608
+/// bytes it was given; a schema by the component's 256 KiB one; a script, an agent and a token
+/// file for their content); one byte more is refused by the reader itself, with the size
+/// error. Answer files (`respond`, `validate`), standard input (`respond`, `check-schema`),
+/// round files, schemas, scripts, `--agent @FILE` and `serve --token-file`.
+#[test]
+fn inputs_at_the_8_mib_limit_are_read_and_one_byte_more_is_refused() {
+    let sb = Sandbox::new();
+    let _run = sb.spawn_run("legacy", &[], &[]);
+    let round = sb.wait_pending();
+    let (round_id, _) = ids(&round);
+    let round_json = serde_json::to_string_pretty(&round).expect("JSON");
+    let round_small = padded(&sb, "round.json", &round_json, round_json.len());
+    let answers_json = json!({"shipping_address": address_answer()}).to_string();
+    let answers_small = padded(&sb, "answers.json", &answers_json, answers_json.len());
+    let schema_json = r#"{"type":"object","properties":{"a":{"type":"string"}}}"#;
+    let script_json = r#"{"not":"a script"}"#;
+    let agent_json = r#"{"harness":"scripted","modle":1}"#;
+    let run_with = |extra: &[&str]| {
+        let mut cmd = sb.command(&[]);
+        cmd.args(run_args("legacy", &[], extra));
+        finish(cmd, None, COMMAND_TIMEOUT)
+    };
+    let from_stdin = |args: &[&str], file: &str| {
+        let mut cmd = sb.command(args);
+        cmd.stdin(Stdio::from(
+            std::fs::File::open(file).expect("opening an input"),
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let what = format!("{cmd:?} < {file}");
+        let out = cmd.output().expect("running m3");
+        Output::new(
+            what,
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    for len in [MAX_INPUT, MAX_INPUT + 1] {
+        let at_limit = len == MAX_INPUT;
+        let answers = padded(&sb, "answers-edge.json", &answers_json, len);
+        let round_file = padded(&sb, "round-edge.json", &round_json, len);
+        let schema = padded(&sb, "schema-edge.json", schema_json, len);
+        let script = padded(&sb, "script-edge.json", script_json, len);
+        let agent = format!("@{}", padded(&sb, "agent-edge.json", agent_json, len));
+        let token = padded(&sb, "token-edge", "", len);
+        let outputs = [
+            (
+                "respond --responses FILE",
+                sb.m3(&[
+                    "respond",
+                    &round_id,
+                    "--idempotency-key",
+                    "k",
+                    "--responses",
+                    &answers,
+                ]),
+                "ManagedInputValidationError",
+                "responses are 8388608 bytes; the limit is 1048576",
+            ),
+            (
+                "respond --responses -",
+                from_stdin(
+                    &[
+                        "respond",
+                        &round_id,
+                        "--idempotency-key",
+                        "k",
+                        "--responses",
+                        "-",
+                    ],
+                    &answers,
+                ),
+                "ManagedInputValidationError",
+                "responses are 8388608 bytes; the limit is 1048576",
+            ),
+            (
+                "validate --responses FILE",
+                sb.m3(&["validate", "--round", &round_small, "--responses", &answers]),
+                "ManagedInputValidationError",
+                "responses are 8388608 bytes; the limit is 1048576",
+            ),
+            (
+                "validate --round FILE",
+                sb.m3(&[
+                    "validate",
+                    "--round",
+                    &round_file,
+                    "--responses",
+                    &answers_small,
+                ]),
+                "",
+                "valid: the answers fit round",
+            ),
+            (
+                "check-schema FILE",
+                sb.m3(&["check-schema", &schema]),
+                "ManagedInputValidationError",
+                "requestedSchema is 8388608 bytes; the limit is 262144",
+            ),
+            (
+                "check-schema -",
+                from_stdin(&["check-schema", "-"], &schema),
+                "ManagedInputValidationError",
+                "requestedSchema is 8388608 bytes; the limit is 262144",
+            ),
+            (
+                "run --script FILE",
+                run_with(&["--script", &script]),
+                "ModelValidationError",
+                "is not a scripted-harness script",
+            ),
+            (
+                "run --agent @FILE",
+                run_with(&["--agent", &agent]),
+                "ModelValidationError",
+                "`modle`",
+            ),
+            (
+                "serve --token-file FILE",
+                sb.m3(&["serve", "--listen", "127.0.0.1:0", "--token-file", &token]),
+                "ManagedInputValidationError",
+                "empty_token",
+            ),
+        ];
+        for (what, out, error, words) in outputs {
+            println!("{what} ({len} bytes): {}", out.first_stderr_line());
+            if !at_limit {
+                let first = out.fails_with(if what.starts_with("run ") {
+                    "ModelValidationError"
+                } else {
+                    "ManagedInputValidationError"
+                });
+                assert!(
+                    first.contains(PAST_THE_LIMIT),
+                    "{what}, {len} bytes: {first}"
+                );
+            } else if error.is_empty() {
+                out.ok();
+                assert!(
+                    out.stdout.starts_with(words),
+                    "{what}, {len} bytes: {}",
+                    out.stdout
+                );
+            } else {
+                let first = out.fails_with(error);
+                assert!(first.contains(words), "{what}, {len} bytes: {first}");
+                assert!(
+                    !first.contains(PAST_THE_LIMIT),
+                    "{what}, {len} bytes: {first}"
+                );
+            }
+        }
+    }
+    // Nothing was stored: the round still waits for its answer.
+    assert_eq!(sb.show(&round_id)["status"], "pending");
+}
+
 /// A new database and its `-wal` and `-shm` are readable by their owner only, whatever the
 /// umask; `doctor` reports files that others can read.
 #[test]

@@ -444,6 +444,14 @@ pub const CODEX_TOOL_FEATURES: &[&str] = &[
     "js_repl",
 ];
 
+/// Codex's features that give the model no tool but start a process or write a file with
+/// Codex's environment, which holds the model's key when the provider names an `env_key`: the
+/// shell snapshot (0.171.0: on by default, also with the shell switched off) runs the user's
+/// shell at start-up and writes the environment it sees to `CODEX_HOME/shell_snapshots/`. Also
+/// switched off; `codex::credentials_from_env_key_or_a_copied_sign_in_and_a_clean_refusal_without`
+/// fails when the key reaches a file of the scratch directory or a process other than Codex.
+pub const CODEX_QUIET_FEATURES: &[&str] = &["shell_snapshot"];
+
 /// The `-c` overrides that confine Codex and point it at the model and its provider (nothing
 /// secret: values of keys and headers stay in the environment Codex is given).
 fn codex_args(spec: &ExecutionSpec, codex: &CodexSettings) -> Vec<String> {
@@ -460,7 +468,7 @@ fn codex_args(spec: &ExecutionSpec, codex: &CodexSettings) -> Vec<String> {
         args.push("-c".into());
         args.push(format!("{key}={value}"));
     };
-    for feature in CODEX_TOOL_FEATURES {
+    for feature in CODEX_TOOL_FEATURES.iter().chain(CODEX_QUIET_FEATURES) {
         set(&format!("features.{feature}"), "false".into());
     }
     set("web_search", quote("disabled"));
