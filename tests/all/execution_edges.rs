@@ -172,7 +172,8 @@ fn a_typescript_sdk_server_that_times_out_withdraws_its_round() -> Result<()> {
 /// exactly once, or its round fails `request_withdrawn` with the answer kept and never
 /// delivered. Which of the two happens is not forced: the worker notices an answer within
 /// milliseconds, so the answer is usually delivered, and this test does not prove that the
-/// too-late path (the server withdrew before the worker saw the answer) ever runs.
+/// too-late path (the server withdrew before the worker saw the answer) ever runs:
+/// `an_answer_committed_too_late_is_kept_but_never_delivered` forces that one.
 #[test]
 fn an_answer_racing_the_server_s_timeout_is_delivered_once_or_its_round_says_why() -> Result<()> {
     let db = TempDb::new();
@@ -200,6 +201,105 @@ fn an_answer_racing_the_server_s_timeout_is_delivered_once_or_its_round_says_why
         }
         other => panic!("the round must end, not stay {other}"),
     }
+    Ok(())
+}
+
+/// An answer committed too late (after the server withdrew its elicitation, before the worker
+/// saw the withdrawal) is kept but never delivered, and its round fails `request_withdrawn`.
+/// The path is forced, not raced: the worker runs in a helper process
+/// (`m3-test-fault-worker ask`) armed to pause at the fault point `server_output.cancelled`,
+/// which it reaches once the TypeScript SDK server has given up on its request (its 1 s timeout)
+/// and sent `notifications/cancelled`, holding those bytes before the component sees them. Only
+/// then is the answer committed, through the store, from this process; the worker is released
+/// and the component decides. What only that path produces: the answer stored in a round that
+/// failed `request_withdrawn` without a delivery attempt, and a server that never got the answer
+/// (its tool's own result says no answer came).
+#[test]
+fn an_answer_committed_too_late_is_kept_but_never_delivered() -> Result<()> {
+    use std::io::BufRead;
+    let db = TempDb::new();
+    let command = peers::withdrawing_server(1_000)?;
+    let pause = tempfile::tempdir()?;
+    // The helper cargo built with this test, unless `M3_TEST_FAULT_WORKER` names another copy
+    // (a target directory shared by several checkouts may hold another checkout's under the
+    // built name).
+    let worker = std::env::var_os("M3_TEST_FAULT_WORKER")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_m3-test-fault-worker").into());
+    let mut child = Command::new(worker)
+        .arg("ask")
+        .arg(&db.path)
+        .arg(&command.program)
+        .args(&command.args)
+        .env("M3_FAULT_POINT", "server_output.cancelled")
+        .env("M3_FAULT_PAUSE", pause.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting m3-test-fault-worker")?;
+    let mut lines = std::io::BufReader::new(child.stdout.take().context("its stdout")?).lines();
+    let mut next_line =
+        move || -> Result<String> { Ok(lines.next().context("the worker process ended early")??) };
+    let pending = next_line()?;
+    let [_, round_id, execution_id] = pending.split_whitespace().collect::<Vec<_>>()[..] else {
+        anyhow::bail!("expected `pending ROUND EXECUTION`, got {pending:?}");
+    };
+    let (round_id, execution_id) = (round_id.to_string(), execution_id.to_string());
+
+    // The server withdraws after its timeout; the worker stops holding its withdrawal.
+    let until = Instant::now() + WAIT;
+    while !pause.path().join("paused").exists() {
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("the worker process ended ({status}) without pausing at the withdrawal");
+        }
+        ensure!(
+            Instant::now() < until,
+            "the worker never paused at the withdrawal"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let store = db.store();
+    let before = store.get_round(&round_id)?.context("the round")?;
+    ensure!(
+        before.status == ManagedInputStatus::Pending && before.responses.is_none(),
+        "the component has not seen the withdrawal yet, so the round still waits: {before:?}"
+    );
+    // Acknowledged: the round is still answerable in the store, which only the component can
+    // change, and the component is held.
+    store.submit_responses(&round_id, &address(), "too-late")?;
+    let answered = store.get_round(&round_id)?.context("the round")?;
+    assert_eq!(answered.status, ManagedInputStatus::ResponseValidated);
+    assert!(answered.responses.is_some(), "the answer is stored");
+    std::fs::write(pause.path().join("resume"), b"")?;
+
+    assert_eq!(next_line()?, "ended Succeeded");
+    let status = child.wait()?;
+    ensure!(status.success(), "the worker process ended {status}");
+
+    let record = store.get_round(&round_id)?.context("the round")?;
+    assert_eq!(record.status, ManagedInputStatus::Failed, "{record:?}");
+    let failure = record.failure.as_ref().context("a failed round says why")?;
+    assert_eq!(failure.code, FailureCode::RequestWithdrawn);
+    assert!(
+        failure
+            .message
+            .contains("cancelled its elicitation request"),
+        "failed by the server's withdrawal itself: {}",
+        failure.message
+    );
+    assert!(record.responses.is_some(), "the answer is kept");
+    assert_eq!(
+        record.delivery_attempts, 0,
+        "the answer was never delivered"
+    );
+    assert!(record.timestamps.delivery_started_at.is_none());
+    // The server's own word: its request ended without an answer.
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let ended = kit.execution(&execution_id)?.result(Some(WAIT))?;
+    assert!(ended.succeeded(), "{}", ended.outcome);
+    let text = ended.outcome.tool_results[0].text();
+    assert!(
+        text.contains("no answer") && !text.contains("Booked"),
+        "the server's own result: {text}"
+    );
     Ok(())
 }
 

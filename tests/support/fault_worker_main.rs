@@ -11,6 +11,13 @@
 //! round is pending, then waits (renewing its lease) until it is killed. When SHIPPING_SERVER
 //! is an `http://` URL it is a Streamable HTTP server instead, `booking_server.py`'s HTTP mode:
 //! the round is `book_table`'s, in the 2026-07-28 era.
+//!
+//! `m3-test-fault-worker ask DB PROGRAM [ARG...]` runs a kit whose scripted agent calls
+//! `ts:ask_with_timeout` on the legacy-era stdio server `PROGRAM ARG...` (the withdrawing
+//! server, `tests/peers/withdrawing_server.mjs`): it prints `pending ROUND EXECUTION` once the
+//! round is pending, then `ended KIND` once the execution has finished, and exits. Armed with
+//! `M3_FAULT_POINT=server_output.cancelled` and `M3_FAULT_PAUSE=DIR`, its worker pauses when
+//! the server's withdrawal is about to reach the component (`host/src/checks/fault.rs`).
 
 use m3::{ElicitationResponse, ManagedInputStore, NewRound, OwnerClaim, StoreOptions};
 use serde_json::json;
@@ -96,11 +103,57 @@ fn kit(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
     }
 }
 
+/// `ask DB PROGRAM [ARG...]`: one execution asking through the withdrawing server's
+/// `ask_with_timeout`, reported on stdout until it ends.
+fn ask(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
+    let usage = || anyhow::anyhow!("usage: ask DB PROGRAM [ARG...]");
+    let db = args.next().ok_or_else(usage)?;
+    let program = args.next().ok_or_else(usage)?;
+    let store = std::sync::Arc::new(m3::SqliteExecutionStore::open(&db)?);
+    let env = BTreeMap::from([(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_default(),
+    )]);
+    let kit = m3::McpTestKit::new(store, env)?;
+    let agent = kit
+        .agents([m3::AgentSpec::scripted(m3::Script::call(
+            "ts:ask_with_timeout",
+            json!({}),
+        ))])?
+        .remove(0);
+    let handle = agent.submit(
+        m3::Submission::new(
+            "Ask, then act.",
+            m3::StdioServer::new("ts", program)
+                .args(args)
+                .era(m3::McpEra::Legacy),
+        )
+        .tools(["ts:ask_with_timeout"])
+        .human_input(m3::HumanInput::Managed),
+    )?;
+    let pending = loop {
+        if let Some(pending) = handle.pending_elicitation()? {
+            break pending;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    println!("pending {} {}", pending.round_id, pending.execution_id);
+    std::io::stdout().flush()?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    println!("ended {:?}", result.outcome.kind);
+    std::io::stdout().flush()?;
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some("kit") {
         args.next();
         return kit(args);
+    }
+    if args.peek().map(String::as_str) == Some("ask") {
+        args.next();
+        return ask(args);
     }
     let db = args
         .next()

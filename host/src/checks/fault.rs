@@ -3,9 +3,15 @@
 //! SIGKILL the `M3_FAULT_HIT`-th time (default 1st) it reaches that point: no destructors, no
 //! rollback, exactly like `kill -9`. Without the feature every point compiles to nothing.
 //!
+//! With `M3_FAULT_PAUSE=<dir>` as well, the point pauses instead of killing: the thread that
+//! reaches it creates `<dir>/paused` and blocks until `<dir>/resume` exists, so a test can act
+//! while the process holds still at that point (and then release it). A pause never released
+//! within 60 s ends the process with SIGKILL, so a broken test cannot hang.
+//!
 //! Points: `commit.before` and `commit.after` (around every SQLite `COMMIT` of the component's
-//! transactions), and `<operation>.returned` for each store operation (committed, but the caller
-//! has not been told).
+//! transactions), `<operation>.returned` for each store operation (committed, but the caller
+//! has not been told), and `server_output.cancelled` (a worker is about to hand the component
+//! the server's output that holds `notifications/cancelled`, the line starting the bytes).
 
 /// Reaches the fault point `name`.
 #[inline]
@@ -16,15 +22,37 @@ pub fn hit(name: &str) {
     let _ = name;
 }
 
+/// Whether the process is armed to pause (not kill) at the point `name`: the caller may then
+/// arrange for the point to be reached exactly where the test needs it.
+#[cfg(feature = "fault-points")]
+#[inline]
+pub fn pauses_at(name: &str) -> bool {
+    armed::pauses_at(name)
+}
+
+/// Whether the process is armed to pause at the point `name`: never, without the feature.
+#[cfg(not(feature = "fault-points"))]
+#[inline]
+pub fn pauses_at(_name: &str) -> bool {
+    false
+}
+
 #[cfg(feature = "fault-points")]
 mod armed {
+    use std::path::PathBuf;
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// How long a pause waits for `<dir>/resume` before the process kills itself.
+    const PAUSE_LIMIT: Duration = Duration::from_secs(60);
 
     struct Armed {
         point: String,
         on_hit: u64,
         hits: AtomicU64,
+        /// `M3_FAULT_PAUSE`: pause in this directory instead of killing.
+        pause: Option<PathBuf>,
     }
 
     fn armed() -> Option<&'static Armed> {
@@ -38,22 +66,54 @@ mod armed {
                     .ok()
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(1);
+                let pause = std::env::var_os("M3_FAULT_PAUSE")
+                    .filter(|d| !d.is_empty())
+                    .map(PathBuf::from);
                 Some(Armed {
                     point,
                     on_hit,
                     hits: AtomicU64::new(0),
+                    pause,
                 })
             })
             .as_ref()
     }
 
+    /// Ends the process with SIGKILL, as `kill -9` would.
+    fn kill() {
+        // SAFETY: raise(2) has no memory-safety preconditions; SIGKILL ends the process.
+        unsafe {
+            libc::raise(libc::SIGKILL);
+        }
+    }
+
+    /// Whether `M3_FAULT_POINT` names `name` and `M3_FAULT_PAUSE` makes it a pause.
+    pub fn pauses_at(name: &str) -> bool {
+        armed().is_some_and(|a| a.point == name && a.pause.is_some())
+    }
+
     pub fn hit(name: &str) {
         let Some(armed) = armed() else { return };
         if armed.point == name && armed.hits.fetch_add(1, Ordering::SeqCst) + 1 == armed.on_hit {
-            // SAFETY: raise(2) has no memory-safety preconditions; SIGKILL ends the process.
-            unsafe {
-                libc::raise(libc::SIGKILL);
+            match &armed.pause {
+                Some(dir) => pause(dir),
+                None => kill(),
             }
+        }
+    }
+
+    /// Creates `dir/paused`, then blocks the calling thread until `dir/resume` exists; kills the
+    /// process if that takes longer than [`PAUSE_LIMIT`] or `paused` cannot be created.
+    fn pause(dir: &std::path::Path) {
+        if std::fs::write(dir.join("paused"), b"").is_err() {
+            kill();
+        }
+        let until = Instant::now() + PAUSE_LIMIT;
+        while !dir.join("resume").exists() {
+            if Instant::now() >= until {
+                kill();
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }

@@ -17,6 +17,11 @@ use wasmtime_wasi::p2::bindings::io::poll;
 /// Most bytes of a child's stderr tail handed to the component (the WIT's 4 KiB).
 const STDERR_TAIL_LIMIT: usize = 4096;
 
+/// The fault point (tests only, `checks::fault`) reached when the server's output about to be
+/// handed to the component holds a withdrawal, `notifications/cancelled`: a test pauses the worker
+/// there to commit an answer after the server withdrew and before the component sees it.
+const WITHDRAWAL_POINT: &str = "server_output.cancelled";
+
 /// Environment variables whose values are not secrets (kept in a stderr tail).
 const PLAIN_VARIABLES: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TERM", "TMPDIR", "TZ", "PWD",
@@ -59,6 +64,9 @@ pub struct ExecutionIo {
     output: Option<mpsc::Receiver<ProcessEvent>>,
     stdout_closed: bool,
     exit_reported: bool,
+    /// Output held back to be handed on after a pause at [`WITHDRAWAL_POINT`] (only ever set
+    /// when a test armed that pause).
+    withheld: Option<Vec<u8>>,
 }
 
 impl ExecutionIo {
@@ -80,6 +88,7 @@ impl ExecutionIo {
             output: None,
             stdout_closed: false,
             exit_reported: false,
+            withheld: None,
         }
     }
 
@@ -89,6 +98,7 @@ impl ExecutionIo {
             let _ = child.kill().await;
         }
         self.output = None;
+        self.withheld = None;
     }
 
     fn spawn(&mut self, spec: SpawnSpec) -> Result<Spawned, String> {
@@ -134,6 +144,7 @@ impl ExecutionIo {
         self.output = Some(output);
         self.stdout_closed = false;
         self.exit_reported = false;
+        self.withheld = None;
         Ok(Spawned {
             scratch: workdir,
             process_group: pid,
@@ -142,6 +153,10 @@ impl ExecutionIo {
     }
 
     async fn next(&mut self, timeout: Duration) -> Event {
+        if let Some(bytes) = self.withheld.take() {
+            crate::checks::fault::hit(WITHDRAWAL_POINT);
+            return Event::Stdout(bytes);
+        }
         // Output first, so lines written before an exit are never lost behind it.
         if let Some(output) = self.output.as_mut()
             && let Ok(event) = output.try_recv()
@@ -192,7 +207,7 @@ impl ExecutionIo {
 
     fn output_event(&mut self, event: ProcessEvent) -> Event {
         match event {
-            ProcessEvent::Stdout(bytes) => Event::Stdout(bytes),
+            ProcessEvent::Stdout(bytes) => self.stdout_event(bytes),
             ProcessEvent::StdoutClosed => {
                 self.stdout_closed = true;
                 Event::StdoutClosed
@@ -203,6 +218,36 @@ impl ExecutionIo {
             }
         }
     }
+
+    /// The server's output as an event. Only when a test armed a pause at [`WITHDRAWAL_POINT`]:
+    /// output holding `notifications/cancelled` reaches that point before it is handed on, and
+    /// the lines before the withdrawal's go first, the rest (from the withdrawal's line on)
+    /// at the next [`ExecutionIo::next`], so the component has seen everything the server wrote
+    /// before withdrawing (its request above all) when the worker pauses.
+    fn stdout_event(&mut self, mut bytes: Vec<u8>) -> Event {
+        if crate::checks::fault::pauses_at(WITHDRAWAL_POINT)
+            && let Some(start) = withdrawal_line(&bytes)
+        {
+            if start > 0 {
+                self.withheld = Some(bytes.split_off(start));
+                return Event::Stdout(bytes);
+            }
+            crate::checks::fault::hit(WITHDRAWAL_POINT);
+        }
+        Event::Stdout(bytes)
+    }
+}
+
+/// Where the first line of `bytes` mentioning `notifications/cancelled` starts, if one does.
+fn withdrawal_line(bytes: &[u8]) -> Option<usize> {
+    const METHOD: &[u8] = b"notifications/cancelled";
+    let at = bytes.windows(METHOD.len()).position(|w| w == METHOD)?;
+    Some(
+        bytes[..at]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |newline| newline + 1),
+    )
 }
 
 /// The indices of the watched pollables that are ready; never, when nothing is watched.
