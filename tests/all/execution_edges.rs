@@ -220,12 +220,7 @@ fn an_answer_committed_too_late_is_kept_but_never_delivered() -> Result<()> {
     let db = TempDb::new();
     let command = peers::withdrawing_server(1_000)?;
     let pause = tempfile::tempdir()?;
-    // The helper cargo built with this test, unless `M3_TEST_FAULT_WORKER` names another copy
-    // (a target directory shared by several checkouts may hold another checkout's under the
-    // built name).
-    let worker = std::env::var_os("M3_TEST_FAULT_WORKER")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_m3-test-fault-worker").into());
-    let mut child = Command::new(worker)
+    let mut child = Command::new(env!("CARGO_BIN_EXE_m3-test-fault-worker"))
         .arg("ask")
         .arg(&db.path)
         .arg(&command.program)

@@ -110,7 +110,9 @@
 //! - `execution_edges.rs`: the edges of an execution's life: servers that stop waiting (the
 //!   TypeScript SDK 1.x's request timeout and a server that exits or completes without waiting,
 //!   `tests/peers/withdrawing_server.mjs`; a Python tool wrapping `ctx.elicit` in a timeout), an
-//!   answer racing the server's timeout (delivered once or its round says why), a deadline as `OperationTimeout`, a killed worker recovered by a
+//!   answer committed too late (forced: the worker, `m3-test-fault-worker ask`, paused at the
+//!   fault point `server_output.cancelled` while the answer is committed), an answer racing the
+//!   server's timeout (delivered once or its round says why), a deadline as `OperationTimeout`, a killed worker recovered by a
 //!   live kit, a queued execution whose submitter died, a handle attached from a second process
 //!   (`tests/support/second_process_main.rs`), programs and directories resolved as given, prompts
 //!   and resources that elicit, in both eras.

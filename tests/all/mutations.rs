@@ -65,6 +65,7 @@ const WITHDRAWN_CLOSURE: Mutation = Mutation {
         "execution_edges::a_typescript_sdk_server_that_times_out_withdraws_its_round",
         "execution_edges::a_server_that_exits_or_does_not_wait_ends_its_round",
         "execution_edges::a_python_tool_that_stops_waiting_withdraws_its_round",
+        "execution_edges::an_answer_committed_too_late_is_kept_but_never_delivered",
         "codex_transcripts::retries_unknown_requests_and_a_withdrawn_request",
         "codex::a_server_that_stops_waiting_withdraws_its_round_through_codex",
     ],
