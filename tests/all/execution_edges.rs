@@ -207,8 +207,8 @@ fn an_answer_racing_the_server_s_timeout_is_delivered_once_or_its_round_says_why
 /// An answer committed too late (after the server withdrew its elicitation, before the worker
 /// saw the withdrawal) is kept but never delivered, and its round fails `request_withdrawn`.
 /// The path is forced, not raced: the worker runs in a helper process
-/// (`m3-test-fault-worker ask`) armed to pause at the fault point `server_output.cancelled`,
-/// which it reaches once the TypeScript SDK server has given up on its request (its 1 s timeout)
+/// (`m3-test-fault-worker ask`) armed to pause at the fault point `server_output.matched` on
+/// the text `notifications/cancelled`, which it reaches once the TypeScript SDK server has given up on its request (its 1 s timeout)
 /// and sent `notifications/cancelled`, holding those bytes before the component sees them. Only
 /// then is the answer committed, through the store, from this process; the worker is released
 /// and the component decides. What only that path produces: the answer stored in a round that
@@ -225,7 +225,8 @@ fn an_answer_committed_too_late_is_kept_but_never_delivered() -> Result<()> {
         .arg(&db.path)
         .arg(&command.program)
         .args(&command.args)
-        .env("M3_FAULT_POINT", "server_output.cancelled")
+        .env("M3_FAULT_POINT", "server_output.matched")
+        .env("M3_FAULT_MATCH", "notifications/cancelled")
         .env("M3_FAULT_PAUSE", pause.path())
         .stdout(Stdio::piped())
         .spawn()

@@ -111,9 +111,9 @@
 //!   TypeScript SDK 1.x's request timeout and a server that exits or completes without waiting,
 //!   `tests/peers/withdrawing_server.mjs`; a Python tool wrapping `ctx.elicit` in a timeout), an
 //!   answer committed too late (forced: the worker, `m3-test-fault-worker ask`, paused at the
-//!   fault point `server_output.cancelled` while the answer is committed), an answer racing the
-//!   server's timeout (delivered once or its round says why), a deadline as `OperationTimeout`, a killed worker recovered by a
-//!   live kit, a queued execution whose submitter died, a handle attached from a second process
+//!   fault point `server_output.matched` on `notifications/cancelled` while the answer is
+//!   committed), an answer racing the server's timeout (delivered once or its round says why), a
+//!   deadline as `OperationTimeout`, a killed worker recovered by a live kit, a queued execution whose submitter died, a handle attached from a second process
 //!   (`tests/support/second_process_main.rs`), programs and directories resolved as given, prompts
 //!   and resources that elicit, in both eras.
 //! - Reliability catalogue (see RELIABILITY.md; `M3_SOAK` multiplies iterations, `just soak`):

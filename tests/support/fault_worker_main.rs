@@ -16,8 +16,9 @@
 //! `ts:ask_with_timeout` on the legacy-era stdio server `PROGRAM ARG...` (the withdrawing
 //! server, `tests/peers/withdrawing_server.mjs`): it prints `pending ROUND EXECUTION` once the
 //! round is pending, then `ended KIND` once the execution has finished, and exits. Armed with
-//! `M3_FAULT_POINT=server_output.cancelled` and `M3_FAULT_PAUSE=DIR`, its worker pauses when
-//! the server's withdrawal is about to reach the component (`host/src/checks/fault.rs`).
+//! `M3_FAULT_POINT=server_output.matched`, `M3_FAULT_MATCH=notifications/cancelled` and
+//! `M3_FAULT_PAUSE=DIR`, its worker pauses when the server's withdrawal is about to reach the
+//! component (`host/src/checks/fault.rs`).
 
 use m3::{ElicitationResponse, ManagedInputStore, NewRound, OwnerClaim, StoreOptions};
 use serde_json::json;

@@ -10,8 +10,9 @@
 //!
 //! Points: `commit.before` and `commit.after` (around every SQLite `COMMIT` of the component's
 //! transactions), `<operation>.returned` for each store operation (committed, but the caller
-//! has not been told), and `server_output.cancelled` (a worker is about to hand the component
-//! the server's output that holds `notifications/cancelled`, the line starting the bytes).
+//! has not been told), and `server_output.matched` (a worker is about to hand the component
+//! server output holding the text `M3_FAULT_MATCH` names, the matching line starting the bytes;
+//! only as a pause).
 
 /// Reaches the fault point `name`.
 #[inline]
@@ -22,19 +23,21 @@ pub fn hit(name: &str) {
     let _ = name;
 }
 
-/// Whether the process is armed to pause (not kill) at the point `name`: the caller may then
-/// arrange for the point to be reached exactly where the test needs it.
+/// The text (`M3_FAULT_MATCH`) whose arrival pauses the process at the point `name`, when it is
+/// armed to pause (not kill) there: the caller then arranges for the point to be reached exactly
+/// where that text arrives.
 #[cfg(feature = "fault-points")]
 #[inline]
-pub fn pauses_at(name: &str) -> bool {
-    armed::pauses_at(name)
+pub fn pause_match(name: &str) -> Option<&'static [u8]> {
+    armed::pause_match(name)
 }
 
-/// Whether the process is armed to pause at the point `name`: never, without the feature.
+/// The text (`M3_FAULT_MATCH`) whose arrival pauses the process at the point `name`, when it is
+/// armed to pause there: never, without the feature.
 #[cfg(not(feature = "fault-points"))]
 #[inline]
-pub fn pauses_at(_name: &str) -> bool {
-    false
+pub fn pause_match(_name: &str) -> Option<&'static [u8]> {
+    None
 }
 
 #[cfg(feature = "fault-points")]
@@ -53,6 +56,8 @@ mod armed {
         hits: AtomicU64,
         /// `M3_FAULT_PAUSE`: pause in this directory instead of killing.
         pause: Option<PathBuf>,
+        /// `M3_FAULT_MATCH`: the text of server output that reaches a matching point.
+        matching: Option<Vec<u8>>,
     }
 
     fn armed() -> Option<&'static Armed> {
@@ -69,11 +74,16 @@ mod armed {
                 let pause = std::env::var_os("M3_FAULT_PAUSE")
                     .filter(|d| !d.is_empty())
                     .map(PathBuf::from);
+                let matching = std::env::var("M3_FAULT_MATCH")
+                    .ok()
+                    .filter(|m| !m.is_empty())
+                    .map(String::into_bytes);
                 Some(Armed {
                     point,
                     on_hit,
                     hits: AtomicU64::new(0),
                     pause,
+                    matching,
                 })
             })
             .as_ref()
@@ -87,9 +97,12 @@ mod armed {
         }
     }
 
-    /// Whether `M3_FAULT_POINT` names `name` and `M3_FAULT_PAUSE` makes it a pause.
-    pub fn pauses_at(name: &str) -> bool {
-        armed().is_some_and(|a| a.point == name && a.pause.is_some())
+    /// `M3_FAULT_MATCH`, when `M3_FAULT_POINT` names `name` and `M3_FAULT_PAUSE` makes it a
+    /// pause.
+    pub fn pause_match(name: &str) -> Option<&'static [u8]> {
+        armed()
+            .filter(|a| a.point == name && a.pause.is_some())
+            .and_then(|a| a.matching.as_deref())
     }
 
     pub fn hit(name: &str) {

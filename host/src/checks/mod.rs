@@ -8,8 +8,8 @@
 //!   one per rule), a host rule (the database path refusals) is skipped here; without the feature
 //!   nothing is built and nothing can be switched.
 //! - `fault.rs`: named fault points (`commit.before`, `commit.after`, `<operation>.returned`, and
-//!   `server_output.cancelled` in `imports/process.rs`, reached when a server's
-//!   `notifications/cancelled` is about to reach the component) that kill the process with SIGKILL
+//!   `server_output.matched`, reached when server output holding the text `M3_FAULT_MATCH`
+//!   names is about to reach the component) that kill the process with SIGKILL
 //!   when the cargo feature `fault-points` is on and `M3_FAULT_POINT` names them, or, with
 //!   `M3_FAULT_PAUSE=<dir>`, pause it (`<dir>/paused`, until `<dir>/resume`, at most 60 s);
 //!   nothing at all without the feature.

@@ -18,9 +18,10 @@ use wasmtime_wasi::p2::bindings::io::poll;
 const STDERR_TAIL_LIMIT: usize = 4096;
 
 /// The fault point (tests only, `checks::fault`) reached when the server's output about to be
-/// handed to the component holds a withdrawal, `notifications/cancelled`: a test pauses the worker
-/// there to commit an answer after the server withdrew and before the component sees it.
-const WITHDRAWAL_POINT: &str = "server_output.cancelled";
+/// handed to the component holds the text the test names (`M3_FAULT_MATCH`): a test pauses the
+/// worker there, e.g. to commit an answer after the server wrote something and before the
+/// component reads it. The host knows no protocol: the text is the test's.
+const MATCH_POINT: &str = "server_output.matched";
 
 /// Environment variables whose values are not secrets (kept in a stderr tail).
 const PLAIN_VARIABLES: &[&str] = &[
@@ -64,7 +65,7 @@ pub struct ExecutionIo {
     output: Option<mpsc::Receiver<ProcessEvent>>,
     stdout_closed: bool,
     exit_reported: bool,
-    /// Output held back to be handed on after a pause at [`WITHDRAWAL_POINT`] (only ever set
+    /// Output held back to be handed on after a pause at [`MATCH_POINT`] (only ever set
     /// when a test armed that pause).
     withheld: Option<Vec<u8>>,
 }
@@ -154,7 +155,7 @@ impl ExecutionIo {
 
     async fn next(&mut self, timeout: Duration) -> Event {
         if let Some(bytes) = self.withheld.take() {
-            crate::checks::fault::hit(WITHDRAWAL_POINT);
+            crate::checks::fault::hit(MATCH_POINT);
             return Event::Stdout(bytes);
         }
         // Output first, so lines written before an exit are never lost behind it.
@@ -219,29 +220,31 @@ impl ExecutionIo {
         }
     }
 
-    /// The server's output as an event. Only when a test armed a pause at [`WITHDRAWAL_POINT`]:
-    /// output holding `notifications/cancelled` reaches that point before it is handed on, and
-    /// the lines before the withdrawal's go first, the rest (from the withdrawal's line on)
+    /// The server's output as an event. Only when a test armed a pause at [`MATCH_POINT`]:
+    /// output holding the test's text reaches that point before it is handed on, and the lines
+    /// before the matching one go first, the rest (from the matching line on)
     /// at the next [`ExecutionIo::next`], so the component has seen everything the server wrote
     /// before withdrawing (its request above all) when the worker pauses.
     fn stdout_event(&mut self, mut bytes: Vec<u8>) -> Event {
-        if crate::checks::fault::pauses_at(WITHDRAWAL_POINT)
-            && let Some(start) = withdrawal_line(&bytes)
+        if let Some(text) = crate::checks::fault::pause_match(MATCH_POINT)
+            && let Some(start) = matching_line(&bytes, text)
         {
             if start > 0 {
                 self.withheld = Some(bytes.split_off(start));
                 return Event::Stdout(bytes);
             }
-            crate::checks::fault::hit(WITHDRAWAL_POINT);
+            crate::checks::fault::hit(MATCH_POINT);
         }
         Event::Stdout(bytes)
     }
 }
 
-/// Where the first line of `bytes` mentioning `notifications/cancelled` starts, if one does.
-fn withdrawal_line(bytes: &[u8]) -> Option<usize> {
-    const METHOD: &[u8] = b"notifications/cancelled";
-    let at = bytes.windows(METHOD.len()).position(|w| w == METHOD)?;
+/// Where the first line of `bytes` holding `text` starts, if one does.
+fn matching_line(bytes: &[u8], text: &[u8]) -> Option<usize> {
+    if text.is_empty() {
+        return None;
+    }
+    let at = bytes.windows(text.len()).position(|w| w == text)?;
     Some(
         bytes[..at]
             .iter()
