@@ -25,8 +25,10 @@
 //! ends by writing a marker that records the pin files it installed from, and a marker that no
 //! longer matches the pin files (the pins changed) means a clean re-install. Every install command
 //! runs under a timeout and is tried up to three times (a registry download cut short is a flake
-//! of the network; each npm retry gets an empty cache of its own). A failed install is an error saying what failed, where its log is and
-//! how to run it by hand: tests that need a peer then fail, they never skip.
+//! of the network; each npm retry gets an empty cache of its own, removed after it), except when
+//! the disk is full, which fails at once and says so. A failed install is an error saying what
+//! failed, where its log is and how to run it by hand: tests that need a peer then fail, they
+//! never skip.
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use std::ffi::OsString;
@@ -539,17 +541,22 @@ fn npm_ci(npm: &Path, dir: &Path, pins: &[&str], label: &str, attempt: u32) -> R
     command
         .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
         .current_dir(dir);
+    let cache = install_root().join(format!("npm-cache-{label}-{attempt}"));
     if attempt > 1 {
-        let cache = install_root().join(format!("npm-cache-{label}-{attempt}"));
         fresh_dir(&cache)?;
         command.arg("--cache").arg(&cache).arg("--prefer-online");
     }
-    run_logged(
+    let run = run_logged(
         &mut command,
         NPM_TIMEOUT,
         &install_root().join(format!("{label}-install-{attempt}.log")),
-    )?;
-    Ok(())
+    );
+    // A retry's cache is only for that retry: kept, it would hold a second copy of every
+    // tarball (Codex's platform build among them) on a disk that may be short of room.
+    if cache.exists() {
+        fs::remove_dir_all(&cache).with_context(|| format!("removing {}", cache.display()))?;
+    }
+    run.map(drop)
 }
 
 fn install_python_peers() -> Result<PathBuf> {
@@ -631,7 +638,17 @@ pub(crate) fn retrying(what: &str, mut attempt: impl FnMut(u32) -> Result<()>) -
     for number in 1..=INSTALL_ATTEMPTS {
         match attempt(number) {
             Ok(()) => return Ok(()),
-            Err(error) => failures.push(format!("attempt {number}: {error:#}")),
+            Err(error) => {
+                let text = format!("{error:#}");
+                // A full disk is not a flake: another attempt only fills it again.
+                if disk_is_full(&text) {
+                    bail!(
+                        "{what} failed: the disk is full (no space left on device; free some \
+                         and run the tests again):\n{text}"
+                    );
+                }
+                failures.push(format!("attempt {number}: {text}"));
+            }
         }
         if number < INSTALL_ATTEMPTS {
             std::thread::sleep(Duration::from_secs(2 * u64::from(number)));
@@ -641,6 +658,12 @@ pub(crate) fn retrying(what: &str, mut attempt: impl FnMut(u32) -> Result<()>) -
         "{what} failed {INSTALL_ATTEMPTS} times:\n{}",
         failures.join("\n")
     )
+}
+
+/// Whether an install's output says the disk ran out of room (npm's `ENOSPC`, pip's and the
+/// system's "No space left on device").
+fn disk_is_full(output: &str) -> bool {
+    output.contains("ENOSPC") || output.contains("No space left on device")
 }
 
 /// `name` on `PATH`, as an absolute path.
@@ -736,4 +759,36 @@ pub(crate) fn run_logged(command: &mut Command, timeout: Duration, log: &Path) -
         tail()
     );
     Ok(run.output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_ends_an_install_at_its_first_attempt_and_says_so() {
+        let mut attempts = 0;
+        let error = retrying("npm ci", |_| {
+            attempts += 1;
+            bail!("npm warn tar TAR_ENTRY_ERROR ENOSPC: no space left on device, write")
+        })
+        .expect_err("a full disk fails the install");
+        assert_eq!(attempts, 1, "a full disk is not retried");
+        assert!(
+            error.to_string().contains("the disk is full"),
+            "the error says why: {error:#}"
+        );
+    }
+
+    #[test]
+    fn a_cut_short_download_is_tried_again() {
+        let mut attempts = 0;
+        retrying("npm ci", |number| {
+            attempts += 1;
+            ensure!(number > 1, "npm warn tar zlib: unexpected end of file");
+            Ok(())
+        })
+        .expect("the second attempt succeeds");
+        assert_eq!(attempts, 2);
+    }
 }
