@@ -13,23 +13,21 @@
 //!
 //! `cargo bench -p m3 --bench burst` runs 1,000 executions and 16 processes and writes
 //! `target/bench/burst.json`; `--executions=N` and `--processes=P` change the counts (no JSON).
-//! Without `--bench` (as `cargo test --benches` runs it) or with `--quick` it runs a smoke pass
+//! Without `--bench` (as `cargo test` runs it) or with `--smoke` it runs a smoke pass
 //! (20 executions, 2 processes) and writes no JSON. Nothing here fails on a time; a `storage_busy`
 //! or any other failed call is reported (and makes the run exit non-zero), since the goal is
 //! none at the default settings.
 
-mod common;
-
 use chrono::Utc;
-use common::fixture::{
-    address, booking_agent, booking_server as server_binding, booking_submission as submission,
-};
-use common::stats::{Stats, stats_json};
-use common::{BenchResult, RunArgs, Table, shipping_server_binary, target_dir};
 use m3::{
     AsyncExecutionHandle, AsyncMcpTestKit, ErrorCode, ExecutionStore, OutcomeKind,
     SqliteExecutionStore,
 };
+use m3_bench::fixture::{
+    address, booking_agent, booking_server as server_binding, booking_submission as submission,
+};
+use m3_bench::stats::{Stats, stats_json};
+use m3_bench::{BenchResult, RunArgs, Table, shipping_server_binary, write_report};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -56,15 +54,8 @@ fn main() -> BenchResult<()> {
 
 fn orchestrate() -> BenchResult<()> {
     let run = RunArgs::from_env();
-    let number = |flag: &str| -> Option<usize> {
-        run.args.iter().find_map(|a| a.strip_prefix(flag)).map(|n| {
-            n.replace('_', "").parse().unwrap_or_else(|_| {
-                eprintln!("{flag} takes a number, not `{n}`");
-                std::process::exit(2);
-            })
-        })
-    };
-    let (executions_arg, processes_arg) = (number("--executions="), number("--processes="));
+    let number = |name: &str| run.number(name).map(|n| n as usize);
+    let (executions_arg, processes_arg) = (number("executions"), number("processes"));
     let (executions, processes) = if run.full { (1_000, 16) } else { (20, 2) };
     let executions = executions_arg.unwrap_or(executions);
     let processes = processes_arg.unwrap_or(processes).max(1);
@@ -188,9 +179,6 @@ fn orchestrate() -> BenchResult<()> {
     }
 
     if write_json {
-        let dir = target_dir().join("bench");
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join("burst.json");
         let document = json!({
             "benchmark": "burst",
             "date": Utc::now().to_rfc3339(),
@@ -210,8 +198,7 @@ fn orchestrate() -> BenchResult<()> {
             "outcomes": host_report.outcomes,
             "goal": {"storage_busy": 0, "met": busy == 0},
         });
-        std::fs::write(&path, serde_json::to_string_pretty(&document)?)?;
-        println!("wrote {}", path.display());
+        write_report("burst", &document)?;
     }
     if busy > 0 || !other.is_empty() || acknowledged != executions {
         return Err(format!(

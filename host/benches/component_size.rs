@@ -6,20 +6,18 @@
 //! wasmtime takes to compile it, and for the policy-only component the time to instantiate it
 //! and to validate a typical answer through it. It prints a table and writes
 //! `target/bench/component-size.json` (under `$CARGO_TARGET_DIR` when set). It never asserts.
+//! Without `--bench` (as `cargo test` runs it) or with `--smoke` it times each step once and
+//! writes nothing.
 
-mod common;
-
-use common::{BenchResult, Table, target_dir};
 use m3::POLICY_COMPONENT;
+use m3_bench::stats::quantile;
+use m3_bench::{BenchResult, RunArgs, Table, write_report};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use wasmtime::component::{Component, Linker, Val};
 use wasmtime::{Config, Engine, Store};
-
-/// Repetitions of each timed step (the median is reported).
-const REPETITIONS: usize = 5;
 
 fn wasm<T>(result: wasmtime::Result<T>) -> BenchResult<T> {
     result.map_err(|e| format!("{e:?}").into())
@@ -41,20 +39,16 @@ fn gzip_size(bytes: &[u8]) -> Option<usize> {
     output.status.success().then_some(output.stdout.len())
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-/// The median time of `REPETITIONS` runs of `step`.
-fn time<T>(mut step: impl FnMut() -> BenchResult<T>) -> BenchResult<Duration> {
-    let mut samples = Vec::with_capacity(REPETITIONS);
-    for _ in 0..REPETITIONS {
+/// The median time of `repetitions` runs of `step`.
+fn time<T>(repetitions: usize, mut step: impl FnMut() -> BenchResult<T>) -> BenchResult<Duration> {
+    let mut samples = Vec::with_capacity(repetitions);
+    for _ in 0..repetitions {
         let start = Instant::now();
         std::hint::black_box(step()?);
-        samples.push(start.elapsed());
+        samples.push(start.elapsed().as_secs_f64());
     }
-    Ok(median(samples))
+    let median = quantile(&samples, 0.5).ok_or("no repetitions")?;
+    Ok(Duration::from_secs_f64(median))
 }
 
 fn imports(engine: &Engine, component: &Component) -> Vec<String> {
@@ -66,7 +60,11 @@ fn imports(engine: &Engine, component: &Component) -> Vec<String> {
 }
 
 /// Instantiation and one validation through the policy-only component.
-fn policy_calls(engine: &Engine, component: &Component) -> BenchResult<(Duration, Duration)> {
+fn policy_calls(
+    engine: &Engine,
+    component: &Component,
+    repetitions: usize,
+) -> BenchResult<(Duration, Duration)> {
     let mut linker: Linker<()> = Linker::new(engine);
     wasm(
         wasm(linker.instance("wasi:random/random@0.2.0"))?
@@ -75,7 +73,7 @@ fn policy_calls(engine: &Engine, component: &Component) -> BenchResult<(Duration
             }),
     )?;
     let pre = wasm(linker.instantiate_pre(component))?;
-    let instantiate = time(|| {
+    let instantiate = time(repetitions, || {
         let mut store = Store::new(engine, ());
         wasm(pre.instantiate(&mut store))
     })?;
@@ -101,7 +99,7 @@ fn policy_calls(engine: &Engine, component: &Component) -> BenchResult<(Duration
         "required": ["email"],
     })
     .to_string();
-    let call = time(|| {
+    let call = time(repetitions, || {
         let mut results = [Val::Bool(false)];
         wasm(check.call(&mut store, &[Val::String(schema.clone())], &mut results))?;
         match &results[0] {
@@ -113,9 +111,14 @@ fn policy_calls(engine: &Engine, component: &Component) -> BenchResult<(Duration
 }
 
 fn main() -> BenchResult<()> {
+    let run = RunArgs::from_env();
+    let repetitions = if run.full { 5 } else { 1 };
     let engine = wasm(Engine::new(&Config::new()))?;
     let mut table = Table::new(
-        "Components (wasmtime, Cranelift; median of 5)",
+        &format!(
+            "Components (wasmtime, Cranelift; median of {repetitions}; {})",
+            run.mode()
+        ),
         &["component", "bytes", "gzip -9", "compile", "imports"],
     );
     let mut report = serde_json::Map::new();
@@ -123,7 +126,7 @@ fn main() -> BenchResult<()> {
         ("engine", m3::health::engine_component()),
         ("policy-only", POLICY_COMPONENT),
     ] {
-        let compile = time(|| wasm(Component::new(&engine, bytes)))?;
+        let compile = time(repetitions, || wasm(Component::new(&engine, bytes)))?;
         let component = wasm(Component::new(&engine, bytes))?;
         let imports = imports(&engine, &component);
         let gzip = gzip_size(bytes);
@@ -141,7 +144,7 @@ fn main() -> BenchResult<()> {
             "imports": imports,
         });
         if name == "policy-only" {
-            let (instantiate, call) = policy_calls(&engine, &component)?;
+            let (instantiate, call) = policy_calls(&engine, &component, repetitions)?;
             entry["instantiate_us"] = json!(instantiate.as_secs_f64() * 1e6);
             entry["check_requested_schema_us"] = json!(call.as_secs_f64() * 1e6);
             println!(
@@ -153,10 +156,10 @@ fn main() -> BenchResult<()> {
         report.insert(name.to_string(), entry);
     }
     table.print();
-    let dir = target_dir().join("bench");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("component-size.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&Value::Object(report))?)?;
-    println!("\nwrote {}", path.display());
+    if run.full {
+        write_report("component-size", &Value::Object(report))?;
+    } else {
+        println!("smoke pass: no JSON written (run `cargo bench -p m3 --bench component_size`)");
+    }
     Ok(())
 }

@@ -17,16 +17,11 @@
 //!
 //! It prints a table and writes `target/bench/engine.json` (under `$CARGO_TARGET_DIR` when set).
 //! It measures and reports; it never asserts on a time. Run without `--bench` (as `cargo test
-//! --benches` does) or with `--quick`, it runs a short smoke pass; `--only=lifecycle`,
+//! --workspace` does) or with `--smoke`, it runs a short smoke pass; `--only=lifecycle`,
 //! `--only=validation` or `--only=cold-start` runs one section (for profiling). Only a full run
 //! of every section writes the JSON.
 
-mod common;
-
 use chrono::Utc;
-use common::fixture::{every_kind_answer, every_kind_schema};
-use common::stats::{Stats, fmt_rate, fmt_time, secs, sync_name};
-use common::{BenchResult, RunArgs, Table, target_dir};
 use m3::testing::internals::bindings::m3::managed_input::store::{
     RoundRow, StoreError, TransactionMode,
 };
@@ -42,6 +37,9 @@ use m3::{
     OperationKind, OwnerClaim, PendingElicitationRound, Policy, SqliteManagedInputStore,
     StoreOptions, Synchronous, SystemClock,
 };
+use m3_bench::fixture::{every_kind_answer, every_kind_schema};
+use m3_bench::stats::{Stats, fmt_rate, fmt_time, secs, sync_name, timed};
+use m3_bench::{BenchResult, RunArgs, Table, target_dir, write_report};
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -862,12 +860,6 @@ fn new_store(engine: &Engine, limits: GuestLimits) -> Store<HostState> {
     m3::testing::internals::instance::bounded_store(engine, state, limits)
 }
 
-fn timed<T>(f: impl FnOnce() -> T) -> (f64, T) {
-    let t = Instant::now();
-    let value = f();
-    (secs(t.elapsed()), value)
-}
-
 fn cold_start_bench(plan: &Plan, scratch: &Path) -> BenchResult<ColdStartResult> {
     let engine = Engine::new(&engine_config())?;
 
@@ -1261,11 +1253,8 @@ fn main() -> BenchResult<()> {
     println!("\ntotal: {}", fmt_time(secs(total)));
     match (plan.full, &lifecycles, &validation, &cold) {
         (true, Some(lifecycles), Some(validation), Some(cold)) => {
-            let out = target.join("bench").join("engine.json");
-            std::fs::create_dir_all(out.parent().unwrap_or(Path::new(".")))?;
             let document = to_json(&plan, lifecycles, validation, cold, total);
-            std::fs::write(&out, serde_json::to_string_pretty(&document)? + "\n")?;
-            println!("wrote {}", out.display());
+            write_report("engine", &document)?;
         }
         _ => println!(
             "partial or smoke run: no JSON written (run `cargo bench -p m3 --bench engine`)"

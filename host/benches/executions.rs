@@ -50,22 +50,20 @@
 //!
 //! It prints a table and writes `target/bench/executions.json` (under `$CARGO_TARGET_DIR` when
 //! set). It measures and reports; it never asserts on a time. Run without `--bench` (as `cargo
-//! test --benches` does) or with `--quick`, it runs a short smoke pass and writes no JSON;
+//! test --workspace` does) or with `--smoke`, it runs a short smoke pass and writes no JSON;
 //! `--only=in-process`, `--only=cross-process` or `--only=parked` runs one section (no JSON);
 //! `--poll-interval-us=N` sleeps between polls instead of spinning.
 
-mod common;
-
 use chrono::{DateTime, Utc};
-use common::fixture::{address, booking_agent, era_name, path_text};
-use common::stats::{Stats, stats_json};
-use common::{BenchResult, RunArgs, Table, shipping_server_binary, target_dir};
 use m3::{
     AsyncExecutionHandle, AsyncMcpTestKit, ExecutionHandle, ExecutionStatus, ExecutionStore,
     HumanInput, ManagedInputRecord, ManagedInputStore, McpEra, McpTestKit, OutcomeKind,
     PendingElicitationRound, SqliteExecutionStore, SqliteManagedInputStore, StdioServer,
     StoreOptions, Submission,
 };
+use m3_bench::fixture::{address, booking_agent, era_name, path_text};
+use m3_bench::stats::{Stats, stats_json};
+use m3_bench::{BenchResult, RunArgs, Table, shipping_server_binary, target_dir, write_report};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -121,17 +119,9 @@ impl Plan {
         let run = RunArgs::from_env();
         let (args, full) = (&run.args, run.full);
         let only = run.only(&SECTIONS, "section");
-        let poll_interval = args
-            .iter()
-            .find_map(|a| a.strip_prefix("--poll-interval-us="))
-            .map(|us| match us.parse::<u64>() {
-                Ok(us) => Duration::from_micros(us),
-                Err(_) => {
-                    eprintln!("--poll-interval-us takes microseconds, not `{us}`");
-                    std::process::exit(2);
-                }
-            })
-            .unwrap_or(Duration::ZERO);
+        let poll_interval = run
+            .number("poll-interval-us")
+            .map_or(Duration::ZERO, Duration::from_micros);
         let relay = !args.iter().any(|a| a == "--no-relay");
         if full {
             Self {
@@ -1314,11 +1304,8 @@ fn bench_main() -> BenchResult<()> {
     println!("\ntotal: {:.1} s", total.as_secs_f64());
     match (plan.full, plan.only, &parked) {
         (true, None, Some(parked)) => {
-            let out = target.join("bench").join("executions.json");
-            std::fs::create_dir_all(out.parent().unwrap_or(Path::new(".")))?;
             let document = to_json(&plan, &server, &latencies, parked, total);
-            std::fs::write(&out, serde_json::to_string_pretty(&document)? + "\n")?;
-            println!("wrote {}", out.display());
+            write_report("executions", &document)?;
         }
         _ => println!(
             "partial or smoke run: no JSON written (run `cargo bench -p m3 --bench executions`)"

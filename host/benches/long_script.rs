@@ -9,18 +9,16 @@
 //!
 //! `cargo bench -p m3 --bench long_script` runs 1,000 steps and writes
 //! `target/bench/long_script.json`; `--steps=N` changes the count (no JSON). Without `--bench`
-//! (as `cargo test --benches` runs it) or with `--quick` it runs 30 steps and writes no JSON.
-
-mod common;
+//! (as `cargo test` runs it) or with `--smoke` it runs 30 steps and writes no JSON.
 
 use chrono::Utc;
-use common::fixture::{address, path_text};
-use common::stats::{Stats, stats_json};
-use common::{BenchResult, RunArgs, Table, shipping_server_binary, target_dir};
 use m3::{
     AgentSpec, AsyncMcpTestKit, HumanInput, McpEra, OutcomeKind, Script, SqliteExecutionStore,
     StdioServer, Submission,
 };
+use m3_bench::fixture::{address, path_text};
+use m3_bench::stats::{Stats, stats_json};
+use m3_bench::{BenchResult, RunArgs, Table, shipping_server_binary, write_report};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,16 +29,7 @@ const WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 fn main() -> BenchResult<()> {
     let run = RunArgs::from_env();
-    let steps_arg = run
-        .args
-        .iter()
-        .find_map(|a| a.strip_prefix("--steps="))
-        .map(|n| {
-            n.replace('_', "").parse::<usize>().unwrap_or_else(|_| {
-                eprintln!("--steps takes a number, not `{n}`");
-                std::process::exit(2);
-            })
-        });
+    let steps_arg = run.number("steps").map(|n| n as usize);
     let steps = steps_arg
         .unwrap_or(if run.full { 1_000 } else { 30 })
         .max(2);
@@ -138,9 +127,6 @@ fn main() -> BenchResult<()> {
     );
 
     if write_json {
-        let dir = target_dir().join("bench");
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join("long_script.json");
         let document = json!({
             "benchmark": "long_script",
             "date": Utc::now().to_rfc3339(),
@@ -154,8 +140,7 @@ fn main() -> BenchResult<()> {
             "total_seconds": total.as_secs_f64(),
             "goal": {"last_over_first_p50_at_most": 1.1, "met": ratio <= 1.1},
         });
-        std::fs::write(&path, serde_json::to_string_pretty(&document)?)?;
-        println!("wrote {}", path.display());
+        write_report("long_script", &document)?;
     }
     Ok(())
 }

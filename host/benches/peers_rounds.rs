@@ -44,23 +44,21 @@
 //!
 //! It prints tables and writes `target/bench/peers_rounds.json` (under `$CARGO_TARGET_DIR` when
 //! set). It measures and reports; it never asserts on a time. Run without `--bench` (as `cargo
-//! test --benches` does) or with `--quick`, it runs a short smoke pass (one repetition, a few
+//! test --workspace` does) or with `--smoke`, it runs a short smoke pass (one repetition, a few
 //! rounds) that writes nothing; `--only=rounds` or `--only=lifecycle` runs one section (no JSON);
 //! `--reps=N` and `--rounds=N` change the repetitions and the rounds per run;
 //! `--poll-interval-us=N` makes the kit's answerer sleep between polls instead of spinning.
 
-mod common;
-
 use chrono::Utc;
-use common::fixture::{era_name, path_text};
-use common::stats::{Stats, secs, stats_json, sync_name};
-use common::{BenchResult, RunArgs, Table, loadavg, target_dir, workspace_dir};
 use m3::{
     AgentSpec, ElicitationRequest, ElicitationResponse, ExecutionHandle, ExecutionStatus,
     HumanInput, ManagedInputStatus, ManagedInputStore, McpEra, McpTestKit, NewRound, OwnerClaim,
     PendingElicitationRound, Script, SqliteExecutionStore, SqliteManagedInputStore, StdioServer,
     StoreOptions, Submission, Synchronous,
 };
+use m3_bench::fixture::{era_name, path_text};
+use m3_bench::stats::{Stats, secs, spread_text, stats_json, sync_name};
+use m3_bench::{BenchResult, RunArgs, Table, loadavg, target_dir, workspace_dir, write_report};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -208,22 +206,6 @@ impl Plan {
             "poll_interval_us": self.poll_interval.as_micros() as u64,
         })
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Statistics and formatting
-
-/// `median (min..max)` with `digits` decimals.
-fn spread(s: &Option<Stats>, digits: usize) -> String {
-    s.as_ref().map_or_else(
-        || "-".into(),
-        |s| {
-            format!(
-                "{:.digits$} ({:.digits$}..{:.digits$})",
-                s.p50, s.min, s.max
-            )
-        },
-    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -678,7 +660,7 @@ fn print_rounds(results: &[RoundResult], plan: &Plan) {
         table.row(vec![
             era_name(r.era).into(),
             r.contender.name(),
-            spread(&r.rates(), 0),
+            spread_text(r.rates().as_ref(), 0),
             ms(|s| s.p50),
             ms(|s| s.p99),
             r.run_p50s()
@@ -1025,8 +1007,8 @@ fn print_lifecycles(results: &[LifecycleResult], plan: &Plan) {
         let goal = r.goal();
         table.row(vec![
             sync_name(r.sync).into(),
-            spread(&r.kit, 0),
-            spread(&r.langgraph, 0),
+            spread_text(r.kit.as_ref(), 0),
+            spread_text(r.langgraph.as_ref(), 0),
             r.ratio().map_or_else(|| "-".into(), |x| format!("{x:.1}x")),
             r.pair_ratios
                 .map_or_else(|| "-".into(), |s| format!("{:.1}x..{:.1}x", s.min, s.max)),
@@ -1172,10 +1154,7 @@ fn main() -> BenchResult<()> {
                     "synchronous": lifecycles_json(lifecycles),
                 },
             });
-            let out = target.join("bench").join("peers_rounds.json");
-            std::fs::create_dir_all(out.parent().unwrap_or(Path::new(".")))?;
-            std::fs::write(&out, serde_json::to_string_pretty(&document)? + "\n")?;
-            println!("wrote {}", out.display());
+            write_report("peers_rounds", &document)?;
         }
         _ => println!(
             "partial or smoke run: no JSON written (run `cargo bench -p m3 --bench peers_rounds`)"

@@ -64,25 +64,23 @@
 //!
 //! It prints tables and writes `target/bench/peers_scale.json` (under `$CARGO_TARGET_DIR` when
 //! set). It measures; it never asserts on a time. Run without `--bench` (as `cargo test
-//! --benches` does) or with `--quick`, it runs a short smoke pass (2 and 5 parked executions,
+//! --workspace` does) or with `--smoke`, it runs a short smoke pass (2 and 5 parked executions,
 //! 10^3 and 10^4 rounds, 20 calls) and writes no JSON. `--only=parked` or `--only=rounds` runs
 //! one part (no JSON); `--parked=1,100`, `--rounds=10000`, `--concurrency=N` (calls in flight
 //! in 5a; 0: all at once) and `--idle-seconds=N` (the idle window, long enough to attach a
 //! profiler to the parked process) override the defaults (no JSON).
 
-mod common;
-
 use chrono::Utc;
-use common::fixture::{
-    address, booking_agent, booking_server as server_binding, booking_submission as submission,
-};
-use common::stats::{Stats, stats_json};
-use common::{BenchResult, RunArgs, Table, shipping_server_binary, target_dir};
 use m3::{
     AsyncExecutionHandle, AsyncMcpTestKit, ExecutionHandle, ExecutionStatus, ExecutionStore,
     ManagedInputStatus, ManagedInputStore, McpTestKit, OutcomeKind, PendingElicitationRound,
     RoundFilter, SqliteExecutionStore, SqliteManagedInputStore, StoreOptions,
 };
+use m3_bench::fixture::{
+    address, booking_agent, booking_server as server_binding, booking_submission as submission,
+};
+use m3_bench::stats::{Stats, stats_json};
+use m3_bench::{BenchResult, RunArgs, Table, shipping_server_binary, target_dir, write_report};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -169,26 +167,8 @@ impl Plan {
             })
         };
         let (parked_arg, rounds_arg) = (counts("--parked="), counts("--rounds="));
-        let concurrency_arg = args
-            .iter()
-            .find_map(|a| a.strip_prefix("--concurrency="))
-            .map(|n| {
-                n.parse::<usize>().unwrap_or_else(|_| {
-                    eprintln!("--concurrency takes a number (0: all at once), not `{n}`");
-                    std::process::exit(2);
-                })
-            });
-        let idle_arg = args
-            .iter()
-            .find_map(|a| a.strip_prefix("--idle-seconds="))
-            .map(|n| {
-                n.parse::<u64>()
-                    .map(Duration::from_secs)
-                    .unwrap_or_else(|_| {
-                        eprintln!("--idle-seconds takes a whole number of seconds, not `{n}`");
-                        std::process::exit(2);
-                    })
-            });
+        let concurrency_arg = run.number("concurrency").map(|n| n as usize);
+        let idle_arg = run.number("idle-seconds").map(Duration::from_secs);
         let custom = parked_arg.is_some()
             || rounds_arg.is_some()
             || concurrency_arg.is_some()
@@ -1777,8 +1757,6 @@ fn bench_main() -> BenchResult<()> {
     println!("\ntotal: {:.1} s", total.as_secs_f64());
 
     if plan.full {
-        let out = target.join("bench").join("peers_scale.json");
-        std::fs::create_dir_all(out.parent().unwrap_or(Path::new(".")))?;
         let parked_json = parked.as_ref().map_or(Value::Null, |(outcomes, limits)| {
             json!({
                 "definition": "one child process per count (warm component cache, one warm-up \
@@ -1836,8 +1814,7 @@ fn bench_main() -> BenchResult<()> {
             "parked": parked_json,
             "rounds": rounds_json,
         });
-        std::fs::write(&out, serde_json::to_string_pretty(&document)? + "\n")?;
-        println!("wrote {}", out.display());
+        write_report("peers_scale", &document)?;
     } else {
         println!(
             "smoke or partial run: no JSON written (run `cargo bench -p m3 --bench peers_scale`)"

@@ -24,22 +24,20 @@
 //! The peers are installed by `peers/install.sh` into `<target>/bench-peers` (a full run runs
 //! it; it returns at once when the pins have not changed). Prints tables and writes
 //! `target/bench/peers_validation.json` (under `$CARGO_TARGET_DIR` when set). It measures; it
-//! never fails on a time. Without `--bench` (as `cargo test --benches` runs it) or with
-//! `--quick` it makes a short smoke pass, using the peers only when they are already installed,
+//! never fails on a time. Without `--bench` (as `cargo test` runs it) or with
+//! `--smoke` it makes a short smoke pass, using the peers only when they are already installed,
 //! and writes no JSON.
 
-mod common;
-
 use chrono::Utc;
-use common::fixture::{every_kind_answer, every_kind_schema};
-use common::stats::{Stats, fmt_rate, fmt_time, secs, sync_name};
-use common::{BenchResult, RunArgs, Table, target_dir};
 use m3::testing::internals::sqlite::database::Database;
 use m3::{
     ElicitationRequest, ErrorCode, ManagedInputError, ManagedInputStatus, ManagedInputStore,
     NewRound, OperationKind, OwnerClaim, PendingElicitationRound, Policy, PreparedRound,
     SqliteManagedInputStore, StoreOptions, Synchronous,
 };
+use m3_bench::fixture::{every_kind_answer, every_kind_schema};
+use m3_bench::stats::{Stats, fmt_rate, fmt_time, secs, sync_name};
+use m3_bench::{BenchResult, RunArgs, Table, target_dir, write_report};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -1108,7 +1106,6 @@ fn main() -> BenchResult<()> {
     let total = started.elapsed();
     println!("\ntotal: {}", fmt_time(secs(total)));
     if plan.full && peers.is_some() {
-        let out = bench_dir.join("peers_validation.json");
         let document = to_json(
             &plan,
             &fixture,
@@ -1117,8 +1114,7 @@ fn main() -> BenchResult<()> {
             scratch.path(),
             total,
         );
-        std::fs::write(&out, serde_json::to_string_pretty(&document)? + "\n")?;
-        println!("wrote {}", out.display());
+        write_report("peers_validation", &document)?;
     } else {
         println!("smoke pass: no JSON written (run `cargo bench -p m3 --bench peers_validation`)");
     }

@@ -8,6 +8,8 @@
 //!   whatever the backend run on both (`on_both_backends!`: `store_contract::sqlite::*` on a SQLite
 //!   file, `store_contract::postgres::*` on a PostgreSQL database), the rest (paths, files,
 //!   SQLite's own schema) on SQLite.
+//! - `benchmarks.rs`: every benchmark runs its smoke pass in the README's test command (`test =
+//!   true`, a bare run is a smoke pass through `m3_bench::RunArgs`) and is in a `just` recipe.
 //! - `clock_skew.rs`: on PostgreSQL, workers whose clocks are 5 s ahead and behind agree on leases
 //!   (none recovered live, none missed past expiry by more than the allowance); the control, the
 //!   same skew read from each machine's clock, recovers a live lease.
@@ -159,6 +161,7 @@
 //!   back through the public API exactly as its JSON (`format-1.json`) records; a renamed stored
 //!   field or a newer format is refused by name.
 
+mod benchmarks;
 mod clock_skew;
 mod codex;
 mod codex_models;

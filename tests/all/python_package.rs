@@ -10,7 +10,8 @@
 use anyhow::{Context, Result, bail, ensure};
 use m3_tests::peers::{Captured, run_captured};
 use m3_tests::postgres_server::PostgresServer;
-use m3_tests::python_package::{m3_command, python_package, python_tests_dir, workspace_root};
+use m3_tests::python_package::{m3_command, python_package, python_tests_dir};
+use m3_tests::workspace::workspace_root;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -8,8 +8,8 @@
 //! which is what `cargo tree` without dev edges reports, and what these tests hold.
 
 use anyhow::{Context, Result, bail, ensure};
+use m3_tests::workspace::{cargo, workspace_root};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Every feature of the `m3` crate (`host/Cargo.toml`), each test-only: a new feature must be
@@ -22,17 +22,6 @@ const SHIPPED_PACKAGES: [&str; 3] = ["m3-cli", "m3-python", "m3"];
 /// Words that only a test-only feature compiles into a binary (the environment variables that
 /// arm a fault point or pick a mutation); `.ci/run` requires the release `m3` to hold none.
 const TEST_ONLY_MARKERS: [&str; 2] = ["M3_FAULT_POINT", "M3_MUTATION"];
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ lives in the workspace")
-        .to_path_buf()
-}
-
-fn cargo() -> PathBuf {
-    std::env::var_os("CARGO").map_or_else(|| PathBuf::from(env!("CARGO")), PathBuf::from)
-}
 
 fn read(relative: &str) -> Result<String> {
     std::fs::read_to_string(workspace_root().join(relative)).with_context(|| relative.to_string())

@@ -3,20 +3,10 @@
 //! and no ignored tests or stubs.
 
 use anyhow::{Context, Result, ensure};
+use m3_tests::workspace::{cargo, workspace_root};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ lives in the workspace")
-        .to_path_buf()
-}
-
-fn cargo() -> PathBuf {
-    std::env::var_os("CARGO").map_or_else(|| PathBuf::from(env!("CARGO")), PathBuf::from)
-}
 
 /// The lines of `cargo tree -e normal -p <package> EXTRA... --target all` (normal
 /// dependencies of every target).

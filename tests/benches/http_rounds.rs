@@ -11,18 +11,15 @@
 //! stdio it includes starting the Python server; over HTTP, connecting to a running one).
 //!
 //! `cargo bench -p m3-tests --bench http_rounds` (part of `just bench`) writes
-//! `target/bench/http_rounds.json`; without `--bench` (as `cargo test --benches` runs it) or
-//! with `--quick` it runs a short smoke pass and writes no JSON. Nothing here fails on a time.
+//! `target/bench/http_rounds.json`; without `--bench` (as `cargo test` runs it) or
+//! with `--smoke` it runs a short smoke pass and writes no JSON. Nothing here fails on a time.
 
-#[path = "../../host/benches/common/mod.rs"]
-mod common;
-
-use common::stats::{Stats, stats_json};
-use common::{BenchResult, RunArgs, Table, target_dir};
 use m3::{
     AgentSpec, ElicitationResponse, ExecutionStore, HttpServer, HumanInput, McpEra, McpTestKit,
     Script, ServerBinding, SqliteExecutionStore, StdioServer, Submission,
 };
+use m3_bench::stats::{Stats, stats_json};
+use m3_bench::{BenchResult, RunArgs, Table, write_report};
 use m3_tests::http_server::HttpServer as HttpPeer;
 use m3_tests::peers;
 use serde_json::{Value, json};
@@ -193,11 +190,7 @@ fn main() -> BenchResult<()> {
             },
             "cases": report,
         });
-        let dir = target_dir().join("bench");
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join("http_rounds.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-        println!("wrote {}", path.display());
+        write_report("http_rounds", &report)?;
     }
     Ok(())
 }

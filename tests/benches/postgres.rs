@@ -15,14 +15,9 @@
 //! `Executions::respond`; `delivered_at - response_validated_at` of each round.
 //!
 //! `cargo bench -p m3-tests --bench postgres` (part of `just bench`) writes
-//! `target/bench/postgres.json`; without `--bench` (as `cargo test --benches` runs it) or with
-//! `--quick` it runs a short smoke pass and writes no JSON. Nothing here fails on a time.
+//! `target/bench/postgres.json`; without `--bench` (as `cargo test` runs it) or with
+//! `--smoke` it runs a short smoke pass and writes no JSON. Nothing here fails on a time.
 
-#[path = "../../host/benches/common/mod.rs"]
-mod common;
-
-use common::stats::{Stats, fmt_rate, stats_json};
-use common::{BenchResult, RunArgs, Table, target_dir};
 use m3::testing::internals::postgres::connection::Param;
 use m3::testing::internals::postgres::database::Database;
 use m3::{
@@ -30,6 +25,8 @@ use m3::{
     McpTestKit, NewRound, OwnerClaim, PostgresExecutionStore, PostgresManagedInputStore, Script,
     StdioServer, StoreOptions, Submission,
 };
+use m3_bench::stats::{Stats, fmt_rate, stats_json};
+use m3_bench::{BenchResult, RunArgs, Table, write_report};
 use m3_tests::postgres_server::PostgresServer;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -126,11 +123,7 @@ fn main() -> BenchResult<()> {
             "answer_to_server_ms": stats_json(stats, "ms"),
             "answer_to_server_definition": "delivered_at - response_validated_at of each round",
         });
-        let dir = target_dir().join("bench");
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join("postgres.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-        println!("wrote {}", path.display());
+        write_report("postgres", &report)?;
     }
     server.stop();
     Ok(())

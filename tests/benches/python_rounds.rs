@@ -35,23 +35,20 @@
 //! the period's p50 and p95 (all runs pooled), and the ratio of the Python kit's p50 period to
 //! the Rust kit's (goal: <= 1.2x; per repetition min..max). It prints tables and writes
 //! `target/bench/python_rounds.json` (under `$CARGO_TARGET_DIR` when set); it never fails on a
-//! time. Without `--bench` (as `cargo test --benches` runs it) or with `--quick`, a smoke pass (one
+//! time. Without `--bench` (as `cargo test` runs it) or with `--smoke`, a smoke pass (one
 //! repetition, a few rounds) that writes no JSON; `--reps=N`, `--rounds=N` (execution),
 //! `--steady-rounds=N` and `--poll-interval-us=N` (the kits' answerer sleeps between polls
 //! instead of spinning) change the plan.
 
-#[path = "../../host/benches/common/mod.rs"]
-mod common;
-
 use chrono::Utc;
-use common::fixture::{era_name, path_text};
-use common::stats::{Stats, secs, stats_json};
-use common::{BenchResult, RunArgs, Table, loadavg, target_dir, workspace_dir};
 use m3::{
     AgentSpec, ElicitationResponse, ExecutionHandle, ExecutionResult, ExecutionStatus, HumanInput,
     McpEra, McpTestKit, PendingElicitationRound, Script, SqliteExecutionStore, StdioServer,
     Submission,
 };
+use m3_bench::fixture::{era_name, path_text};
+use m3_bench::stats::{Stats, quantile, secs, stats_json};
+use m3_bench::{BenchResult, RunArgs, Table, loadavg, target_dir, workspace_dir, write_report};
 use m3_tests::{peers, python_package};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -519,15 +516,6 @@ impl Cell {
     }
 }
 
-/// The `q` quantile of `samples` (linear between the closest ranks, as [`Stats`] computes its own).
-fn quantile(samples: &[f64], q: f64) -> Option<f64> {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = q * (sorted.len().checked_sub(1)?) as f64;
-    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64))
-}
-
 /// `contender`'s p50 period over the Rust kit's, in `era` and `mode`: of the pooled periods, and
 /// per repetition (run p50 over run p50).
 fn ratio(cells: &[Cell], era: McpEra, mode: Mode, contender: Contender) -> Option<(f64, Stats)> {
@@ -821,11 +809,7 @@ fn main() -> BenchResult<()> {
             },
             "results": cells_json(&cells),
         });
-        let dir = target.join("bench");
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join("python_rounds.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&document)? + "\n")?;
-        println!("wrote {}", path.display());
+        write_report("python_rounds", &document)?;
     } else {
         println!(
             "smoke pass: no JSON written (run `cargo bench -p m3-tests --bench python_rounds`)"

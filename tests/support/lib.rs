@@ -2,6 +2,8 @@
 //!
 //! # Files
 //!
+//! - `workspace.rs`: where the workspace and its target directory are, and which cargo builds
+//!   it (the paths are `m3_bench`'s).
 //! - `python_package.rs`: the package built into the ignored venv
 //!   `tests/.peers/python-package/venv/` on first use (once per test process, under a file lock):
 //!   the pinned requirements, then `pip install ./host/python` (maturin fetched by pip) with
@@ -76,6 +78,7 @@ pub mod python_package;
 pub mod race;
 pub mod replay;
 pub mod rng;
+pub mod workspace;
 
 /// A temporary directory holding one database file.
 pub struct TempDb {
@@ -144,36 +147,7 @@ pub fn address_schema() -> Value {
     })
 }
 
-/// A schema with every primitive kind of the MCP form subset.
-pub fn every_kind_schema() -> Value {
-    json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "minLength": 2, "maxLength": 10},
-            "email": {"type": "string", "format": "email"},
-            "site": {"type": "string", "format": "uri"},
-            "day": {"type": "string", "format": "date"},
-            "at": {"type": "string", "format": "date-time"},
-            "age": {"type": "integer", "minimum": 0, "maximum": 150},
-            "score": {"type": "number", "minimum": 0.5, "maximum": 9.5},
-            "agree": {"type": "boolean"},
-            "color": {"type": "string", "enum": ["red", "green"], "enumNames": ["Red", "Green"]},
-            "size": {"type": "string", "oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}]},
-            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 2}
-        },
-        "required": ["name", "age"]
-    })
-}
-
-/// A valid answer to [`every_kind_schema`].
-pub fn every_kind_answer() -> Value {
-    json!({
-        "name": "Asha", "email": "asha@example.com", "site": "https://example.com/x",
-        "day": "2026-11-30", "at": "2026-11-30T12:00:00Z", "age": 30, "score": 2.5,
-        "agree": true, "color": "red", "size": "s", "tags": ["a", "b"]
-    })
-}
+pub use m3_bench::fixture::{every_kind_answer, every_kind_schema};
 
 /// One form request keyed `shipping_address`.
 pub fn address_requests() -> BTreeMap<String, ElicitationRequest> {

@@ -36,6 +36,7 @@ use crate::peers::{
     self, CHECK_TIMEOUT, install_root, installed, lock, new_venv, retrying, run_logged,
     venv_python, write_marker,
 };
+use crate::workspace::{cargo, target_dir, workspace_root};
 use anyhow::{Context, Result, anyhow, ensure};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -61,14 +62,6 @@ const PACKAGE_SOURCES: [&str; 10] = [
     "guest",
     "wit",
 ];
-
-/// The workspace root.
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ lives in the workspace")
-        .to_path_buf()
-}
 
 /// `tests/python/`: the Python tests, their requirements and their configuration.
 pub fn python_tests_dir() -> PathBuf {
@@ -109,21 +102,6 @@ pub fn profile_dir() -> Result<PathBuf> {
         .with_context(|| format!("{} is not in <target>/<profile>/deps", exe.display()))
 }
 
-/// The workspace's cargo target directory: `CARGO_TARGET_DIR` if set, else `<workspace>/target`.
-pub fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                workspace_root().join(dir)
-            }
-        }
-        _ => workspace_root().join("target"),
-    }
-}
-
 /// The venv's Python with the test requirements and the package installed, built on first use
 /// (once per test process; again whenever the package's sources changed).
 pub fn python_package() -> Result<PathBuf> {
@@ -144,10 +122,6 @@ pub fn python_package_release() -> Result<PathBuf> {
 pub fn m3_command() -> Result<PathBuf> {
     static BUILD: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     peers::once(&BUILD, build_m3_command)
-}
-
-fn cargo() -> PathBuf {
-    std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from)
 }
 
 fn build_m3_command() -> Result<PathBuf> {

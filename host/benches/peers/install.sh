@@ -12,11 +12,23 @@ if [ -f "$dest/.stamp" ] && [ "$(cat "$dest/.stamp")" = "$stamp" ]; then
   echo "$dest"
   exit 0
 fi
+# A registry download cut short is a flake of the network: each install is tried three times.
+retry() {
+  local attempt
+  for attempt in 1 2 3; do
+    if "$@" >&2; then
+      return 0
+    fi
+    echo "install.sh: attempt $attempt of 3 failed: $*" >&2
+    sleep $((2 * attempt))
+  done
+  return 1
+}
 rm -rf "$dest/venv" "$dest/npm"
 python3 -m venv "$dest/venv" >&2
-"$dest/venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt" >&2
+retry "$dest/venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
 mkdir -p "$dest/npm"
 cp "$here/package.json" "$here/package-lock.json" "$dest/npm/"
-(cd "$dest/npm" && npm ci --ignore-scripts --no-audit --no-fund >&2)
+retry bash -c 'cd "$1" && npm ci --ignore-scripts --no-audit --no-fund' npm-ci "$dest/npm"
 echo "$stamp" > "$dest/.stamp"
 echo "$dest"

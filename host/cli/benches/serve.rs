@@ -17,18 +17,20 @@
 //!    before and with the streams open.
 //!
 //! Prints a table and writes `target/bench/serve.json` (under `$CARGO_TARGET_DIR` when set).
-//! Without `--bench` (as `cargo test --benches` runs it) it makes a short smoke pass and writes
-//! nothing.
+//! Without `--bench` (as `cargo test` runs it) or with `--smoke` it makes a short smoke pass
+//! and writes nothing.
 
 use m3::{
-    AgentSpec, ElicitationRequest, ExecutionHandle, HumanInput, ManagedInputStore, McpEra,
-    McpTestKit, NewRound, OutcomeKind, OwnerClaim, Script, SqliteExecutionStore,
-    SqliteManagedInputStore, StdioServer, StoreOptions, Submission,
+    ExecutionHandle, HumanInput, ManagedInputStore, McpEra, McpTestKit, OutcomeKind,
+    SqliteExecutionStore, SqliteManagedInputStore, StdioServer, StoreOptions, Submission,
 };
+use m3_bench::fixture::{ADDRESS_KEY, address_content, address_round, booking_agent};
+use m3_bench::stats::{latency_text, stats_json};
+use m3_bench::{RunArgs, Stats, write_report};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex};
@@ -67,60 +69,6 @@ impl Plan {
                 changes: 2,
             }
         }
-    }
-}
-
-/// Order statistics of a sample, in milliseconds.
-#[derive(Debug, Clone, Copy)]
-struct Stats {
-    p50: f64,
-    p95: f64,
-    max: f64,
-}
-
-impl Stats {
-    fn of(values: &[f64]) -> Self {
-        let mut sorted = values.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let at = |p: f64| {
-            let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-            sorted[index.min(sorted.len() - 1)]
-        };
-        Self {
-            p50: at(0.5),
-            p95: at(0.95),
-            max: sorted[sorted.len() - 1],
-        }
-    }
-
-    fn json(&self) -> Value {
-        json!({"p50_ms": self.p50, "p95_ms": self.p95, "max_ms": self.max})
-    }
-
-    fn text(&self) -> String {
-        format!(
-            "p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms",
-            self.p50, self.p95, self.max
-        )
-    }
-}
-
-/// `$CARGO_TARGET_DIR`, else the workspace's `target/`.
-fn target_dir() -> PathBuf {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                workspace.join(dir)
-            }
-        }
-        _ => workspace.join("target"),
     }
 }
 
@@ -194,21 +142,14 @@ fn agent() -> ureq::Agent {
 
 /// The answer's body for `round_id`.
 fn answer_body(round_id: &str) -> String {
-    json!({"responses": {"shipping_address": {"action": "accept",
-            "content": {"street": "1 Main Street", "city": "Pune"}}},
+    json!({"responses": {ADDRESS_KEY: {"action": "accept", "content": address_content()}},
            "idempotency_key": format!("bench-{round_id}")})
     .to_string()
 }
 
 /// Parks `count` executions at their address round; their handles and round ids.
 fn park(kit: &McpTestKit, count: usize) -> Vec<(ExecutionHandle, String)> {
-    let agent = kit
-        .agents([AgentSpec::scripted(Script::call(
-            "shipping:book_shipment",
-            json!({"item": "book", "quantity": 1}),
-        ))])
-        .expect("the agent")
-        .remove(0);
+    let agent = kit.agents([booking_agent()]).expect("the agent").remove(0);
     let binding = StdioServer::new("shipping", M3)
         .args(["shipping-server", "--era", "modern"])
         .era(McpEra::Modern);
@@ -241,9 +182,9 @@ fn park(kit: &McpTestKit, count: usize) -> Vec<(ExecutionHandle, String)> {
 /// Part 1's figures.
 struct Answers {
     answered_per_second: f64,
-    call: Stats,
-    to_delivered: Stats,
-    validated_to_delivered: Stats,
+    call: Option<Stats>,
+    to_delivered: Option<Stats>,
+    validated_to_delivered: Option<Stats>,
     server_cpu_seconds: f64,
     elapsed_seconds: f64,
     busy_retries: usize,
@@ -352,8 +293,8 @@ fn answers(
 
 /// Part 2's figures for one kind of change.
 struct FanOut {
-    latency: Stats,
-    spread: Stats,
+    latency: Option<Stats>,
+    spread: Option<Stats>,
     missed: usize,
 }
 
@@ -434,9 +375,9 @@ fn fan_out(
             }
         }
         if !seen.is_empty() {
-            let spread = Stats::of(&seen);
             let first = seen.iter().copied().fold(f64::INFINITY, f64::min);
-            spreads.push(spread.max - first);
+            let last = seen.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            spreads.push(last - first);
         }
         latencies.extend(seen);
         std::thread::sleep(Duration::from_millis(250));
@@ -451,28 +392,15 @@ fn fan_out(
 /// A round made as a worker makes one (this process commits it; the server only sees it).
 fn create_round(rounds: &SqliteManagedInputStore, i: usize) -> String {
     let round_id = format!("fanout-{i}");
-    let requests = BTreeMap::from([(
-        "shipping_address".to_string(),
-        ElicitationRequest::form(
-            "Where should the shipment be delivered?",
-            json!({"type": "object", "properties": {"street": {"type": "string"}}}),
-        ),
-    )]);
-    let round = NewRound::new(
-        round_id.clone(),
-        format!("exec-fanout-{i}"),
-        "shipping",
-        "book_shipment",
-        requests,
-    )
-    .owned_by(OwnerClaim::new("bench-worker"));
-    rounds.create_round(&round).expect("creating a round");
+    rounds
+        .create_round(&address_round(&round_id, &format!("exec-fanout-{i}")))
+        .expect("creating a round");
     round_id
 }
 
 fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
-    let plan = Plan::new(full);
+    let run = RunArgs::from_env();
+    let plan = Plan::new(run.full);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let db = dir.path().join("serve.sqlite");
     let store = Arc::new(SqliteExecutionStore::open(&db).expect("the database"));
@@ -524,14 +452,17 @@ fn main() {
         answered.server_cpu_seconds,
         answered.busy_retries
     );
-    println!("  call latency:                {}", answered.call.text());
+    println!(
+        "  call latency:                {}",
+        latency_text(answered.call.as_ref(), "ms")
+    );
     println!(
         "  call sent -> delivered:      {}",
-        answered.to_delivered.text()
+        latency_text(answered.to_delivered.as_ref(), "ms")
     );
     println!(
         "  validated -> delivered:      {}",
-        answered.validated_to_delivered.text()
+        latency_text(answered.validated_to_delivered.as_ref(), "ms")
     );
     println!(
         "m3 serve: {} subscribers, {} changes of each kind",
@@ -543,9 +474,9 @@ fn main() {
     ] {
         println!(
             "  {what}: {}; first to last subscriber: p50 {:.1} ms, max {:.1} ms; missed {}",
-            figures.latency.text(),
-            figures.spread.p50,
-            figures.spread.max,
+            latency_text(figures.latency.as_ref(), "ms"),
+            figures.spread.map_or(f64::NAN, |s| s.p50),
+            figures.spread.map_or(f64::NAN, |s| s.max),
             figures.missed
         );
     }
@@ -556,11 +487,13 @@ fn main() {
     drop(streams);
     drop(server);
     drop(kit);
-    if !full {
+    if !run.full {
+        println!("smoke pass: no JSON written (run `cargo bench -p m3-cli --bench serve`)");
         return;
     }
     let fan = |f: &FanOut| {
-        json!({"latency": f.latency.json(), "first_to_last_subscriber": f.spread.json(),
+        json!({"latency": stats_json(f.latency, "ms"),
+               "first_to_last_subscriber": stats_json(f.spread, "ms"),
                "missed": f.missed})
     };
     let report = json!({
@@ -572,9 +505,9 @@ fn main() {
             "park_seconds": park_seconds,
             "elapsed_seconds": answered.elapsed_seconds,
             "answered_per_second": answered.answered_per_second,
-            "call": answered.call.json(),
-            "call_sent_to_delivered": answered.to_delivered.json(),
-            "validated_to_delivered": answered.validated_to_delivered.json(),
+            "call": stats_json(answered.call, "ms"),
+            "call_sent_to_delivered": stats_json(answered.to_delivered, "ms"),
+            "validated_to_delivered": stats_json(answered.validated_to_delivered, "ms"),
             "server_cpu_seconds": answered.server_cpu_seconds,
             "retries_after_storage_busy": answered.busy_retries,
         },
@@ -587,9 +520,5 @@ fn main() {
                                "after_changes": rss_after},
         },
     });
-    let out = target_dir().join("bench");
-    std::fs::create_dir_all(&out).expect("bench directory");
-    let path = out.join("serve.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON")).expect("write");
-    println!("wrote {}", path.display());
+    write_report("serve", &report).expect("writing the report");
 }

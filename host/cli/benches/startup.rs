@@ -6,11 +6,14 @@
 //! 50 ms and under 10 ms (issue 20); the figures are reported, never asserted. Prints a table and
 //! writes
 //! `target/bench/cli.json` (under `$CARGO_TARGET_DIR` when set). Without `--bench` (as
-//! `cargo test --benches` runs it) it makes a short smoke pass and writes nothing.
+//! `cargo test` runs it) or with `--smoke` it makes a short smoke pass and writes nothing.
 
-use std::path::{Path, PathBuf};
+use m3::{ManagedInputStore, SqliteManagedInputStore};
+use m3_bench::fixture::address_round;
+use m3_bench::stats::{quantile, timed};
+use m3_bench::{BenchResult, RunArgs, write_report};
+use std::path::Path;
 use std::process::Command;
-use std::time::Instant;
 
 const M3: &str = env!("CARGO_BIN_EXE_m3");
 
@@ -30,40 +33,15 @@ fn m3(db: &Path, cache: &Path, args: &[&str]) -> std::process::Output {
     output
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
-/// `$CARGO_TARGET_DIR`, else the workspace's `target/`.
-fn target_dir() -> PathBuf {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                workspace.join(dir)
-            }
-        }
-        _ => workspace.join("target"),
-    }
-}
-
-fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
-    let runs = if full { 100 } else { 3 };
-    let dir = tempfile::tempdir().expect("temporary directory");
+fn main() -> BenchResult<()> {
+    let run = RunArgs::from_env();
+    let runs = if run.full { 100 } else { 3 };
+    let dir = tempfile::tempdir()?;
     let db = dir.path().join("executions.sqlite");
     let cache = dir.path().join("cache");
-    make_rounds(&db, 3);
-    let cold = Instant::now();
-    m3(&db, &cache, &["pending"]);
-    let cold_ms = cold.elapsed().as_secs_f64() * 1e3;
+    make_rounds(&db, 3)?;
+    let (cold_seconds, _) = timed(|| m3(&db, &cache, &["pending"]));
+    let cold_ms = cold_seconds * 1e3;
     let fresh_runs = runs.min(10);
     let fresh = timed_runs(&db, &cache, fresh_runs);
     // The artifact settles (its identity can be recorded) 2 s after it was written; the first
@@ -71,17 +49,22 @@ fn main() {
     std::thread::sleep(std::time::Duration::from_millis(2_100));
     m3(&db, &cache, &["pending", "--json"]);
     let times = timed_runs(&db, &cache, runs);
-    let (p50, p99) = (percentile(&times, 0.5), percentile(&times, 0.99));
-    let (fresh_p50, fresh_p99) = (percentile(&fresh, 0.5), percentile(&fresh, 0.99));
-    println!("m3 start-up (`m3 pending --json` on a database with 3 pending rounds, {runs} runs)");
+    let ms = |samples: &[f64], q| quantile(samples, q).unwrap_or(f64::NAN);
+    let (p50, p99) = (ms(&times, 0.5), ms(&times, 0.99));
+    let (fresh_p50, fresh_p99) = (ms(&fresh, 0.5), ms(&fresh, 0.99));
+    println!(
+        "m3 start-up (`m3 pending --json` on a database with 3 pending rounds, {runs} runs; {})",
+        run.mode()
+    );
     println!("  first run (compiles the component into an empty cache): {cold_ms:.1} ms");
     println!(
         "  within 2 s of that ({fresh_runs} runs; the artifact read and checked): p50 \
          {fresh_p50:.1} ms, p99 {fresh_p99:.1} ms"
     );
     println!("  warm cache: p50 {p50:.1} ms, p99 {p99:.1} ms   goals: < 50 ms, < 10 ms");
-    if !full {
-        return;
+    if !run.full {
+        println!("smoke pass: no JSON written (run `cargo bench -p m3-cli --bench startup`)");
+        return Ok(());
     }
     let report = serde_json::json!({
         "benchmark": "cli-startup",
@@ -99,21 +82,17 @@ fn main() {
         "issue_20_goal_ms": 10.0,
         "issue_20_goal_met": p50 < 10.0,
     });
-    let out = target_dir().join("bench");
-    std::fs::create_dir_all(&out).expect("bench directory");
-    let path = out.join("cli.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON")).expect("write");
-    println!("wrote {}", path.display());
+    write_report("cli", &report)?;
+    Ok(())
 }
 
 /// `runs` runs of `m3 pending --json` (each checked to list the three rounds): their wall times
-/// in milliseconds, sorted.
+/// in milliseconds.
 fn timed_runs(db: &Path, cache: &Path, runs: usize) -> Vec<f64> {
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let start = Instant::now();
-        let output = m3(db, cache, &["pending", "--json"]);
-        times.push(start.elapsed().as_secs_f64() * 1e3);
+        let (seconds, output) = timed(|| m3(db, cache, &["pending", "--json"]));
+        times.push(seconds * 1e3);
         let rounds: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
         assert_eq!(
             rounds.as_array().map(Vec::len),
@@ -121,36 +100,14 @@ fn timed_runs(db: &Path, cache: &Path, runs: usize) -> Vec<f64> {
             "three pending rounds"
         );
     }
-    times.sort_by(f64::total_cmp);
     times
 }
 
 /// `count` pending rounds, made through the store API like a worker would.
-fn make_rounds(db: &Path, count: usize) {
-    use m3::{
-        ElicitationRequest, ManagedInputStore, NewRound, OwnerClaim, SqliteManagedInputStore,
-    };
-    let store = SqliteManagedInputStore::open(db, m3::StoreOptions::default()).expect("store");
+fn make_rounds(db: &Path, count: usize) -> BenchResult<()> {
+    let store = SqliteManagedInputStore::open(db, m3::StoreOptions::default())?;
     for i in 0..count {
-        let requests = std::collections::BTreeMap::from([(
-            "shipping_address".to_string(),
-            ElicitationRequest::form(
-                "Where should the shipment be delivered?",
-                serde_json::json!({
-                    "type": "object",
-                    "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
-                    "required": ["street", "city"]
-                }),
-            ),
-        )]);
-        let round = NewRound::new(
-            format!("round-{i}"),
-            format!("exec-{i}"),
-            "shipping",
-            "book_shipment",
-            requests,
-        )
-        .owned_by(OwnerClaim::new("bench-worker"));
-        store.create_round(&round).expect("create round");
+        store.create_round(&address_round(&format!("round-{i}"), &format!("exec-{i}")))?;
     }
+    Ok(())
 }

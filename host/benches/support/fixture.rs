@@ -1,13 +1,16 @@
 //! The fixtures the benchmarks share: every kind of field of the MCP form subset (the same form
 //! as `tests/support`'s `every_kind_schema`), the booking agent and its answer against the
-//! bundled shipping server, and small conversions.
+//! bundled shipping server, its address round as a worker stores it, and small conversions.
 
-use m3::{AgentSpec, ElicitationResponse, HumanInput, McpEra, Script, StdioServer, Submission};
+use m3::{
+    AgentSpec, ElicitationRequest, ElicitationResponse, HumanInput, McpEra, NewRound, OwnerClaim,
+    Script, StdioServer, Submission,
+};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::BenchResult;
+use crate::BenchResult;
 
 /// A path as text (bench arguments and JSON need UTF-8).
 pub fn path_text(path: &Path) -> BenchResult<String> {
@@ -51,12 +54,44 @@ pub fn booking_submission(binding: StdioServer) -> Submission {
     .round_limit(1)
 }
 
+/// The request key of the shipping server's address form.
+pub const ADDRESS_KEY: &str = "shipping_address";
+
+/// The address the answers give.
+pub fn address_content() -> Value {
+    json!({"street": "1 Main Street", "city": "Pune"})
+}
+
 /// The shipping server's address round, answered.
 pub fn address() -> BTreeMap<String, ElicitationResponse> {
     BTreeMap::from([(
-        "shipping_address".to_string(),
-        ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
+        ADDRESS_KEY.to_string(),
+        ElicitationResponse::accept(address_content()),
     )])
+}
+
+/// A pending address round as a worker named `bench-worker` stores it for the shipping
+/// server's `book_shipment` (made through the store API, with no execution behind it).
+pub fn address_round(round_id: &str, execution_id: &str) -> NewRound {
+    let requests = BTreeMap::from([(
+        ADDRESS_KEY.to_string(),
+        ElicitationRequest::form(
+            "Where should the shipment be delivered?",
+            json!({
+                "type": "object",
+                "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+                "required": ["street", "city"]
+            }),
+        ),
+    )]);
+    NewRound::new(
+        round_id,
+        execution_id,
+        "shipping",
+        "book_shipment",
+        requests,
+    )
+    .owned_by(OwnerClaim::new("bench-worker"))
 }
 
 /// The every-kind form.
