@@ -3,8 +3,8 @@
 //! bundled shipping server, its address round as a worker stores it, and small conversions.
 
 use m3::{
-    AgentSpec, ElicitationRequest, ElicitationResponse, HumanInput, McpEra, NewRound, OwnerClaim,
-    Script, StdioServer, Submission,
+    AgentSpec, ElicitationRequest, ElicitationResponse, HumanInput, McpEra, NewRound, Script,
+    StdioServer, Submission,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -70,8 +70,9 @@ pub fn address() -> BTreeMap<String, ElicitationResponse> {
     )])
 }
 
-/// A pending address round as a worker named `bench-worker` stores it for the shipping
-/// server's `book_shipment` (made through the store API, with no execution behind it).
+/// A pending address round for the shipping server's `book_shipment`, made through the store
+/// API with no execution behind it. It has no owner: an owned round's lease, which nothing here
+/// renews, would expire and have it recovered (failed) while a slow run still reads it.
 pub fn address_round(round_id: &str, execution_id: &str) -> NewRound {
     let requests = BTreeMap::from([(
         ADDRESS_KEY.to_string(),
@@ -91,7 +92,6 @@ pub fn address_round(round_id: &str, execution_id: &str) -> NewRound {
         "book_shipment",
         requests,
     )
-    .owned_by(OwnerClaim::new("bench-worker"))
 }
 
 /// The every-kind form.
