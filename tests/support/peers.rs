@@ -553,10 +553,14 @@ fn npm_ci(npm: &Path, dir: &Path, pins: &[&str], label: &str, attempt: u32) -> R
     );
     // A retry's cache is only for that retry: kept, it would hold a second copy of every
     // tarball (Codex's platform build among them) on a disk that may be short of room.
-    if cache.exists() {
-        fs::remove_dir_all(&cache).with_context(|| format!("removing {}", cache.display()))?;
-    }
-    run.map(drop)
+    let removed = if cache.exists() {
+        fs::remove_dir_all(&cache).with_context(|| format!("removing {}", cache.display()))
+    } else {
+        Ok(())
+    };
+    // The install's own failure says more than a cache left behind.
+    run?;
+    removed
 }
 
 fn install_python_peers() -> Result<PathBuf> {

@@ -140,8 +140,9 @@ pub fn load(
 }
 
 /// Loads the cached artifact of the component whose SHA-256 (hex) is `wasm_sha256` from the
-/// cache at `dir`, as [`load`] does on a hit, and nothing else: no compiling, no storing, no
-/// eviction. `Err` says why it was not loaded. For the engine benchmark, which times a hit's
+/// cache at `dir`, as [`load`] does on a hit, and nothing else: no compiling, no artifact
+/// stored or evicted (the cache's key is made if it is missing, as [`load`] makes it). `Err`
+/// says why it was not loaded. For the engine benchmark, which times a hit's
 /// parts without knowing the cache's file layout.
 #[cfg(feature = "internals")]
 pub fn load_artifact(engine: &Engine, dir: &Path, wasm_sha256: &str) -> Result<Component, String> {
