@@ -129,11 +129,15 @@ pub use backend::migrate::{
 };
 pub use component::instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
 pub use component::sandbox::{ImportBinding, ImportProvider, SandboxProbe};
+pub use kit::claude_code::{
+    sign_in as claude_code_sign_in, user_config_dir as user_claude_config_dir,
+};
 pub use kit::codex::{sign_in as codex_sign_in, user_codex_home};
 pub use kit::{
-    Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, CodexCredentials,
-    CodexOptions, CodexSignIn, ExecutionError, ExecutionHandle, Harness, KitOptions, McpTestKit,
-    ModelProvider, PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
+    Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, ClaudeCodeCredentials,
+    ClaudeCodeOptions, ClaudeCodeSignIn, CodexCredentials, CodexOptions, CodexSignIn,
+    ExecutionError, ExecutionHandle, Harness, KitOptions, McpTestKit, ModelProvider,
+    PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
 };
 pub use sqlite::database::Synchronous;
 pub use worker::{Executions, RecoveryReport};

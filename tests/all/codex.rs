@@ -5,6 +5,7 @@
 use anyhow::{Context, Result, ensure};
 use m3::*;
 use m3_tests::fake_model;
+pub(crate) use m3_tests::harnesses::wait_pending;
 use m3_tests::*;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -15,7 +16,6 @@ use std::time::{Duration, Instant};
 
 const SHIPPING_SERVER: &str = env!("CARGO_BIN_EXE_m3-test-shipping-server");
 const FAKE_MODEL: &str = env!("CARGO_BIN_EXE_m3-test-fake-model");
-const FINAL_MESSAGE: &str = "The shipment is booked.";
 
 /// The loopback model, killed when dropped.
 pub(crate) struct FakeModel {
@@ -116,235 +116,11 @@ pub(crate) fn submission(mode: HumanInput) -> Submission {
     .human_input(mode)
 }
 
-pub(crate) fn wait_pending(handle: &ExecutionHandle) -> Result<PendingElicitationRound> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(pending) = handle.pending_elicitation()? {
-            return Ok(pending);
-        }
-        let snapshot = handle.snapshot()?;
-        ensure!(
-            snapshot.lifecycle != ExecutionStatus::Finished,
-            "finished before asking: {:?}",
-            snapshot.outcome
-        );
-        ensure!(Instant::now() < deadline, "no pending round in time");
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
 pub(crate) fn address() -> BTreeMap<String, ElicitationResponse> {
     BTreeMap::from([(
         "shipping_address".to_string(),
         ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
     )])
-}
-
-/// The specification's example on the codex harness, in managed mode.
-#[test]
-fn the_spec_example_runs_on_the_real_codex_harness() -> Result<()> {
-    let db = TempDb::new();
-    let model = FakeModel::start(db.dir.path(), "tool")?;
-    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
-    assert_eq!(agent.model(), Some("fake-model"));
-    let handle = agent.submit(submission(HumanInput::Managed))?;
-    let pending = wait_pending(&handle)?;
-    assert_eq!(pending.server, "shipping");
-    assert_eq!(pending.operation_name, "book_shipment");
-    assert_eq!(
-        pending.requests.keys().collect::<Vec<_>>(),
-        ["shipping_address"],
-        "Codex passes the server's _meta through: the request key hint is used"
-    );
-    handle.respond_elicitation(&pending.round_id, address(), "address-1")?;
-    let result = handle.result(Some(Duration::from_secs(120)))?;
-    assert!(result.succeeded(), "{}", result.outcome);
-    assert_eq!(result.outcome.final_message.as_deref(), Some(FINAL_MESSAGE));
-    let call = &result.outcome.tool_results[0];
-    assert_eq!(call.tool, "shipping:book_shipment");
-    assert!(call.text().contains("1 Main Street"), "{}", call.text());
-    let record = db
-        .store()
-        .get_round(&pending.round_id)?
-        .context("the round")?;
-    assert_eq!(record.status, ManagedInputStatus::Resolved);
-    assert_eq!(record.delivery_attempts, 1);
-    assert!(
-        record.harness.resume_token.is_some(),
-        "the thread id is kept as the native resume token"
-    );
-    Ok(())
-}
-
-/// Decline and cancel answers reach the server through Codex; the calls complete.
-#[test]
-fn decline_and_cancel_answers_complete_the_turn() -> Result<()> {
-    for (answer, text) in [
-        (ElicitationResponse::decline(), "declined"),
-        (ElicitationResponse::cancel(), "cancelled"),
-    ] {
-        let db = TempDb::new();
-        let model = FakeModel::start(db.dir.path(), "tool")?;
-        let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
-        let handle = agent.submit(submission(HumanInput::Managed))?;
-        let pending = wait_pending(&handle)?;
-        handle.respond_elicitation(
-            &pending.round_id,
-            BTreeMap::from([("shipping_address".to_string(), answer)]),
-            "k",
-        )?;
-        let result = handle.result(Some(Duration::from_secs(120)))?;
-        assert!(result.succeeded(), "{}", result.outcome);
-        let output = result.outcome.tool_results[0].text();
-        assert!(
-            output.contains("not booked") && output.contains(text),
-            "{output}"
-        );
-        assert_eq!(
-            db.store()
-                .get_round(&pending.round_id)?
-                .context("round")?
-                .status,
-            ManagedInputStatus::Resolved
-        );
-    }
-    Ok(())
-}
-
-/// `cancel()` while the round is pending interrupts the turn: the round ends `cancelled`, the
-/// execution `cancelled`, and Codex leaves no process behind.
-#[test]
-fn cancel_mid_round_interrupts_the_turn() -> Result<()> {
-    let db = TempDb::new();
-    let model = FakeModel::start(db.dir.path(), "tool")?;
-    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
-    let handle = agent.submit(submission(HumanInput::Managed))?;
-    let pending = wait_pending(&handle)?;
-    handle.cancel()?;
-    let result = handle.result(Some(Duration::from_secs(60)))?;
-    assert_eq!(
-        result.outcome.kind,
-        OutcomeKind::Cancelled,
-        "{}",
-        result.outcome
-    );
-    let record = db.store().get_round(&pending.round_id)?.context("round")?;
-    assert_eq!(record.status, ManagedInputStatus::Failed);
-    assert_eq!(
-        record.failure.context("failure")?.code,
-        FailureCode::Cancelled
-    );
-    Ok(())
-}
-
-/// A model that never answers: the kit's turn deadline interrupts the turn and the execution
-/// fails as an operation timeout instead of hanging (Codex itself retries forever).
-#[test]
-fn a_silent_model_hits_the_turn_deadline() -> Result<()> {
-    let db = TempDb::new();
-    let model = FakeModel::start(db.dir.path(), "silent")?;
-    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(3))?;
-    let handle = agent.submit(submission(HumanInput::Managed))?;
-    match handle.result(Some(Duration::from_secs(90))) {
-        Err(ExecutionError::OperationTimeout(timeout)) => {
-            let result = timeout.result.expect("the result travels with the timeout");
-            assert!(result.timed_out(), "{}", result.outcome);
-            assert!(
-                result
-                    .outcome
-                    .failure
-                    .unwrap()
-                    .message
-                    .contains("turn's deadline"),
-                "it says which deadline"
-            );
-        }
-        other => panic!("expected OperationTimeout, got {other:?}"),
-    }
-    assert!(handle.pending_elicitation()?.is_none());
-    Ok(())
-}
-
-/// The turn deadline never counts the time a round waits for a person: a round answered long
-/// after the whole turn's deadline is still delivered, and the turn completes.
-#[test]
-fn the_turn_deadline_stands_still_while_a_round_waits() -> Result<()> {
-    let db = TempDb::new();
-    let model = FakeModel::start(db.dir.path(), "tool")?;
-    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(8))?;
-    // The server runs in the directory the binding names (Codex is told `cwd`): its transcript,
-    // a relative path, lands there.
-    let server = StdioServer::new("shipping", SHIPPING_SERVER)
-        .args(["--era", "legacy", "--transcript", "received.jsonl"])
-        .cwd(db.dir.path().display().to_string());
-    let handle = agent.submit(
-        Submission::new(
-            "Ask for the delivery address, then book the shipment.",
-            server,
-        )
-        .tools(["shipping:book_shipment"])
-        .human_input(HumanInput::Managed),
-    )?;
-    let pending = wait_pending(&handle)?;
-    ensure!(
-        db.dir.path().join("received.jsonl").is_file(),
-        "the server did not run in the binding's working directory"
-    );
-    std::thread::sleep(Duration::from_secs(10));
-    handle.respond_elicitation(&pending.round_id, address(), "after-the-deadline")?;
-    let result = handle.result(Some(Duration::from_secs(120)))?;
-    assert!(result.succeeded(), "{}", result.outcome);
-    let record = db.store().get_round(&pending.round_id)?.unwrap();
-    assert_eq!(record.status, ManagedInputStatus::Resolved);
-    assert_eq!(record.delivery_attempts, 1);
-    Ok(())
-}
-
-/// A server that stops waiting (the TypeScript SDK 1.x's request timeout) behind Codex: the
-/// round is withdrawn as soon as Codex reports it, never left answerable, and the turn ends
-/// with the server's own result.
-#[test]
-fn a_server_that_stops_waiting_withdraws_its_round_through_codex() -> Result<()> {
-    let db = TempDb::new();
-    let model = FakeModel::start(db.dir.path(), "tool")?;
-    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
-    let command = peers::withdrawing_server(1_500)?;
-    let server = StdioServer::new("ts", command.program.display().to_string()).args(
-        command
-            .args
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned()),
-    );
-    let handle = agent.submit(
-        Submission::new("Ask for the address.", server)
-            .tools(["ts:ask_with_timeout"])
-            .human_input(HumanInput::Managed),
-    )?;
-    let result = handle.result(Some(Duration::from_secs(120)))?;
-    assert!(result.succeeded(), "{}", result.outcome);
-    let rounds = db.store().list_rounds(&RoundFilter {
-        execution_id: Some(handle.execution_id().to_string()),
-        ..RoundFilter::default()
-    })?;
-    assert_eq!(rounds.len(), 1, "{rounds:?}");
-    assert_eq!(rounds[0].status, ManagedInputStatus::Failed);
-    let failure = rounds[0]
-        .failure
-        .as_ref()
-        .context("a failed round says why")?;
-    assert_eq!(failure.code, FailureCode::RequestWithdrawn);
-    // Failed by what Codex reported (the request withdrawn, or the call completing first), not
-    // later by the net under a finished execution.
-    assert!(
-        failure.message.starts_with("codex withdrew the request")
-            || failure
-                .message
-                .starts_with("the tool call completed without waiting"),
-        "{}",
-        failure.message
-    );
-    assert!(handle.pending_elicitation()?.is_none());
-    Ok(())
 }
 
 /// The specification's Codex example as written: `env={}` and the program `codex`, found on
@@ -422,20 +198,6 @@ fn approvals_never_become_rounds() -> Result<()> {
         !db.dir.path().join("m3-should-not-exist").exists(),
         "the declined command did not run"
     );
-    Ok(())
-}
-
-/// Mode `fail` on codex: the kit answers cancel and the execution fails with
-/// `elicitation_unhandled`.
-#[test]
-fn fail_mode_on_codex_declines_and_fails() -> Result<()> {
-    let db = TempDb::new();
-    let model = FakeModel::start(db.dir.path(), "tool")?;
-    let (_kit, agent) = codex_kit(&db, &model, Duration::from_secs(120))?;
-    let handle = agent.submit(submission(HumanInput::Fail))?;
-    let result = handle.result(Some(Duration::from_secs(120)))?;
-    let failure = result.outcome.failure.as_ref().context("a failure")?;
-    assert_eq!(failure.code, Some(FailureCode::ElicitationUnhandled));
     Ok(())
 }
 

@@ -110,8 +110,15 @@ fn test_functions() -> Result<BTreeSet<TestFn>> {
     for file in source_files()?.iter().filter(|f| f.ends_with(".rs")) {
         let text = read(file)?;
         // The bodies of `on_both_backends!` are tests of the module itself and of its
-        // `sqlite` and `postgres` modules.
-        if let Some((_, block)) = text.split_once("on_both_backends! {") {
+        // `sqlite` and `postgres` modules; those of `on_both_harnesses!` of its `codex` and
+        // `claude_code` modules.
+        for (marker, variants) in [
+            ("on_both_backends! {", ["sqlite", "postgres"]),
+            ("on_both_harnesses! {", ["codex", "claude_code"]),
+        ] {
+            let Some((_, block)) = text.split_once(marker) else {
+                continue;
+            };
             for line in block.lines() {
                 let Some(after) = line.strip_prefix("    fn ") else {
                     continue;
@@ -120,9 +127,9 @@ fn test_functions() -> Result<BTreeSet<TestFn>> {
                     .chars()
                     .take_while(|c| c.is_alphanumeric() || *c == '_')
                     .collect();
-                for backend in [None, Some("sqlite"), Some("postgres")] {
+                for variant in [None, Some(variants[0]), Some(variants[1])] {
                     let mut module = module_of(file);
-                    module.extend(backend.map(str::to_string));
+                    module.extend(variant.map(str::to_string));
                     tests.insert(TestFn {
                         module,
                         name: name.clone(),

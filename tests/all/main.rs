@@ -81,13 +81,25 @@
 //!   plans, refusals, in-memory stores, `OperationTimeout` from `result`, ambiguous pending rounds,
 //!   and a worker process killed with SIGKILL (`m3-test-fault-worker kit`) whose round recovery
 //!   fails while a live worker's round is untouched.
+//! - `harnesses.rs`: the harness conformance cases, one body each run on both harnesses with a
+//!   model (`on_both_harnesses!`: `harnesses::codex::*` on the real Codex CLI,
+//!   `harnesses::claude_code::*` on the real Claude Code CLI, each with its loopback model): the
+//!   specification's flow delivering the answer once, decline and cancel answers, cancel
+//!   mid-round, fail mode.
 //! - `codex.rs`: the codex harness with the real pinned Codex CLI (`@openai/codex@0.171.0`,
 //!   installed on first use from `tests/peers/`) and the loopback model
 //!   `tests/support/fake_model.rs` (binary `m3-test-fake-model`,
-//!   `tests/support/fake_model_main.rs`): the spec example, decline and cancel answers, cancel
-//!   mid-round, a silent model and the turn deadline, approvals that never become rounds (an
-//!   unsandboxed command is declined), fail mode, a killed worker recovered, and the schema drift
-//!   check against `tests/peers/codex-schema/`.
+//!   `tests/support/fake_model_main.rs`): a silent model and the turn deadline, approvals that
+//!   never become rounds (an unsandboxed command is declined), a killed worker recovered,
+//!   confinement and credentials, and the schema drift check against `tests/peers/codex-schema/`.
+//! - `claude_code.rs`: the claude-code harness with the real pinned Claude Code CLI
+//!   (`@anthropic-ai/claude-code-linux-x64@2.1.332`, installed on first use from
+//!   `tests/peers/claude-code/`) and the loopback Messages API `tests/support/fake_anthropic.rs`:
+//!   confinement (Bash, a file write, a web fetch, a sub-agent and a server tool outside the
+//!   allow-list each refused, no marker written, Claude Code's own tools never offered, the
+//!   server's secret never sent to the model), the model key reaching Claude Code alone (the
+//!   server sees it empty, and the caller's `HOME`), and fast, named failures (a refused key, a
+//!   misspelled tool, a server that does not start, a program that is not Claude Code).
 //! - `codex_models.rs`: several models: an agent spec read from the dict form with two models gives
 //!   two agents, whose executions succeed each on its own model (the loopback model logs every
 //!   request's `model`).
@@ -162,6 +174,7 @@
 //!   field or a newer format is refused by name.
 
 mod benchmarks;
+mod claude_code;
 mod clock_skew;
 mod codex;
 mod codex_models;
@@ -176,6 +189,7 @@ mod execution_edges;
 mod execution_store;
 mod executions;
 mod executions_peers;
+mod harnesses;
 mod http_network;
 mod http_peers;
 mod integrity;

@@ -67,7 +67,8 @@ const WITHDRAWN_CLOSURE: Mutation = Mutation {
         "execution_edges::a_python_tool_that_stops_waiting_withdraws_its_round",
         "execution_edges::an_answer_committed_too_late_is_kept_but_never_delivered",
         "codex_transcripts::retries_unknown_requests_and_a_withdrawn_request",
-        "codex::a_server_that_stops_waiting_withdraws_its_round_through_codex",
+        "harnesses::codex::a_server_that_stops_waiting_withdraws_its_round",
+        "harnesses::claude_code::a_server_that_stops_waiting_withdraws_its_round",
     ],
     unaffected: "executions::the_spec_example_runs_with_the_blocking_api",
 };

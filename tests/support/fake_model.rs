@@ -109,52 +109,82 @@ pub fn main_with_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<
     Ok(())
 }
 
+/// One HTTP request as a loopback fake reads it.
+pub(crate) struct HttpRequest {
+    /// `POST /v1/responses HTTP/1.1`.
+    pub line: String,
+    /// Header names in lower case, with their values.
+    pub headers: Vec<(String, String)>,
+    /// The body (a chunked one put together).
+    pub body: Vec<u8>,
+}
+
+impl HttpRequest {
+    /// The value of header `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The request's path, query included.
+    pub fn path(&self) -> &str {
+        self.line.split_whitespace().nth(1).unwrap_or("")
+    }
+}
+
+/// Reads the next request of a keep-alive connection (`None`: the client closed it).
+pub(crate) fn read_request(
+    reader: &mut BufReader<TcpStream>,
+) -> anyhow::Result<Option<HttpRequest>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut headers = Vec::new();
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header)?;
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+        }
+    }
+    let mut request = HttpRequest {
+        line: line.trim_end().to_string(),
+        headers,
+        body: Vec::new(),
+    };
+    request.body = if request
+        .header("transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
+    {
+        read_chunked(reader)?
+    } else {
+        let length: usize = request.header("content-length").unwrap_or("0").parse()?;
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body)?;
+        body
+    };
+    Ok(Some(request))
+}
+
 /// One HTTP/1.1 connection (keep-alive: several requests).
 fn serve(stream: TcpStream, mode: &str, arguments: &str, marker: &str) -> anyhow::Result<()> {
     let port = stream.local_addr()?.port();
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line)? == 0 {
-            return Ok(());
-        }
-        let mut length = 0usize;
-        let mut chunked = false;
-        let mut authorization = None;
-        loop {
-            let mut header = String::new();
-            reader.read_line(&mut header)?;
-            let header = header.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            let lower = header.to_ascii_lowercase();
-            if let Some(v) = lower.strip_prefix("content-length:") {
-                length = v.trim().parse()?;
-            }
-            if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
-                chunked = true;
-            }
-            if lower.starts_with("authorization:") {
-                authorization = Some(header["authorization:".len()..].trim().to_string());
-            }
-        }
-        let body = if chunked {
-            read_chunked(&mut reader)?
-        } else {
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body)?;
-            body
-        };
-        let path = request_line
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or("")
-            .to_string();
+    while let Some(request) = read_request(&mut reader)? {
+        let path = request.path().to_string();
+        let authorization = request.header("authorization").map(str::to_string);
+        let body = request.body;
         eprintln!(
             "fake-model: {} {}",
-            request_line.trim_end(),
+            request.line,
             String::from_utf8_lossy(&body[..body.len().min(200)])
         );
         note_model(port, &body);
@@ -237,6 +267,7 @@ fn serve(stream: TcpStream, mode: &str, arguments: &str, marker: &str) -> anyhow
         )?;
         writer.flush()?;
     }
+    Ok(())
 }
 
 fn read_chunked(reader: &mut BufReader<TcpStream>) -> anyhow::Result<Vec<u8>> {

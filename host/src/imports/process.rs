@@ -3,7 +3,9 @@
 //! it decides nothing.
 
 use crate::component::bindings::m3::managed_input::events::{self, Event};
-use crate::component::bindings::m3::managed_input::process::{self, SpawnSpec, Spawned};
+use crate::component::bindings::m3::managed_input::process::{
+    self, ServerEnvFile, SpawnSpec, Spawned,
+};
 use crate::component::bindings::m3::managed_input::types::HeldLeases;
 use crate::process::{ChildProcess, ProcessEvent, ProcessSpec, ScratchDir, home};
 use std::collections::BTreeMap;
@@ -112,10 +114,22 @@ impl ExecutionIo {
                 .map_err(|e| e.to_string())?,
         };
         let mut env = self.env.clone();
-        if spec.server_env_table.is_none() {
+        if spec.server_env.is_none() {
             env.extend(self.server_env.clone());
         }
-        if let Some(name) = spec.home_env.filter(|n| !n.is_empty() && !n.contains('=')) {
+        for (name, value) in spec.fixed_env {
+            if name.is_empty() || name.contains('=') || name.contains('\0') || value.contains('\0')
+            {
+                return Err("a fixed environment variable must have a name without `=`".into());
+            }
+            env.insert(name, value);
+        }
+        let home_env: Vec<String> = spec
+            .home_env
+            .into_iter()
+            .filter(|n| !n.is_empty() && !n.contains('=') && !n.contains('\0'))
+            .collect();
+        if !home_env.is_empty() {
             // A private home for the child (e.g. CODEX_HOME), made through the capability.
             let home = "home";
             if !scratch.dir().exists(home) {
@@ -123,12 +137,34 @@ impl ExecutionIo {
             }
             let dir = scratch.dir().open_dir(home).map_err(|e| e.to_string())?;
             home::copy_files(&dir, &spec.home_files)?;
-            if let Some(server) = &spec.server_env_table {
-                home::write_server_env(&dir, server, &self.server_env)?;
+            match &spec.server_env {
+                Some(ServerEnvFile::CodexConfig(server)) => {
+                    home::write_server_env(&dir, server, &self.server_env)?;
+                }
+                Some(ServerEnvFile::McpConfig(config)) => {
+                    // The server inherits Claude Code's environment: what it must not see is
+                    // emptied, the private home's variables get back the caller's values.
+                    let mut server_env = BTreeMap::new();
+                    for name in &config.withheld {
+                        server_env.insert(name.clone(), String::new());
+                    }
+                    for name in &home_env {
+                        server_env.insert(
+                            name.clone(),
+                            self.env.get(name).cloned().unwrap_or_default(),
+                        );
+                    }
+                    server_env.extend(self.server_env.clone());
+                    home::write_mcp_config(&dir, config, &server_env)?;
+                }
+                None => {}
             }
-            env.insert(name, scratch.path().join(home).display().to_string());
-        } else if spec.server_env_table.is_some() || !spec.home_files.is_empty() {
-            return Err("home files and a server environment table need a private home".into());
+            let path = scratch.path().join(home).display().to_string();
+            for name in home_env {
+                env.insert(name, path.clone());
+            }
+        } else if spec.server_env.is_some() || !spec.home_files.is_empty() {
+            return Err("home files and a server environment file need a private home".into());
         }
         let workdir = scratch.path().display().to_string();
         let spec = ProcessSpec {

@@ -12,15 +12,24 @@ pub enum Harness {
     Scripted,
     /// The Codex CLI (`codex app-server`) with a model: one agent per model.
     Codex,
+    /// The Claude Code CLI (`claude -p` over stream-json) with a model: one agent per model.
+    #[serde(rename = "claude-code", alias = "claude_code")]
+    ClaudeCode,
 }
 
 impl Harness {
-    /// The harness's name (`scripted`, `codex`).
+    /// The harness's name (`scripted`, `codex`, `claude-code`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Scripted => "scripted",
             Self::Codex => "codex",
+            Self::ClaudeCode => "claude-code",
         }
+    }
+
+    /// Whether the harness runs an agent with a model (one agent per model).
+    pub fn has_models(self) -> bool {
+        !matches!(self, Self::Scripted)
     }
 }
 
@@ -134,6 +143,55 @@ impl Default for CodexOptions {
             request_timeout: std::time::Duration::from_secs(60),
             permission_policy: PermissionPolicy::Decline,
             credentials: CodexCredentials::UserHome,
+        }
+    }
+}
+
+/// Where the private `CLAUDE_CONFIG_DIR` of each execution gets the user's Claude Code sign-in
+/// (`.credentials.json`, copied owner-only; nothing else of their configuration or history).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ClaudeCodeCredentials {
+    /// `$CLAUDE_CONFIG_DIR` of this process, else `~/.claude` (the default).
+    #[default]
+    UserConfig,
+    /// Another Claude Code configuration directory.
+    From(std::path::PathBuf),
+    /// No sign-in: the model's key is `ANTHROPIC_API_KEY` or `ANTHROPIC_AUTH_TOKEN` of the
+    /// kit's `env`, or the endpoint needs none.
+    None,
+}
+
+/// Settings of the `claude-code` harness. The model's key, when one is used, is
+/// `ANTHROPIC_API_KEY` (sent as `x-api-key`) or `ANTHROPIC_AUTH_TOKEN` (a bearer token) of the
+/// kit's `env`: Claude Code gets it, the MCP server never does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaudeCodeOptions {
+    /// The `claude` program: a path, or a name looked up in the kit's `PATH` (default `claude`).
+    pub binary: String,
+    /// The Messages API's base URL (default: Anthropic's): a gateway, or a loopback server in
+    /// tests.
+    pub base_url: Option<String>,
+    /// How long a turn may run before the kit interrupts it (default 10 minutes; time spent
+    /// waiting for answers does not count).
+    pub turn_deadline: std::time::Duration,
+    /// How long Claude Code may take to start its session or to end an interrupted turn
+    /// (default 60 s).
+    pub request_timeout: std::time::Duration,
+    /// Claude Code's own permission prompts (outside the allow-list).
+    pub permission_policy: PermissionPolicy,
+    /// Where the sign-in comes from.
+    pub credentials: ClaudeCodeCredentials,
+}
+
+impl Default for ClaudeCodeOptions {
+    fn default() -> Self {
+        Self {
+            binary: "claude".into(),
+            base_url: None,
+            turn_deadline: std::time::Duration::from_secs(600),
+            request_timeout: std::time::Duration::from_secs(60),
+            permission_policy: PermissionPolicy::Decline,
+            credentials: ClaudeCodeCredentials::UserConfig,
         }
     }
 }
@@ -330,6 +388,8 @@ pub struct AgentSpec {
     pub elicitation_plan: Option<Vec<PlanEntry>>,
     /// Settings of the `codex` harness.
     pub codex: CodexOptions,
+    /// Settings of the `claude-code` harness.
+    pub claude_code: ClaudeCodeOptions,
 }
 
 impl AgentSpec {
@@ -352,6 +412,20 @@ impl AgentSpec {
             harness: Harness::Codex,
             models: models.into_iter().map(Into::into).collect(),
             codex: options,
+            ..Self::default()
+        }
+    }
+
+    /// Claude Code agents, one per model.
+    pub fn claude_code<I, S>(models: I, options: ClaudeCodeOptions) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            harness: Harness::ClaudeCode,
+            models: models.into_iter().map(Into::into).collect(),
+            claude_code: options,
             ..Self::default()
         }
     }

@@ -3,12 +3,14 @@
 //! {"steps": [..]}}`, each with an optional `"elicitation_plan": [..]`; the `codex` harness's
 //! settings under `"codex"`: `binary`, `model_provider` (`name`, `base_url`, `wire_api`,
 //! `requires_openai_auth`), `turn_deadline_secs`, `request_timeout_secs`,
-//! `permission_policy`. Unknown keys are refused; a missing `harness` is the default one.
+//! `permission_policy`; the `claude-code` harness's under `"claude_code"`: `binary`, `base_url`,
+//! `turn_deadline_secs`, `request_timeout_secs`, `permission_policy`, `credentials`. Unknown keys
+//! are refused; a missing `harness` is the default one.
 //! Errors name keys and types, never the values given (a plan holds answers).
 
 use super::agent::{
-    AgentSpec, CodexCredentials, CodexOptions, Harness, ModelProvider, PermissionPolicy, PlanEntry,
-    Script,
+    AgentSpec, ClaudeCodeCredentials, ClaudeCodeOptions, CodexCredentials, CodexOptions, Harness,
+    ModelProvider, PermissionPolicy, PlanEntry, Script,
 };
 use crate::api::submission::ModelValidationError;
 use serde::de::value::MapAccessDeserializer;
@@ -57,6 +59,28 @@ struct AgentSpecJson {
     elicitation_plan: Option<Vec<PlanEntry>>,
     #[serde(default, deserialize_with = "some_object")]
     codex: Option<CodexJson>,
+    #[serde(default, deserialize_with = "some_object")]
+    claude_code: Option<ClaudeCodeJson>,
+}
+
+/// `"claude_code": {..}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaudeCodeJson {
+    #[serde(default)]
+    binary: Option<String>,
+    #[serde(default)]
+    base_url: Option<String>,
+    #[serde(default)]
+    turn_deadline_secs: Option<f64>,
+    #[serde(default)]
+    request_timeout_secs: Option<f64>,
+    #[serde(default)]
+    permission_policy: Option<PermissionPolicy>,
+    /// `"user_config"` (the default), `"none"`, or a configuration directory to copy the
+    /// sign-in from.
+    #[serde(default)]
+    credentials: Option<String>,
 }
 
 /// `"codex": {..}`.
@@ -104,7 +128,7 @@ fn invalid(message: impl std::fmt::Display) -> ModelValidationError {
     }
 }
 
-/// A positive, finite number of seconds.
+/// A positive, finite number of seconds (`key` names it, e.g. `codex.turn_deadline_secs`).
 fn secs(key: &str, value: f64) -> Result<Duration, ModelValidationError> {
     if value > 0.0
         && let Ok(duration) = Duration::try_from_secs_f64(value)
@@ -112,7 +136,7 @@ fn secs(key: &str, value: f64) -> Result<Duration, ModelValidationError> {
         return Ok(duration);
     }
     Err(invalid(format!(
-        "`codex.{key}` must be a positive, finite number of seconds"
+        "`{key}` must be a positive, finite number of seconds"
     )))
 }
 
@@ -137,10 +161,10 @@ fn codex_options(json: CodexJson) -> Result<CodexOptions, ModelValidationError> 
         options.model_provider = Some(built);
     }
     if let Some(value) = json.turn_deadline_secs {
-        options.turn_deadline = secs("turn_deadline_secs", value)?;
+        options.turn_deadline = secs("codex.turn_deadline_secs", value)?;
     }
     if let Some(value) = json.request_timeout_secs {
-        options.request_timeout = secs("request_timeout_secs", value)?;
+        options.request_timeout = secs("codex.request_timeout_secs", value)?;
     }
     if let Some(policy) = json.permission_policy {
         options.permission_policy = policy;
@@ -154,25 +178,68 @@ fn codex_options(json: CodexJson) -> Result<CodexOptions, ModelValidationError> 
     Ok(options)
 }
 
+fn claude_code_options(json: ClaudeCodeJson) -> Result<ClaudeCodeOptions, ModelValidationError> {
+    let mut options = ClaudeCodeOptions::default();
+    if let Some(binary) = json.binary {
+        if binary.is_empty() {
+            return Err(invalid("`claude_code.binary` is empty"));
+        }
+        options.binary = binary;
+    }
+    if let Some(url) = json.base_url {
+        if url.is_empty() {
+            return Err(invalid("`claude_code.base_url` is empty"));
+        }
+        options.base_url = Some(url);
+    }
+    if let Some(value) = json.turn_deadline_secs {
+        options.turn_deadline = secs("claude_code.turn_deadline_secs", value)?;
+    }
+    if let Some(value) = json.request_timeout_secs {
+        options.request_timeout = secs("claude_code.request_timeout_secs", value)?;
+    }
+    if let Some(policy) = json.permission_policy {
+        options.permission_policy = policy;
+    }
+    options.credentials = match json.credentials.as_deref() {
+        None | Some("user_config") => ClaudeCodeCredentials::UserConfig,
+        Some("none") => ClaudeCodeCredentials::None,
+        Some("") => return Err(invalid("`claude_code.credentials` is empty")),
+        Some(dir) => ClaudeCodeCredentials::From(dir.into()),
+    };
+    Ok(options)
+}
+
 /// The dict form -> an [`AgentSpec`]: settings of one harness given to another are refused
 /// rather than ignored (the model list is checked by `agents`).
 fn spec_from(json: AgentSpecJson) -> Result<AgentSpec, ModelValidationError> {
     if json.models.iter().any(String::is_empty) {
         return Err(invalid("a model name is empty"));
     }
+    let harness = json.harness.as_str();
     let codex = match (json.harness, json.codex) {
         (Harness::Codex, Some(codex)) => codex_options(codex)?,
-        (Harness::Scripted, Some(_)) => {
-            return Err(invalid(
-                "`codex` settings are for the codex harness, not the scripted one",
-            ));
+        (_, Some(_)) => {
+            return Err(invalid(format!(
+                "`codex` settings are for the codex harness, not the {harness} one"
+            )));
         }
         (_, None) => CodexOptions::default(),
     };
-    if json.harness == Harness::Codex && json.script.is_some() {
-        return Err(invalid(
-            "a `script` is for the scripted harness; the codex harness's model decides the calls",
-        ));
+    let claude_code = match (json.harness, json.claude_code) {
+        (Harness::ClaudeCode, Some(claude)) => claude_code_options(claude)?,
+        (_, Some(_)) => {
+            return Err(invalid(format!(
+                "`claude_code` settings are for the claude-code harness, not the {harness} one"
+            )));
+        }
+        (_, None) => ClaudeCodeOptions::default(),
+    };
+    if json.harness.has_models() && json.script.is_some() {
+        return Err(invalid(format!(
+            "a `script` is for the scripted harness; the {harness} harness's model decides the \
+             calls"
+        )));
     }
     Ok(AgentSpec {
         harness: json.harness,
@@ -180,6 +247,7 @@ fn spec_from(json: AgentSpecJson) -> Result<AgentSpec, ModelValidationError> {
         script: json.script.unwrap_or_default(),
         elicitation_plan: json.elicitation_plan,
         codex,
+        claude_code,
     })
 }
 
@@ -455,5 +523,46 @@ mod tests {
                 .contains("invalid type: integer, expected a string"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_claude_code_harness_reads_its_own_settings_and_refuses_another_s() {
+        let spec = AgentSpec::from_json(
+            r#"{"harness": "claude-code", "models": ["claude-sonnet-4-5"],
+                "claude_code": {"binary": "/opt/claude", "base_url": "http://127.0.0.1:9",
+                    "turn_deadline_secs": 90, "credentials": "none"}}"#,
+        )
+        .unwrap();
+        assert_eq!(spec.harness, Harness::ClaudeCode);
+        assert_eq!(spec.claude_code.binary, "/opt/claude");
+        assert_eq!(
+            spec.claude_code.base_url.as_deref(),
+            Some("http://127.0.0.1:9")
+        );
+        assert_eq!(spec.claude_code.turn_deadline, Duration::from_secs(90));
+        assert_eq!(spec.claude_code.credentials, ClaudeCodeCredentials::None);
+        let alias = AgentSpec::from_json(r#"{"harness": "claude_code", "models": ["m"]}"#).unwrap();
+        assert_eq!(alias.harness, Harness::ClaudeCode);
+        for (json, says) in [
+            (
+                r#"{"harness": "codex", "models": ["m"], "claude_code": {}}"#,
+                "not the codex one",
+            ),
+            (
+                r#"{"harness": "claude-code", "models": ["m"], "codex": {}}"#,
+                "not the claude-code one",
+            ),
+            (
+                r#"{"harness": "claude-code", "models": ["m"], "script": {"steps": []}}"#,
+                "the claude-code harness's model decides",
+            ),
+            (
+                r#"{"harness": "claude-code", "models": ["m"], "claude_code": {"turn_deadline_secs": 0}}"#,
+                "`claude_code.turn_deadline_secs`",
+            ),
+        ] {
+            let e = AgentSpec::from_json(json).unwrap_err();
+            assert!(e.message.contains(says), "{json}: {}", e.message);
+        }
     }
 }

@@ -3,84 +3,21 @@
 //! error or a log: only whether a sign-in exists and its kind.
 
 use super::agent::CodexCredentials;
+use super::harness_binary::{self, VersionCheck};
 use crate::api::submission::ModelValidationError;
-use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
-/// How long `codex --version` may take.
-const VERSION_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Checks that `binary` is the Codex CLI: `--version` prints `codex-cli <version>`. A program
-/// that is something else (or does not answer) is a [`ModelValidationError`] naming it. The
-/// answer is remembered per path and modification time.
+/// that is something else (or does not answer) is a [`ModelValidationError`] naming it.
 pub fn check_binary(binary: &Path) -> Result<String, ModelValidationError> {
-    static SEEN: Mutex<Option<HashMap<(PathBuf, std::time::SystemTime), String>>> =
-        Mutex::new(None);
-    let refused = |why: String| ModelValidationError {
-        message: format!("`{}` is not the Codex CLI: {why}", binary.display()),
-    };
-    let modified = std::fs::metadata(binary)
-        .and_then(|m| m.modified())
-        .map_err(|e| refused(e.to_string()))?;
-    let key = (binary.to_path_buf(), modified);
-    if let Some(version) = SEEN
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .and_then(|seen| seen.get(&key))
-    {
-        return Ok(version.clone());
-    }
-    let mut child = Command::new(binary)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .env_clear()
-        .spawn()
-        .map_err(|e| refused(format!("it cannot be started ({e})")))?;
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < VERSION_TIMEOUT => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(refused(format!(
-                    "`--version` did not answer within {} s",
-                    VERSION_TIMEOUT.as_secs()
-                )));
-            }
-        }
-    };
-    let mut out = String::new();
-    if let Some(mut stdout) = child.stdout.take() {
-        let _ = stdout.by_ref().take(4096).read_to_string(&mut out);
-    }
-    let version = out
-        .lines()
-        .next()
-        .and_then(|line| line.trim().strip_prefix("codex-cli "))
-        .map(str::to_string);
-    match version {
-        Some(version) if status.success() => {
-            SEEN.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(HashMap::new)
-                .insert(key, version.clone());
-            Ok(version)
-        }
-        _ => Err(refused(format!(
-            "`--version` did not print `codex-cli <version>` (exit status {status})"
-        ))),
-    }
+    harness_binary::check(
+        binary,
+        &VersionCheck {
+            what: "the Codex CLI",
+            form: "codex-cli <version>",
+            parse: |line| line.strip_prefix("codex-cli ").map(str::to_string),
+        },
+    )
 }
 
 /// The Codex home whose sign-in an execution receives: the user's (`$CODEX_HOME` of this
@@ -94,24 +31,7 @@ pub fn credentials_home(
         CodexCredentials::None => Ok(None),
         CodexCredentials::UserHome => Ok(user_codex_home().filter(|dir| dir.is_dir())),
         CodexCredentials::From(dir) => {
-            let dir = match (dir.is_absolute(), base) {
-                (true, _) => dir.clone(),
-                (false, Some(base)) => base.join(dir),
-                (false, None) => std::env::current_dir()
-                    .map_err(|e| ModelValidationError {
-                        message: format!("the working directory cannot be read: {e}"),
-                    })?
-                    .join(dir),
-            };
-            if !dir.is_dir() {
-                return Err(ModelValidationError {
-                    message: format!(
-                        "the Codex home to take the sign-in from, `{}`, is not a directory",
-                        dir.display()
-                    ),
-                });
-            }
-            Ok(Some(dir))
+            harness_binary::sign_in_dir(dir, base, "the Codex home").map(Some)
         }
     }
 }

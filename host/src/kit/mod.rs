@@ -26,25 +26,35 @@
 //!   wake-ups (its end), `cancel`).
 //! - `error.rs`: `ExecutionError`.
 //! - `agent.rs`: `AgentSpec`, `Script` (`{"steps": [...]}` of `ScriptStep::{Tool, Prompt,
-//!   Resource}`), `PlanEntry`, `CodexOptions`, `ModelProvider`, `CodexCredentials`.
+//!   Resource}`), `PlanEntry`, `CodexOptions`, `ModelProvider`, `CodexCredentials`,
+//!   `ClaudeCodeOptions`, `ClaudeCodeCredentials`.
 //! - `agent_json.rs`: the specification's dict form of an `AgentSpec` (`AgentSpec::from_json` and
 //!   its `Deserialize`: `harness`, `models`, `script`, `elicitation_plan`, the codex settings under
-//!   `codex`; unknown keys refused; errors name keys, never the values given).
+//!   `codex`, the claude-code ones under `claude_code`; unknown keys refused; errors name keys,
+//!   never the values given).
 //! - `codex.rs`: what the host checks and finds for the `codex` harness at submission: the program
 //!   answers `--version` as the Codex CLI, and where the user's sign-in is (`$CODEX_HOME` or
 //!   `~/.codex`; its kind for `m3 doctor`, never its value). `handle.diagnostics()` reads an
 //!   execution's harness events and stderr tail.
+//! - `claude_code.rs`: the same for the `claude-code` harness: the program answers `--version` as
+//!   the Claude Code CLI, and the user's sign-in (`.credentials.json` in `$CLAUDE_CONFIG_DIR` or
+//!   `~/.claude`; its kind, never its value).
+//! - `harness_binary.rs`: the `--version` check both use (no environment, a time limit, the
+//!   answer remembered per path and modification time).
 
 pub mod agent;
 mod agent_json;
+pub mod claude_code;
 pub mod codex;
 mod error;
 pub mod handle;
+mod harness_binary;
 
 pub use agent::{
-    AgentSpec, CodexCredentials, CodexOptions, Harness, ModelProvider, PermissionPolicy, PlanEntry,
-    PlanMatch, Script, ScriptStep,
+    AgentSpec, ClaudeCodeCredentials, ClaudeCodeOptions, CodexCredentials, CodexOptions, Harness,
+    ModelProvider, PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
 };
+pub use claude_code::ClaudeCodeSignIn;
 pub use codex::CodexSignIn;
 pub use error::ExecutionError;
 pub use handle::{AsyncExecutionHandle, ExecutionHandle};
@@ -182,10 +192,13 @@ impl AsyncMcpTestKit {
                         model: None,
                     });
                 }
-                Harness::Codex => {
+                Harness::Codex | Harness::ClaudeCode => {
                     if spec.models.is_empty() {
                         return Err(ModelValidationError {
-                            message: "the codex harness needs at least one model".into(),
+                            message: format!(
+                                "the {} harness needs at least one model",
+                                spec.harness.as_str()
+                            ),
                         });
                     }
                     for model in &spec.models {
@@ -385,12 +398,14 @@ impl AsyncMcpTestKit {
             resolves,
         )??;
         policy.check_tool_allow_list(submission.server.name(), &submission.tools)??;
-        if agent.harness == Harness::Codex && submission.server.as_http().is_some() {
+        if agent.harness.has_models() && submission.server.as_http().is_some() {
             return Err(ModelValidationError {
-                message: "the codex harness reaches only stdio servers: Codex would connect to an \
-                          HTTP server itself, outside the kit's network grant (use the scripted \
-                          harness, whose MCP client is the kit's)"
-                    .into(),
+                message: format!(
+                    "the {} harness reaches only stdio servers: the agent would connect to an \
+                     HTTP server itself, outside the kit's network grant (use the scripted \
+                     harness, whose MCP client is the kit's)",
+                    agent.harness.as_str()
+                ),
             }
             .into());
         }
@@ -409,7 +424,7 @@ impl AsyncMcpTestKit {
         })?;
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let codex = (agent.harness == Harness::Codex).then(|| wit::CodexSettings {
-            binary: resolved.codex.clone().unwrap_or_default(),
+            binary: resolved.harness_binary.clone().unwrap_or_default(),
             model_provider: agent
                 .codex
                 .model_provider
@@ -431,9 +446,21 @@ impl AsyncMcpTestKit {
             turn_deadline_ms: millis(agent.codex.turn_deadline),
             request_timeout_ms: millis(agent.codex.request_timeout),
         });
+        let claude = &agent.claude_code;
+        let claude_code = (agent.harness == Harness::ClaudeCode).then(|| wit::ClaudeCodeSettings {
+            binary: resolved.harness_binary.clone().unwrap_or_default(),
+            base_url: claude.base_url.clone(),
+            credentials_from: resolved.credentials_from.clone(),
+            permission_policy: match claude.permission_policy {
+                PermissionPolicy::Decline => wit::PermissionPolicy::Decline,
+            },
+            turn_deadline_ms: millis(claude.turn_deadline),
+            request_timeout_ms: millis(claude.request_timeout),
+        });
         let spec = wit::ExecutionSpec {
             harness: agent.harness.as_str().to_string(),
             codex,
+            claude_code,
             model,
             prompt: submission.prompt.clone(),
             script,
@@ -532,8 +559,10 @@ struct ResolvedPrograms {
     server_cwd: Option<String>,
     /// An HTTP server's URL, checked.
     server_url: Option<String>,
-    codex: Option<String>,
-    /// The Codex home whose sign-in is copied (absolute).
+    /// The agent harness's program (absolute).
+    harness_binary: Option<String>,
+    /// The Codex home or Claude Code configuration directory whose sign-in is copied
+    /// (absolute).
     credentials_from: Option<String>,
 }
 
@@ -582,12 +611,20 @@ fn resolve_programs(
             (String::new(), None, Some(http.url.trim().to_string()))
         }
     };
-    let (codex, credentials_from) = match agent.harness {
+    let (harness_binary, credentials_from) = match agent.harness {
         Harness::Codex => {
             let binary = resolve::program("the codex program", &agent.codex.binary, env, base)
                 .map_err(refused)?;
             crate::kit::codex::check_binary(&binary)?;
             let credentials = crate::kit::codex::credentials_home(&agent.codex.credentials, base)?;
+            (Some(text(binary)), credentials.map(text))
+        }
+        Harness::ClaudeCode => {
+            let options = &agent.claude_code;
+            let binary = resolve::program("the claude program", &options.binary, env, base)
+                .map_err(refused)?;
+            crate::kit::claude_code::check_binary(&binary)?;
+            let credentials = crate::kit::claude_code::credentials_dir(&options.credentials, base)?;
             (Some(text(binary)), credentials.map(text))
         }
         Harness::Scripted => (None, None),
@@ -596,7 +633,7 @@ fn resolve_programs(
         server_command,
         server_cwd,
         server_url,
-        codex,
+        harness_binary,
         credentials_from,
     })
 }

@@ -3,7 +3,7 @@
 //! for a harness that starts the MCP server itself. Everything is written through the home's
 //! capability, readable by the owner only, and removed with the scratch directory.
 
-use crate::component::bindings::m3::managed_input::process::HomeFile;
+use crate::component::bindings::m3::managed_input::process::{HomeFile, McpConfig};
 use cap_std::fs::OpenOptionsExt;
 use cap_std::fs::{Dir, OpenOptions};
 use std::collections::BTreeMap;
@@ -88,6 +88,29 @@ pub fn write_server_env(
         text.push_str(&format!("{} = {}\n", quote(name), quote(value)));
     }
     write_private(home, "config.toml", text.as_bytes())
+}
+
+/// Writes `config`'s document as `home/mcp.json` (mode 0600) with `env` as its server's `env`
+/// (Claude Code's `{"mcpServers": {name: {.., "env": {..}}}}`). Errors never hold a value.
+pub fn write_mcp_config(
+    home: &Dir,
+    config: &McpConfig,
+    env: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let mut document: serde_json::Value = serde_json::from_str(&config.document)
+        .map_err(|e| format!("the MCP configuration is not JSON: {e}"))?;
+    let server = document
+        .get_mut("mcpServers")
+        .and_then(|servers| servers.get_mut(&config.server))
+        .and_then(serde_json::Value::as_object_mut)
+        .ok_or_else(|| {
+            format!(
+                "the MCP configuration has no server `{}`",
+                config.server.escape_debug()
+            )
+        })?;
+    server.insert("env".into(), serde_json::json!(env));
+    write_private(home, "mcp.json", document.to_string().as_bytes())
 }
 
 fn write_private(home: &Dir, name: &str, bytes: &[u8]) -> Result<(), String> {
@@ -189,5 +212,34 @@ mod tests {
             .mode()
             & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn the_mcp_config_gets_the_server_s_environment_owner_only() {
+        let (dir, cap) = home();
+        let config = McpConfig {
+            server: "ship".into(),
+            document: r#"{"mcpServers":{"ship":{"command":"/bin/s","args":[]}}}"#.into(),
+            withheld: vec!["ANTHROPIC_API_KEY".into()],
+        };
+        let env = BTreeMap::from([("SHIP_PASSWORD".to_string(), "p\"w".to_string())]);
+        write_mcp_config(&cap, &config, &env).unwrap();
+        let path = dir.path().join("mcp.json");
+        let written: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(written["mcpServers"]["ship"]["command"], "/bin/s");
+        assert_eq!(
+            written["mcpServers"]["ship"]["env"]["SHIP_PASSWORD"],
+            "p\"w"
+        );
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let other = McpConfig {
+            server: "nope".into(),
+            ..config
+        };
+        let (_dir, cap) = home();
+        let e = write_mcp_config(&cap, &other, &env).unwrap_err();
+        assert!(e.contains("no server") && !e.contains("p\"w"), "{e}");
     }
 }

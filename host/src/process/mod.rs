@@ -30,8 +30,11 @@
 //!   or, if that has none, the host's; a missing one is a `ModelValidationError`. `scratch.rs`
 //!   hands out a private (0700) scratch directory as a cap-std `Dir`; the host writes inside it
 //!   only through that capability; removed on drop.
-//! - `home.rs`: a child's private home inside it (Codex's `CODEX_HOME`): the copied sign-in and the
-//!   server's environment table, each written owner-only (0600) through the home's capability.
+//! - `home.rs`: a child's private home inside it (Codex's `CODEX_HOME`; Claude Code's
+//!   `CLAUDE_CONFIG_DIR`, `HOME` and `CLAUDE_CODE_TMPDIR`): the copied sign-in and the server's
+//!   environment (Codex's `config.toml` table, or Claude Code's `mcp.json` whose server `env`
+//!   also empties what the server must not inherit), each written owner-only (0600) through the
+//!   home's capability.
 
 pub mod child;
 pub mod home;

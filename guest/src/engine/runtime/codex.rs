@@ -15,10 +15,10 @@
 //! the round in the same step: Codex clearing the request (`serverRequest/resolved`), the tool
 //! call completing or the turn ending while it is open withdraw it (`request-withdrawn`).
 
-use super::session::{Action, Finished, Input, Mode, Operation};
-use crate::m3::managed_input::types::{FailureCode, OperationKind};
+use super::agent_rounds::{AgentRounds, Forwarded};
+use super::session::{Action, Finished, Input, Mode};
+use crate::m3::managed_input::types::FailureCode;
 use crate::mcp::message::{self, Incoming, RpcError};
-use crate::mcp::request;
 use serde_json::{Value, json};
 
 /// The method Codex uses to forward an MCP elicitation (and its tool-approval prompts).
@@ -78,24 +78,6 @@ enum State {
     Done,
 }
 
-/// The round in flight.
-#[derive(Debug, Clone, PartialEq)]
-struct OpenRound {
-    request_id: Value,
-    key: String,
-    delivered: bool,
-    unhandled: bool,
-}
-
-/// The `mcpToolCall` item in progress.
-#[derive(Debug, Clone, PartialEq)]
-struct ToolCall {
-    id: String,
-    tool: String,
-    arguments: Value,
-    rounds: u32,
-}
-
 /// The state machine of one Codex app-server session.
 #[derive(Debug)]
 pub struct CodexSession {
@@ -104,11 +86,8 @@ pub struct CodexSession {
     next_id: u64,
     thread_id: Option<String>,
     turn_id: Option<String>,
-    call: Option<ToolCall>,
-    calls: usize,
-    open: Option<OpenRound>,
+    rounds: AgentRounds,
     final_message: Option<String>,
-    unhandled: bool,
 }
 
 /// The thread and turn ids, once known (the thread id is the native resume token).
@@ -128,27 +107,27 @@ fn text(v: &Value, name: &str) -> Option<String> {
     v.get(name).and_then(Value::as_str).map(str::to_string)
 }
 
-impl OpenRound {
-    /// Waiting for its answer.
-    fn waiting(&self) -> bool {
-        !self.delivered && !self.unhandled
+/// Codex's elicitation result: the MCP result with `content` and `_meta` always present, as a
+/// JSON-RPC result of the forwarded request.
+fn reply(id: &Value, mut answer: Value) -> Value {
+    if let Value::Object(map) = &mut answer {
+        map.entry("content").or_insert(Value::Null);
+        map.insert("_meta".into(), Value::Null);
     }
+    message::result(id, answer)
 }
 
 impl CodexSession {
     /// A session that has not started.
     pub fn new(config: CodexConfig) -> Self {
         Self {
+            rounds: AgentRounds::new(config.mode, config.round_limit, reply),
             config,
             state: State::Idle,
             next_id: 1,
             thread_id: None,
             turn_id: None,
-            call: None,
-            calls: 0,
-            open: None,
             final_message: None,
-            unhandled: false,
         }
     }
 
@@ -190,23 +169,7 @@ impl CodexSession {
 
     /// Ends the session with `finished`, failing the open round in the same step.
     fn end(&mut self, finished: Finished, out: &mut Vec<Action>) {
-        if let Some(round) = self.open.take()
-            && !round.unhandled
-        {
-            let (code, message) = match &finished {
-                Finished::Failed { code, message } => {
-                    (code.unwrap_or(FailureCode::ServerError), message.clone())
-                }
-                Finished::Cancelled => {
-                    (FailureCode::Cancelled, "the execution was cancelled".into())
-                }
-                Finished::TimedOut { message }
-                | Finished::ModelError { message }
-                | Finished::ToolNotFound { message } => (FailureCode::ServerError, message.clone()),
-                Finished::Succeeded => (FailureCode::ServerError, "the session ended".into()),
-            };
-            out.push(Action::FailRound { code, message });
-        }
+        self.rounds.end(&finished, out);
         self.finish(finished, out);
     }
 
@@ -236,8 +199,8 @@ impl CodexSession {
             }
             Input::Line(line) => self.line(&line, &mut out),
             Input::ProbeTimedOut => self.timer(&mut out),
-            Input::Answer(responses) => self.answer(&responses, &mut out),
-            Input::Unhandled => self.unhandled_round(&mut out),
+            Input::Answer(responses) => self.rounds.answer(&responses, &mut out),
+            Input::Unhandled => self.rounds.unhandled_round(&mut out),
             Input::Cancel => self.interrupt(
                 Finished::Cancelled,
                 FailureCode::Cancelled,
@@ -339,14 +302,7 @@ impl CodexSession {
                 return;
             }
         }
-        if let Some(round) = self.open.take()
-            && !round.unhandled
-        {
-            out.push(Action::FailRound {
-                code,
-                message: message.into(),
-            });
-        }
+        self.rounds.fail_open(code, message, out);
         let params = json!({"threadId": self.thread_id, "turnId": self.turn_id});
         self.request("turn/interrupt", params, out);
         self.state = State::Interrupting { then };
@@ -626,12 +582,11 @@ impl CodexSession {
                 let item = field(params, "item");
                 Self::other_item(item, out);
                 if item["type"] == "mcpToolCall" {
-                    self.call = Some(ToolCall {
-                        id: text(item, "id").unwrap_or_default(),
-                        tool: text(item, "tool").unwrap_or_default(),
-                        arguments: field(item, "arguments").clone(),
-                        rounds: 0,
-                    });
+                    self.rounds.call_started(
+                        text(item, "id").unwrap_or_default(),
+                        text(item, "tool").unwrap_or_default(),
+                        field(item, "arguments").clone(),
+                    );
                 }
             }
             "item/completed" => {
@@ -639,24 +594,13 @@ impl CodexSession {
                 if item["type"] == "mcpToolCall" {
                     // The call's result resolves its delivered round; a round still waiting for
                     // its answer was withdrawn (the server stopped waiting).
-                    self.withdraw_waiting(
-                        "the tool call completed without waiting for the answer",
-                        out,
-                    );
-                    self.resolve_delivered(out);
                     let result = match field(item, "result") {
                         Value::Null => json!({"isError": true, "content": [{"type": "text",
                             "text": field(item, "error").get("message").and_then(Value::as_str).unwrap_or("the tool call failed")}]}),
                         result => result.clone(),
                     };
-                    out.push(Action::ToolResult {
-                        step: self.calls,
-                        kind: OperationKind::Tool,
-                        name: text(item, "tool").unwrap_or_default(),
-                        result,
-                    });
-                    self.calls += 1;
-                    self.call = None;
+                    self.rounds
+                        .call_completed(text(item, "tool").unwrap_or_default(), result, out);
                 } else if item["type"] == "agentMessage"
                     && let Some(message) = text(item, "text")
                 {
@@ -665,13 +609,8 @@ impl CodexSession {
             }
             // Codex cleared a request itself before the answer (the MCP server stopped
             // waiting, or the call was cancelled).
-            "serverRequest/resolved"
-                if self
-                    .open
-                    .as_ref()
-                    .is_some_and(|r| field(params, "requestId") == &r.request_id) =>
-            {
-                self.withdraw_waiting(
+            "serverRequest/resolved" if self.rounds.is_open(field(params, "requestId")) => {
+                self.rounds.withdraw_waiting(
                     "codex withdrew the request (the MCP server stopped waiting, or the call was \
                      cancelled)",
                     out,
@@ -682,38 +621,15 @@ impl CodexSession {
         }
     }
 
-    /// Fails the open round with `request-withdrawn` if it still waits for its answer.
-    fn withdraw_waiting(&mut self, message: &str, out: &mut Vec<Action>) {
-        if self.open.as_ref().is_some_and(OpenRound::waiting)
-            && !crate::mutation::broken(crate::mutation::Rule::WithdrawnClosure)
-        {
-            self.open = None;
-            out.push(Action::FailRound {
-                code: FailureCode::RequestWithdrawn,
-                message: message.into(),
-            });
-        }
-    }
-
-    fn resolve_delivered(&mut self, out: &mut Vec<Action>) {
-        if let Some(round) = &self.open
-            && round.delivered
-        {
-            if !round.unhandled {
-                out.push(Action::ResolveRound);
-            }
-            self.open = None;
-        }
-    }
-
     fn turn_completed(&mut self, turn: &Value, out: &mut Vec<Action>) {
-        self.withdraw_waiting("the turn ended while the round was open", out);
-        self.resolve_delivered(out);
+        self.rounds
+            .withdraw_waiting("the turn ended while the round was open", out);
+        self.rounds.resolve_delivered(out);
         let status = turn.get("status").and_then(Value::as_str).unwrap_or("");
         let state = std::mem::replace(&mut self.state, State::InTurn);
         match (state, status) {
             (State::Interrupting { then }, _) => self.finish(then, out),
-            (_, "completed") if self.unhandled => self.finish(
+            (_, "completed") if self.rounds.any_unhandled() => self.finish(
                 Finished::Failed {
                     code: Some(FailureCode::ElicitationUnhandled),
                     message: "the server asked for input and human input mode is `fail`".into(),
@@ -792,123 +708,24 @@ impl CodexSession {
     }
 
     fn elicitation(&mut self, id: Value, params: &Value, out: &mut Vec<Action>) {
-        if self.state != State::InTurn || self.open.as_ref().is_some_and(|r| !r.delivered) {
-            out.push(Action::Send(message::result(
-                &id,
-                json!({"action": "cancel", "content": null, "_meta": null}),
-            )));
+        if self.state != State::InTurn {
+            out.push(Action::Send(reply(&id, json!({"action": "cancel"}))));
             return;
         }
-        let call = self.call.get_or_insert_with(|| ToolCall {
-            id: String::new(),
-            tool: text(params, "serverName").unwrap_or_default(),
-            arguments: json!({}),
-            rounds: 0,
-        });
-        let index = call.rounds;
-        if index >= self.config.round_limit {
-            // As in every harness: the delivered round that the server answered with one more
-            // request fails with the limit's code.
-            if let Some(round) = self.open.take()
-                && !round.unhandled
-            {
-                out.push(Action::FailRound {
-                    code: FailureCode::RoundLimitExceeded,
-                    message: format!(
-                        "the server asked for more than {} rounds",
-                        self.config.round_limit
-                    ),
-                });
+        let server = text(params, "serverName").unwrap_or_default();
+        match self.rounds.forwarded(id.clone(), params, &server, out) {
+            Forwarded::Round | Forwarded::Busy => {}
+            Forwarded::LimitExceeded => {
+                let params = json!({"threadId": self.thread_id, "turnId": self.turn_id});
+                self.request("turn/interrupt", params, out);
+                self.state = State::Interrupting {
+                    then: AgentRounds::limit_exceeded(),
+                };
             }
-            out.push(Action::Send(message::result(
-                &id,
-                json!({"action": "cancel", "content": null, "_meta": null}),
-            )));
-            let params = json!({"threadId": self.thread_id, "turnId": self.turn_id});
-            self.request("turn/interrupt", params, out);
-            self.state = State::Interrupting {
-                then: Finished::Failed {
-                    code: Some(FailureCode::RoundLimitExceeded),
-                    message: "round limit exceeded".into(),
-                },
-            };
-            return;
-        }
-        call.rounds += 1;
-        let operation = Operation {
-            step: self.calls,
-            kind: OperationKind::Tool,
-            name: call.tool.clone(),
-            arguments: call.arguments.clone(),
-        };
-        // The next round of the same call resolves the delivered one.
-        self.resolve_delivered(out);
-        let (key, request) = match crate::mcp::legacy::elicitation(params) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                out.push(Action::Send(message::error(&id, -32602, &e.0)));
-                return;
+            Forwarded::Unusable(why) => {
+                out.push(Action::Send(message::error(&id, -32602, &why)));
             }
-        };
-        out.push(Action::OpenRound {
-            operation,
-            round_index: index,
-            requests: vec![(key.clone(), request)],
-            request_state: None,
-        });
-        self.open = Some(OpenRound {
-            request_id: id,
-            key,
-            delivered: false,
-            unhandled: false,
-        });
-        if self.config.mode == Mode::Fail {
-            self.unhandled_round(out);
         }
-    }
-
-    /// Mode `fail` (or a plan without a match): answer `cancel`, fail the round.
-    fn unhandled_round(&mut self, out: &mut Vec<Action>) {
-        let Some(round) = self.open.as_mut() else {
-            return;
-        };
-        if round.delivered {
-            return;
-        }
-        round.delivered = true;
-        round.unhandled = true;
-        self.unhandled = true;
-        out.push(Action::Deliver(message::result(
-            &round.request_id,
-            json!({"action": "cancel", "content": null, "_meta": null}),
-        )));
-        out.push(Action::FailRound {
-            code: FailureCode::ElicitationUnhandled,
-            message: "human input mode is `fail`: the kit answered cancel".into(),
-        });
-    }
-
-    fn answer(
-        &mut self,
-        responses: &[(String, crate::m3::managed_input::types::ElicitationResponse)],
-        out: &mut Vec<Action>,
-    ) {
-        let Some(round) = self.open.as_mut() else {
-            return;
-        };
-        if round.delivered {
-            return; // at most once
-        }
-        let Some((_, response)) = responses.iter().find(|(k, _)| k == &round.key) else {
-            return;
-        };
-        let mut result = request::answer(response);
-        if let Value::Object(map) = &mut result {
-            map.entry("content").or_insert(Value::Null);
-            map.insert("_meta".into(), Value::Null);
-        }
-        round.delivered = true;
-        out.push(Action::Deliver(message::result(&round.request_id, result)));
     }
 }
 
@@ -1456,7 +1273,6 @@ mod tests {
         });
         let mut s2 = in_turn(Mode::Managed);
         std::mem::swap(&mut s.state, &mut s2.state);
-        s.call = s2.call.take();
         s.thread_id = s2.thread_id.take();
         s.turn_id = s2.turn_id.take();
         s.next_id = s2.next_id;

@@ -7,6 +7,9 @@
 //! - `scripted`: one MCP server connection driven by the scripted harness: era probe,
 //!   handshake, the script's tool calls in order, and elicitation rounds in both eras.
 //! - `codex`: one `codex app-server` connection driven by the codex harness.
+//! - `claude_code`: one headless Claude Code session driven by the claude-code harness.
+//! - `agent_rounds`: what both harnesses with a model do with the elicitations their agent
+//!   forwards, written once.
 //! - `worker`: `run-execution`: claim, spawn (or connect), wait, deliver, renew, finish.
 //! - `http_link`: the Streamable HTTP transport of a server reached over HTTP (`wasi:http`).
 //! - `execution`: the executions table (submit, snapshot, cancel requests, leases, outcome).
@@ -94,13 +97,37 @@
 //!   thread's setup, the server's start-up status, approvals given or declined, items other than
 //!   the conversation and MCP calls, Codex's `error` notifications, calls of tools Codex does not
 //!   offer (`refused`, from raw response items); `mcpServer/elicitation/request` -> a round (tool
-//!   approvals, marked `_meta.codex_approval_kind`, are answered, never rounds); every other server
+//!   approvals, marked `_meta.codex_approval_kind`, are answered, never rounds; the rounds
+//!   themselves through `agent_rounds`); every other server
 //!   request is declined (or refused with -32601); `turn/interrupt` on cancel, round deadline,
 //!   round limit and the turn deadline (which does not count time spent waiting for answers; it
 //!   fails a delivered round `cancelled` and times the execution out); a timer on every request. A
 //!   round whose wait ends without its answer (`serverRequest/resolved`, the `mcpToolCall` item
 //!   completing, the turn ending) fails `request_withdrawn`; the round limit fails the delivered
 //!   round `round_limit_exceeded`, as in the scripted harness.
+//! - `agent_rounds.rs`: the rounds of a harness with a model, written once for `codex` and
+//!   `claude-code`: the tool call in progress, a forwarded elicitation opened as a round of it
+//!   (or answered `cancel` when one already waits), the answer delivered once as the harness's
+//!   reply (the one thing each harness gives: how that reply is written), the next request or the
+//!   call's result resolving the delivered round, withdrawal of a waiting round, the round limit,
+//!   mode `fail`, and the open round failed as the session ends.
+//! - `claude_code.rs`: the `claude-code` harness's session machine (same inputs and actions):
+//!   `mcp_status` until the server is not `pending` (a server that did not start fails
+//!   `server-error` with Claude Code's reason, an allow-listed tool it lacks `tool-not-found`),
+//!   the server's other tools denied with `apply_flag_settings` so the agent is offered exactly
+//!   the allow-list; then the prompt as the one stream-json user message; `system`/`init` starts
+//!   the turn (a tool offered beyond the allow-list is named in an event); `tool_use` of an allow-listed tool
+//!   (the operation) and its `tool_result` (the call's result, as Claude Code gave it to the
+//!   agent); a `control_request` `elicitation` -> a round through `agent_rounds`, answered by the
+//!   `control_response`; `can_use_tool` allowed for the allow-list, denied and kept as `refused`
+//!   otherwise, as is a call of a tool Claude Code does not offer (its `No such tool` result);
+//!   other control requests refused; `control_cancel_request` withdraws the round; `result` ends
+//!   the session (an `api_error` is `model-error`, a 401/403 retry interrupts at once); cancel,
+//!   round deadline, round limit and the turn deadline send `interrupt`. Also what the host
+//!   starts (`spawn_spec`: the command line that confines it, its switches in `fixed-env`, the
+//!   private `CLAUDE_CONFIG_DIR`, `HOME` and `CLAUDE_CODE_TMPDIR`, the server's `mcp.json` with
+//!   the model's credentials withheld from the server) and `check` (no server working directory,
+//!   no 2026-07-28 era).
 //! - `execution.rs`: the executions table (one row: indexed columns + the component's document
 //!   holding the spec, the cancel flag, the outcome and what the worker started: process group and
 //!   scratch directory, for recovery; the harness's events (the first 64, each at most 512 bytes)
@@ -118,6 +145,8 @@
 //!   instance trapped: its execution and the rounds it owns fail at once, `recovery-unavailable`,
 //!   in one transaction).
 
+pub mod agent_rounds;
+pub mod claude_code;
 pub mod codex;
 pub mod execution;
 pub mod http_link;

@@ -10,6 +10,7 @@
 //! its answer the session's timer stands still (a human's time never counts against the kit's
 //! own timeouts). The host is only asked to do I/O.
 
+use super::claude_code::{self, ClaudeCodeConfig, ClaudeCodeSession};
 use super::codex::{CodexConfig, CodexSession};
 use super::execution::{self, Claim, ExecutionLease};
 use super::http_link::{HttpLink, LinkEvent};
@@ -22,7 +23,7 @@ use crate::exports::m3::managed_input::runtime::{
     ExecutionState, FailureKind, HumanInputMode, OutcomeKind, ToolResult,
 };
 use crate::m3::managed_input::events::{self, Event};
-use crate::m3::managed_input::process::{self, HomeFile, SpawnSpec, Spawned};
+use crate::m3::managed_input::process::{self, HomeFile, ServerEnvFile, SpawnSpec, Spawned};
 use crate::m3::managed_input::types::{
     DeadlineChoice, HeldLeases, HeldRound, NewRound, OwnerClaim,
 };
@@ -197,9 +198,17 @@ pub fn check_spec(spec: &ExecutionSpec) -> Result<(), String> {
             crate::submission::check_tool_allow_list(&spec.server.name, &spec.tools)
                 .map_err(|e| e.message)?;
         }
+        "claude-code" => {
+            let Some(claude) = &spec.claude_code else {
+                return Err(
+                    "the claude-code harness needs its settings (the claude binary)".into(),
+                );
+            };
+            claude_code::check(spec, claude)?;
+        }
         other => {
             return Err(format!(
-                "harness `{}` is not available (known: scripted, codex)",
+                "harness `{}` is not available (known: scripted, codex, claude-code)",
                 crate::errors::bounded(other)
             ));
         }
@@ -380,6 +389,7 @@ fn outcome_of(finished: Finished) -> ExecutionOutcome {
 enum Session {
     Scripted(Box<ScriptedSession>),
     Codex(Box<CodexSession>),
+    ClaudeCode(Box<ClaudeCodeSession>),
 }
 
 impl Session {
@@ -387,6 +397,7 @@ impl Session {
         match self {
             Self::Scripted(s) => s.handle(input),
             Self::Codex(s) => s.handle(input),
+            Self::ClaudeCode(s) => s.handle(input),
         }
     }
 
@@ -407,6 +418,12 @@ impl Session {
                     turn_id: ids.turn_id,
                 }
             }
+            // Sessions are not kept (`--no-session-persistence`): nothing to resume.
+            Self::ClaudeCode(s) => HarnessMetadata {
+                session_id: s.session_id(),
+                resume_token: None,
+                turn_id: None,
+            },
         }
     }
 }
@@ -574,8 +591,8 @@ impl Worker {
             }
         };
         let mut link = None;
-        let session = match (&spec.codex, spec.harness.as_str()) {
-            (Some(codex), "codex") => {
+        let session = match (&spec.codex, &spec.claude_code, spec.harness.as_str()) {
+            (Some(codex), _, "codex") => {
                 let home_files = codex
                     .credentials_from
                     .iter()
@@ -588,9 +605,10 @@ impl Worker {
                     program: codex.binary.clone(),
                     args: codex_args(&spec, codex),
                     cwd: None,
-                    home_env: Some("CODEX_HOME".into()),
+                    fixed_env: Vec::new(),
+                    home_env: vec!["CODEX_HOME".into()],
                     home_files,
-                    server_env_table: Some(spec.server.name.clone()),
+                    server_env: Some(ServerEnvFile::CodexConfig(spec.server.name.clone())),
                 })
                 .map_err(not_started(&codex.binary))?;
                 record_spawned(&held, &spawned)?;
@@ -610,6 +628,23 @@ impl Worker {
                     round_limit: spec.round_limit,
                     request_timeout_ms: codex.request_timeout_ms,
                     turn_deadline_ms: codex.turn_deadline_ms,
+                })))
+            }
+            (_, Some(claude), "claude-code") => {
+                let tools =
+                    crate::submission::check_tool_allow_list(&spec.server.name, &spec.tools)
+                        .map_err(|e| failed(FailureKind::InvalidSubmission, None, e.message))?;
+                let spawned = process::spawn(&claude_code::spawn_spec(&spec, claude, &tools))
+                    .map_err(not_started(&claude.binary))?;
+                record_spawned(&held, &spawned)?;
+                Session::ClaudeCode(Box::new(ClaudeCodeSession::new(ClaudeCodeConfig {
+                    server: spec.server.name.clone(),
+                    tools,
+                    prompt: spec.prompt.clone(),
+                    mode,
+                    round_limit: spec.round_limit,
+                    request_timeout_ms: claude.request_timeout_ms,
+                    turn_deadline_ms: claude.turn_deadline_ms,
                 })))
             }
             _ => {
@@ -632,9 +667,10 @@ impl Worker {
                             program: spec.server.command.clone(),
                             args: spec.server.args.clone(),
                             cwd: spec.server.cwd.clone(),
-                            home_env: None,
+                            fixed_env: Vec::new(),
+                            home_env: Vec::new(),
                             home_files: Vec::new(),
-                            server_env_table: None,
+                            server_env: None,
                         })
                         .map_err(not_started(&spec.server.command))?;
                         record_spawned(&held, &spawned)?;
@@ -1541,6 +1577,7 @@ mod tests {
                 turn_deadline_ms,
                 request_timeout_ms: 60_000,
             }),
+            claude_code: None,
             model: Some("m".into()),
             prompt: "p".into(),
             script: "{}".into(),

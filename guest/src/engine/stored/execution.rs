@@ -69,6 +69,9 @@ pub struct ExecutionEvent {
 pub struct ExecutionSpec {
     pub harness: String,
     pub codex: Option<CodexSettings>,
+    /// Absent in documents written before the `claude-code` harness, and for other harnesses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_code: Option<ClaudeCodeSettings>,
     pub model: Option<String>,
     pub prompt: String,
     pub script: String,
@@ -91,6 +94,16 @@ pub struct CodexSettings {
     pub credentials_from: Option<String>,
     /// Absent in early documents: `decline`, the only policy then.
     #[serde(default)]
+    pub permission_policy: PermissionPolicy,
+    pub turn_deadline_ms: u64,
+    pub request_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaudeCodeSettings {
+    pub binary: String,
+    pub base_url: Option<String>,
+    pub credentials_from: Option<String>,
     pub permission_policy: PermissionPolicy,
     pub turn_deadline_ms: u64,
     pub request_timeout_ms: u64,
@@ -233,6 +246,16 @@ impl From<&wit::ExecutionSpec> for ExecutionSpec {
                 turn_deadline_ms: c.turn_deadline_ms,
                 request_timeout_ms: c.request_timeout_ms,
             }),
+            claude_code: s.claude_code.as_ref().map(|c| ClaudeCodeSettings {
+                binary: c.binary.clone(),
+                base_url: c.base_url.clone(),
+                credentials_from: c.credentials_from.clone(),
+                permission_policy: match c.permission_policy {
+                    wit::PermissionPolicy::Decline => PermissionPolicy::Decline,
+                },
+                turn_deadline_ms: c.turn_deadline_ms,
+                request_timeout_ms: c.request_timeout_ms,
+            }),
             model: s.model.clone(),
             prompt: s.prompt.clone(),
             script: s.script.clone(),
@@ -281,6 +304,16 @@ impl From<ExecutionSpec> for wit::ExecutionSpec {
                     env_http_headers: p.env_http_headers,
                     max_retries: p.max_retries,
                 }),
+                credentials_from: c.credentials_from,
+                permission_policy: match c.permission_policy {
+                    PermissionPolicy::Decline => wit::PermissionPolicy::Decline,
+                },
+                turn_deadline_ms: c.turn_deadline_ms,
+                request_timeout_ms: c.request_timeout_ms,
+            }),
+            claude_code: s.claude_code.map(|c| wit::ClaudeCodeSettings {
+                binary: c.binary,
+                base_url: c.base_url,
                 credentials_from: c.credentials_from,
                 permission_policy: match c.permission_policy {
                     PermissionPolicy::Decline => wit::PermissionPolicy::Decline,

@@ -1,0 +1,247 @@
+//! The `claude-code` harness against the real, pinned Claude Code CLI (installed on first use from
+//! `tests/peers/claude-code/`), with a loopback Messages API standing in for the model
+//! (`support/fake_anthropic.rs`) and the bundled shipping server as the MCP server Claude Code
+//! starts: what only this harness has (its confinement, its credentials, its failures). The cases
+//! every harness shares are in `harnesses.rs`.
+
+use anyhow::{Context, Result, ensure};
+use m3::*;
+use m3_tests::harnesses::AgentHarness;
+use m3_tests::harnesses::wait_pending;
+use m3_tests::*;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const SHIPPING_SERVER: &str = env!("CARGO_BIN_EXE_m3-test-shipping-server");
+
+fn address() -> BTreeMap<String, ElicitationResponse> {
+    BTreeMap::from([(
+        "elicitation".to_string(),
+        ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"})),
+    )])
+}
+
+fn events(handle: &ExecutionHandle, kind: &str) -> Result<Vec<String>> {
+    Ok(handle
+        .diagnostics()?
+        .events
+        .into_iter()
+        .filter(|e| e.kind == kind)
+        .map(|e| e.message)
+        .collect())
+}
+
+/// The model asks, one turn each, for Bash, a file write, a web fetch, a sub-agent and a server
+/// tool outside the allow-list, then calls the allowed tool: none of the five runs (the marker
+/// file is never written), each is a `refused` event, the allowed call is answered through a
+/// round; the model is offered exactly the allow-list (not Claude Code's own tools, not the
+/// server's other tool), and the server's secret never reaches a model request.
+#[test]
+fn the_agent_gets_only_the_allowed_tool_and_every_other_call_is_refused() -> Result<()> {
+    let db = TempDb::new();
+    let run = AgentHarness::ClaudeCode.start(&db, "builtin", &[], Duration::from_secs(180))?;
+    let secret = "ship-secret-4711";
+    let submission = Submission::new(
+        "Book the shipment.",
+        StdioServer::new("shipping", SHIPPING_SERVER)
+            .args(["--era", "legacy", "--report-env"])
+            .env("SHIP_SECRET", secret),
+    )
+    .tools(["shipping:book_shipment"])
+    .human_input(HumanInput::Managed);
+    let handle = run.agent.submit(submission)?;
+    let pending = wait_pending(&handle)?;
+    handle.respond_elicitation(&pending.round_id, address(), "a")?;
+    let result = handle.result(Some(Duration::from_secs(180)))?;
+    assert!(result.succeeded(), "{}", result.outcome);
+    assert_eq!(
+        result.outcome.tool_results.len(),
+        1,
+        "only the allowed call ran"
+    );
+    assert!(
+        result.outcome.tool_results[0]
+            .text()
+            .contains("1 Main Street")
+    );
+    let marker = db.dir.path().join("m3-should-not-exist");
+    assert!(
+        !marker.exists(),
+        "a refused tool wrote {}",
+        marker.display()
+    );
+    let refused = events(&handle, "refused")?;
+    for tool in [
+        "Bash",
+        "Write",
+        "WebFetch",
+        "Task",
+        "mcp__shipping__report_env",
+    ] {
+        assert!(
+            refused.iter().any(|e| e.contains(&format!("`{tool}`"))),
+            "no refusal of {tool}: {refused:#?}"
+        );
+    }
+    let seen = fake_anthropic::requests_seen(run.model_port);
+    ensure!(!seen.is_empty(), "the model was never asked");
+    for request in &seen {
+        assert_eq!(
+            request.tools(),
+            ["mcp__shipping__book_shipment"],
+            "the agent is offered exactly the allow-list"
+        );
+        let text = request.body.to_string();
+        assert!(
+            !text.contains(secret),
+            "the server's secret reached the model"
+        );
+        for (_, value) in &request.headers {
+            assert!(!value.contains(secret));
+        }
+    }
+    Ok(())
+}
+
+/// The model's key, `ANTHROPIC_API_KEY` of the kit's `env`, reaches the model through Claude
+/// Code, and the MCP server (which inherits Claude Code's environment) sees it empty, sees the
+/// caller's `HOME` rather than the private one, and gets the binding's own variables.
+#[test]
+fn the_model_key_reaches_claude_code_alone() -> Result<()> {
+    let db = TempDb::new();
+    let key = "sk-ant-test-0042";
+    let home = db.dir.path().join("caller-home");
+    std::fs::create_dir(&home)?;
+    let home_text = home.display().to_string();
+    let run = AgentHarness::ClaudeCode.start(
+        &db,
+        &format!("auth:{key}"),
+        &[("ANTHROPIC_API_KEY", key), ("HOME", &home_text)],
+        Duration::from_secs(120),
+    )?;
+    let submission = Submission::new(
+        "Report the environment.",
+        StdioServer::new("shipping", SHIPPING_SERVER)
+            .args(["--era", "legacy", "--report-env"])
+            .env("SHIP_SECRET", "binding-value"),
+    )
+    .tools(["shipping:report_env"])
+    .human_input(HumanInput::Managed);
+    let handle = run.agent.submit(submission)?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    assert!(result.succeeded(), "{}", result.outcome);
+    let seen = fake_anthropic::requests_seen(run.model_port);
+    assert!(
+        seen.iter()
+            .any(|r| r.headers.iter().any(|(n, v)| n == "x-api-key" && v == key)),
+        "the key never reached the model"
+    );
+    let reported: Value = serde_json::from_str(&result.outcome.tool_results[0].text())
+        .context("report_env's JSON")?;
+    let reported = &reported["env"];
+    assert_eq!(reported["ANTHROPIC_API_KEY"], "", "{reported}");
+    assert_eq!(reported["CLAUDE_CONFIG_DIR"], "", "{reported}");
+    assert_eq!(reported["HOME"], home_text.as_str(), "{reported}");
+    assert_eq!(reported["SHIP_SECRET"], "binding-value", "{reported}");
+    assert!(!reported.to_string().contains(key));
+    Ok(())
+}
+
+/// A model endpoint that refuses the key fails the execution at once as a model error naming
+/// the status (Claude Code would retry for minutes); a server that does not start and an
+/// allow-listed tool the server lacks fail at once with their own kinds; a program that is not
+/// Claude Code is refused at submission.
+#[test]
+fn failures_are_fast_and_named() -> Result<()> {
+    let db = TempDb::new();
+    let run = AgentHarness::ClaudeCode.start(
+        &db,
+        "auth:right-key",
+        &[("ANTHROPIC_API_KEY", "wrong-key")],
+        Duration::from_secs(120),
+    )?;
+    let booking = |server: StdioServer, tool: &str| {
+        Submission::new("Book it.", server)
+            .tools([tool])
+            .human_input(HumanInput::Managed)
+    };
+    let started = Instant::now();
+    let result = run
+        .agent
+        .submit(booking(
+            StdioServer::new("shipping", SHIPPING_SERVER).args(["--era", "legacy"]),
+            "shipping:book_shipment",
+        ))?
+        .result(Some(Duration::from_secs(120)))?;
+    let failure = result.outcome.failure.context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::ModelError, "{failure:?}");
+    assert!(failure.message.contains("401"), "{}", failure.message);
+    assert!(
+        !failure.message.contains("wrong-key"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let db = TempDb::new();
+    let run = AgentHarness::ClaudeCode.start(&db, "tool", &[], Duration::from_secs(120))?;
+    let result = run
+        .agent
+        .submit(booking(
+            StdioServer::new("shipping", SHIPPING_SERVER).args(["--era", "legacy"]),
+            "shipping:book_shipmnt",
+        ))?
+        .result(Some(Duration::from_secs(120)))?;
+    let failure = result.outcome.failure.context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::ToolNotFound, "{failure:?}");
+    assert!(
+        failure.message.contains("`book_shipmnt`"),
+        "{}",
+        failure.message
+    );
+
+    let missing = db.dir.path().join("no-such-server");
+    std::fs::write(&missing, "#!/bin/sh\nexit 3\n")?;
+    let mut permissions = std::fs::metadata(&missing)?.permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&missing, permissions)?;
+    let result = run
+        .agent
+        .submit(booking(
+            StdioServer::new("shipping", missing.display().to_string()),
+            "shipping:book_shipment",
+        ))?
+        .result(Some(Duration::from_secs(120)))?;
+    let failure = result.outcome.failure.context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::ServerError, "{failure:?}");
+    assert!(
+        failure.message.contains("did not start"),
+        "{}",
+        failure.message
+    );
+
+    let kit = &run.kit;
+    let not_claude = ClaudeCodeOptions {
+        binary: "/bin/true".into(),
+        ..ClaudeCodeOptions::default()
+    };
+    let agent = kit
+        .agents([AgentSpec::claude_code(["m"], not_claude)])?
+        .remove(0);
+    let refused = agent
+        .submit(booking(
+            StdioServer::new("shipping", SHIPPING_SERVER),
+            "shipping:book_shipment",
+        ))
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("is not the Claude Code CLI"),
+        "{refused}"
+    );
+    Ok(())
+}
