@@ -130,7 +130,8 @@ pub use backend::migrate::{
 pub use component::instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
 pub use component::sandbox::{ImportBinding, ImportProvider, SandboxProbe};
 pub use kit::claude_code::{
-    sign_in as claude_code_sign_in, user_config_dir as user_claude_config_dir,
+    KEY_VARIABLES as CLAUDE_CODE_KEY_VARIABLES, sign_in as claude_code_sign_in,
+    user_config_dir as user_claude_config_dir,
 };
 pub use kit::codex::{sign_in as codex_sign_in, user_codex_home};
 pub use kit::{

@@ -6,7 +6,11 @@ use serde_json::{Value, json};
 use std::process::ExitCode;
 
 /// Harness binaries the kit can drive (looked up in this process's `PATH`).
-const HARNESSES: &[(&str, &str)] = &[("scripted", ""), ("codex", "codex")];
+const HARNESSES: &[(&str, &str)] = &[
+    ("scripted", ""),
+    ("codex", "codex"),
+    ("claude-code", "claude"),
+];
 
 fn find_in_path(program: &str) -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -62,6 +66,24 @@ fn codex_credentials() -> Value {
         "codex_home": home.map(|h| h.display().to_string()),
         "sign_in": sign_in.as_ref().map(ToString::to_string),
         "signed_in": matches!(sign_in, Some(m3::CodexSignIn::ApiKey | m3::CodexSignIn::Account)),
+        "api_key_variables": key_variables,
+    })
+}
+
+/// Where Claude Code's sign-in would come from and what kind it is, and which of its key
+/// variables this process's environment sets: names and kinds only, never a value.
+fn claude_code_credentials() -> Value {
+    let dir = m3::user_claude_config_dir();
+    let sign_in = dir.as_deref().map(m3::claude_code_sign_in);
+    let key_variables: Vec<&str> = m3::CLAUDE_CODE_KEY_VARIABLES
+        .iter()
+        .copied()
+        .filter(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
+        .collect();
+    json!({
+        "config_dir": dir.map(|d| d.display().to_string()),
+        "sign_in": sign_in.as_ref().map(ToString::to_string),
+        "signed_in": matches!(sign_in, Some(m3::ClaudeCodeSignIn::Account)),
         "api_key_variables": key_variables,
     })
 }
@@ -231,9 +253,13 @@ fn print_human(report: &Value) {
         );
         let credentials = &harness["credentials"];
         if credentials.is_object() {
+            let (what, dir) = match credentials.get("codex_home") {
+                Some(home) => ("home", home),
+                None => ("configuration", &credentials["config_dir"]),
+            };
             println!(
-                "         {name} home {}: {}; key variables set: {}",
-                text(&credentials["codex_home"]),
+                "         {name} {what} {}: {}; key variables set: {}",
+                text(dir),
                 text(&credentials["sign_in"]),
                 credentials["api_key_variables"]
                     .as_array()
@@ -404,8 +430,10 @@ pub fn doctor(cli: &Cli) -> Result<ExitCode> {
                 let version = found.as_deref().and_then(version_of);
                 let mut entry =
                     json!({"found": found.map(|p| p.display().to_string()), "version": version});
-                if *name == "codex" {
-                    entry["credentials"] = codex_credentials();
+                match *name {
+                    "codex" => entry["credentials"] = codex_credentials(),
+                    "claude-code" => entry["credentials"] = claude_code_credentials(),
+                    _ => {}
                 }
                 entry
             };

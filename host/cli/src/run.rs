@@ -29,8 +29,8 @@ const POLL: Duration = Duration::from_millis(20);
 /// Arguments of `m3 run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The agent harness: `scripted` (the script decides the tool calls) or `codex` (the Codex
-    /// CLI with `--model`).
+    /// The agent harness: `scripted` (the script decides the tool calls), `codex` (the Codex
+    /// CLI with `--model`) or `claude-code` (the Claude Code CLI with `--model`).
     #[arg(long, default_value = "scripted")]
     harness: String,
     /// A model (harnesses with models only; repeatable, at most 64 times: one execution per
@@ -47,7 +47,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "JSON|@FILE",
-        conflicts_with_all = ["harness", "model", "script", "codex_binary", "model_base_url", "turn_deadline", "model_env_key", "model_openai_auth", "model_retries", "codex_home", "no_codex_sign_in"]
+        conflicts_with_all = ["harness", "model", "script", "codex_binary", "model_base_url", "turn_deadline", "model_env_key", "model_openai_auth", "model_retries", "codex_home", "no_codex_sign_in", "claude_binary", "claude_base_url", "claude_config_dir", "no_claude_sign_in"]
     )]
     agent: Option<String>,
     /// `codex`: the Codex program (default: `codex` on this process's `PATH`).
@@ -79,7 +79,25 @@ pub struct RunArgs {
     /// `codex`: give Codex no sign-in.
     #[arg(long)]
     no_codex_sign_in: bool,
-    /// `codex`: how long the turn may run before it is interrupted, in seconds (default 600).
+    /// `claude-code`: the Claude Code program (default: `claude` on this process's `PATH`).
+    #[arg(long, value_name = "PATH")]
+    claude_binary: Option<String>,
+    /// `claude-code`: an Anthropic Messages API endpoint (e.g. `http://127.0.0.1:8080`), given to
+    /// Claude Code as `ANTHROPIC_BASE_URL`. Its key is `ANTHROPIC_API_KEY` or
+    /// `ANTHROPIC_AUTH_TOKEN` of this process, given to Claude Code alone (the server sees it
+    /// empty).
+    #[arg(long, value_name = "URL")]
+    claude_base_url: Option<String>,
+    /// `claude-code`: the Claude Code configuration directory whose sign-in
+    /// (`.credentials.json`) each run's private one receives (default: `$CLAUDE_CONFIG_DIR`,
+    /// else `~/.claude`).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_claude_sign_in")]
+    claude_config_dir: Option<PathBuf>,
+    /// `claude-code`: give Claude Code no sign-in (only a key from the environment).
+    #[arg(long)]
+    no_claude_sign_in: bool,
+    /// `codex`, `claude-code`: how long the turn may run before it is interrupted, in seconds
+    /// (default 600; time spent waiting for answers does not count).
     #[arg(long, value_name = "SECS", default_value_t = 600.0)]
     turn_deadline: f64,
     /// The scripted harness's tool calls: `{"steps": [{"tool": "server:tool", "arguments": {..}}]}`.
@@ -183,9 +201,19 @@ fn child_env() -> BTreeMap<String, String> {
 
 /// The kit's environment: [`child_env`], plus the variables the model provider names (its API
 /// key, secret headers) from this process's environment: Codex gets them, the server does not
-/// (a harness that starts the server gives it only its binding's environment).
+/// (a harness that starts the server gives it only its binding's environment). For Claude Code,
+/// the model's key (`ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN`) when this process has one: the
+/// server sees it empty.
 fn harness_env(spec: &AgentSpec) -> Result<BTreeMap<String, String>> {
     let mut env = child_env();
+    if spec.harness == m3::Harness::ClaudeCode {
+        for name in m3::CLAUDE_CODE_KEY_VARIABLES {
+            if let Ok(value) = std::env::var(name) {
+                env.insert(name.to_string(), value);
+            }
+        }
+        return Ok(env);
+    }
     let Some(provider) = &spec.codex.model_provider else {
         return Ok(env);
     };
@@ -514,8 +542,31 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
             };
             AgentSpec::codex(args.model.iter().cloned(), options)
         }
+        (None, "claude-code") => {
+            let turn_deadline = seconds(
+                "--turn-deadline",
+                args.turn_deadline,
+                crate::seconds::TURN_DEADLINE,
+            )
+            .map_err(crate::invalid_submission)?;
+            let options = m3::ClaudeCodeOptions {
+                binary: args
+                    .claude_binary
+                    .clone()
+                    .unwrap_or_else(|| "claude".into()),
+                base_url: args.claude_base_url.clone(),
+                turn_deadline,
+                credentials: match (&args.claude_config_dir, args.no_claude_sign_in) {
+                    (_, true) => m3::ClaudeCodeCredentials::None,
+                    (Some(dir), false) => m3::ClaudeCodeCredentials::From(dir.clone()),
+                    (None, false) => m3::ClaudeCodeCredentials::UserConfig,
+                },
+                ..m3::ClaudeCodeOptions::default()
+            };
+            AgentSpec::claude_code(args.model.iter().cloned(), options)
+        }
         (None, other) => bail!(ModelValidationError {
-            message: format!("unknown harness `{other}` (known: scripted, codex)"),
+            message: format!("unknown harness `{other}` (known: scripted, codex, claude-code)"),
         }),
     };
     let mut submission = Submission::new(&args.prompt, server(args)?)

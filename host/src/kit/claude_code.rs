@@ -7,6 +7,10 @@ use super::harness_binary::{self, VersionCheck};
 use crate::api::submission::ModelValidationError;
 use std::path::{Path, PathBuf};
 
+/// The variables Claude Code reads the model's key from (`x-api-key`, or a bearer token): the
+/// kit's `env` gives them to Claude Code, and the component has the MCP server see them empty.
+pub const KEY_VARIABLES: &[&str] = &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"];
+
 /// The sign-in file of a Claude Code configuration directory.
 pub const CREDENTIALS_FILE: &str = ".credentials.json";
 
