@@ -981,6 +981,14 @@ fn cited_sections(paragraph: &str) -> BTreeSet<u32> {
 const CONFIGURATION: &[(&str, &str)] = &[
     ("24 hours", "a submission's rounds' default deadline"),
     (
+        "200 ms",
+        "how often the claude-code harness asks for a starting server's status",
+    ),
+    (
+        "23 days",
+        "the tool-call limit the claude-code harness gives Claude Code",
+    ),
+    (
         "50 ms",
         "how often a blocking call of the Python package looks for Ctrl-C",
     ),
