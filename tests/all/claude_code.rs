@@ -6,8 +6,8 @@
 
 use anyhow::{Context, Result, ensure};
 use m3::*;
-use m3_tests::harnesses::AgentHarness;
 use m3_tests::harnesses::wait_pending;
+use m3_tests::harnesses::{AgentHarness, peer_binding};
 use m3_tests::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -243,5 +243,127 @@ fn failures_are_fast_and_named() -> Result<()> {
         refused.to_string().contains("is not the Claude Code CLI"),
         "{refused}"
     );
+    Ok(())
+}
+
+/// A third-party server, the official Python SDK's booking server (its `Elicit` form of five
+/// typed fields: a string, an integer, an enum, a number and a boolean with defaults): its
+/// question is a round of the agent's call, the answer reaches the server through Claude Code
+/// and the table is booked with it.
+#[test]
+fn a_python_sdk_server_s_question_is_answered_through_claude_code() -> Result<()> {
+    let harness = AgentHarness::ClaudeCode;
+    let db = TempDb::new();
+    let arguments = json!({"restaurant": "Luigi's"});
+    let run = harness.start_calling(&db, "tool", &[], Duration::from_secs(120), arguments)?;
+    let server = peer_binding("booking", &peers::booking_server()?).era(McpEra::Legacy);
+    let handle = run.agent.submit(
+        Submission::new("Book a table at Luigi's.", server)
+            .tools(["booking:book_table"])
+            .human_input(HumanInput::Managed),
+    )?;
+    let pending = wait_pending(&handle)?;
+    assert_eq!(pending.operation_name, "book_table");
+    let (key, request) = pending.requests.iter().next().context("one request")?;
+    assert!(
+        matches!(request, ElicitationRequest::Form(_)),
+        "{request:?}"
+    );
+    let booking = json!({"name": "Asha", "guests": 2, "seating": "terrace"});
+    handle.respond_elicitation(
+        &pending.round_id,
+        BTreeMap::from([(key.clone(), ElicitationResponse::accept(booking))]),
+        "booking-1",
+    )?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    assert!(result.succeeded(), "{}", result.outcome);
+    let text = result.outcome.tool_results[0].text();
+    assert!(
+        text.contains("booked Luigi's for Asha: guests=2 seating=terrace"),
+        "{text}"
+    );
+    let record = db.store().get_round(&pending.round_id)?.context("round")?;
+    assert_eq!(record.status, ManagedInputStatus::Resolved);
+    assert_eq!(record.delivery_attempts, 1);
+    Ok(())
+}
+
+/// A worker process killed (SIGKILL) while its Claude Code execution's round waits, over
+/// PostgreSQL: another kit's recovery fails the round `recovery_unavailable` and its execution,
+/// a later answer is refused with that code, and Claude Code and its server (the worker's child
+/// process group) are gone.
+#[test]
+fn a_killed_worker_s_round_is_recovered_over_postgresql() -> Result<()> {
+    let db = m3_tests::backends::Db::postgres();
+    let dir = tempfile::tempdir()?;
+    let port = fake_anthropic::serve_in_background(fake_anthropic::Script::tool(
+        m3_tests::harnesses::book_arguments(),
+    ))?;
+    let claude = peers::claude_code().context("the pinned Claude Code CLI")?;
+    let pid_file = dir.path().join("server.pid");
+    let server = dir.path().join("server.sh");
+    std::fs::write(
+        &server,
+        format!(
+            "#!/bin/sh\necho $$ > {}\nexec {SHIPPING_SERVER} \"$@\"\n",
+            pid_file.display()
+        ),
+    )?;
+    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_m3-test-fault-worker"))
+        .arg("kit")
+        .arg(db.name())
+        .arg("1000")
+        .arg(&server)
+        .arg(&claude)
+        .arg(format!("http://127.0.0.1:{port}"))
+        .arg("claude-code")
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().context("stdout")?),
+        &mut line,
+    )?;
+    let mut words = line.split_whitespace().skip(1);
+    let round_id = words.next().context("a round id")?.to_string();
+    let execution_id = words.next().context("an execution id")?.to_string();
+    let server_pid: u32 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
+    child.kill()?; // SIGKILL
+    child.wait()?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let store: std::sync::Arc<dyn ExecutionStore> = std::sync::Arc::new(
+        PostgresExecutionStore::open(&db.name(), StoreOptions::default())?,
+    );
+    let kit = McpTestKit::new(store.clone(), BTreeMap::<String, String>::new())?;
+    let (rounds, executions) = kit.recover()?;
+    assert_eq!((rounds, executions), (1, 1));
+    let record = db.store().get_round(&round_id)?.context("the round")?;
+    assert_eq!(record.status, ManagedInputStatus::Failed);
+    assert_eq!(
+        record.failure.context("failure")?.code,
+        FailureCode::RecoveryUnavailable
+    );
+    let late = db.store().submit_responses(&round_id, &address(), "late");
+    let refused = late.expect_err("an answer to a recovered round is refused");
+    assert_eq!(
+        refused.code(),
+        Some(ErrorCode::RecoveryUnavailable),
+        "{refused}"
+    );
+    let outcome = kit
+        .execution(&execution_id)?
+        .snapshot()?
+        .outcome
+        .context("the execution ended")?;
+    assert_eq!(outcome.kind, OutcomeKind::Failed, "{outcome}");
+    let until = Instant::now() + Duration::from_secs(20);
+    while m3_tests::process_is_running(server_pid) {
+        ensure!(
+            Instant::now() < until,
+            "the server (pid {server_pid}) outlived its dead worker's recovery"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     Ok(())
 }

@@ -5,8 +5,8 @@
 
 use anyhow::{Context, ensure};
 use m3::*;
-use m3_tests::harnesses::AgentHarness;
 use m3_tests::harnesses::wait_pending;
+use m3_tests::harnesses::{AgentHarness, peer_binding};
 use m3_tests::*;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -227,6 +227,46 @@ m3_tests::on_both_harnesses! {
             failure.message
         );
         assert!(handle.pending_elicitation()?.is_none());
+        Ok(())
+    }
+
+    /// URL consent: server-everything's URL elicitation is a URL round; an answer with content
+    /// is refused and changes nothing, consent alone is delivered and nothing is fetched.
+    fn a_url_request_is_answered_by_consent(harness) {
+        let db = TempDb::new();
+        let url = "https://example.com/consent";
+        let run =
+            harness.start_calling(&db, "tool", &[], Duration::from_secs(120), json!({"url": url}))?;
+        let server =
+            peer_binding("everything", &peers::server_everything()?).era(McpEra::Legacy);
+        let handle = run.agent.submit(
+            Submission::new("Ask for consent.", server)
+                .tools(["everything:trigger-url-elicitation"])
+                .human_input(HumanInput::Managed),
+        )?;
+        let pending = wait_pending(&handle)?;
+        let (key, request) = pending.requests.iter().next().context("one request")?;
+        let ElicitationRequest::Url(request) = request else {
+            anyhow::bail!("expected a URL request: {request:?}");
+        };
+        assert_eq!(request.url, url);
+        let with_content = BTreeMap::from([(
+            key.clone(),
+            ElicitationResponse::accept(json!({"ok": true})),
+        )]);
+        assert!(handle.respond_elicitation(&pending.round_id, with_content, "c").is_err());
+        assert_eq!(
+            handle.pending_elicitation()?.context("still pending")?.round_id,
+            pending.round_id
+        );
+        let consent = BTreeMap::from([(key.clone(), ElicitationResponse::accept_url())]);
+        handle.respond_elicitation(&pending.round_id, consent, "consent")?;
+        let result = handle.result(Some(Duration::from_secs(120)))?;
+        assert!(result.succeeded(), "{}", result.outcome);
+        let text = result.outcome.tool_results[0].text();
+        assert!(text.contains("completed the URL elicitation"), "{text}");
+        let record = db.store().get_round(&pending.round_id)?.context("round")?;
+        assert_eq!(record.status, ManagedInputStatus::Resolved);
         Ok(())
     }
 }

@@ -85,12 +85,14 @@
 //!   model (`on_both_harnesses!`: `harnesses::codex::*` on the real Codex CLI,
 //!   `harnesses::claude_code::*` on the real Claude Code CLI, each with its loopback model): the
 //!   specification's flow delivering the answer once, decline and cancel answers, cancel
-//!   mid-round, fail mode.
+//!   mid-round, fail mode, a silent model and the turn deadline, the turn deadline standing still
+//!   while a round waits, a server that stops waiting (the TypeScript SDK's timeout) withdrawing
+//!   its round, URL consent with server-everything.
 //! - `codex.rs`: the codex harness with the real pinned Codex CLI (`@openai/codex@0.171.0`,
 //!   installed on first use from `tests/peers/`) and the loopback model
 //!   `tests/support/fake_model.rs` (binary `m3-test-fake-model`,
-//!   `tests/support/fake_model_main.rs`): a silent model and the turn deadline, approvals that
-//!   never become rounds (an unsandboxed command is declined), a killed worker recovered,
+//!   `tests/support/fake_model_main.rs`): approvals that never become rounds (an unsandboxed
+//!   command is declined), a killed worker recovered,
 //!   confinement and credentials, and the schema drift check against `tests/peers/codex-schema/`.
 //! - `claude_code.rs`: the claude-code harness with the real pinned Claude Code CLI
 //!   (`@anthropic-ai/claude-code-linux-x64@2.1.332`, installed on first use from
@@ -98,8 +100,10 @@
 //!   confinement (Bash, a file write, a web fetch, a sub-agent and a server tool outside the
 //!   allow-list each refused, no marker written, Claude Code's own tools never offered, the
 //!   server's secret never sent to the model), the model key reaching Claude Code alone (the
-//!   server sees it empty, and the caller's `HOME`), and fast, named failures (a refused key, a
-//!   misspelled tool, a server that does not start, a program that is not Claude Code).
+//!   server sees it empty, and the caller's `HOME`), fast, named failures (a refused key, a
+//!   misspelled tool, a server that does not start, a program that is not Claude Code), the
+//!   Python SDK's booking server answered through Claude Code, and a worker process killed while
+//!   its round waits, over PostgreSQL (`m3-test-fault-worker kit ... claude-code`), recovered.
 //! - `codex_models.rs`: several models: an agent spec read from the dict form with two models gives
 //!   two agents, whose executions succeed each on its own model (the loopback model logs every
 //!   request's `model`).

@@ -278,6 +278,27 @@ def test_model_validation_errors_at_submission(tmp_path: Path) -> None:
             kit.agents([{"harness": "codex", "models": []}])
         with pytest.raises(ModelValidationError):
             kit.agents([{"harness": "scripted", "unknown_key": 1}])
+        # The claude-code harness's settings reach the kit; a program that is not Claude Code
+        # is refused at submission, naming it.
+        not_claude = kit.agents(
+            [
+                AgentSpec(
+                    harness="claude-code",
+                    models=["m"],
+                    claude_code={"binary": "/bin/true", "credentials": "none"},
+                )
+            ]
+        )[0]
+        with pytest.raises(ModelValidationError) as refused:
+            not_claude.submit(
+                "Book.",
+                server=shipping_server(),
+                tools=["shipping:book_shipment"],
+                human_input="managed",
+            )
+        assert "is not the Claude Code CLI" in str(refused.value)
+        with pytest.raises(ModelValidationError):
+            kit.agents([{"harness": "claude-code", "models": ["m"], "codex": {}}])
         with pytest.raises(ModelValidationError):
             kit.submit(AgentSpec(harness="scripted", script=booking_script()))
         with pytest.raises(ModelValidationError):

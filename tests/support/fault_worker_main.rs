@@ -5,9 +5,10 @@
 //! Usage: `m3-test-fault-worker DB LEASE_TTL_MS` (with `M3_FAULT_RENEW` set it also renews its
 //! lease once after creating the round).
 //!
-//! `m3-test-fault-worker kit DB LEASE_TTL_MS SHIPPING_SERVER [CODEX MODEL_BASE_URL]` instead runs
-//! a kit whose worker waits on a managed round of the shipping server (on the scripted harness,
-//! or on the codex harness when CODEX is given): it prints `pending ROUND EXECUTION` once the
+//! `m3-test-fault-worker kit DB LEASE_TTL_MS SHIPPING_SERVER [BINARY MODEL_BASE_URL [HARNESS]]`
+//! instead runs a kit whose worker waits on a managed round of the shipping server (on the
+//! scripted harness, or on HARNESS, `codex` (the default) or `claude-code`, with its program
+//! BINARY, when one is given): it prints `pending ROUND EXECUTION` once the
 //! round is pending, then waits (renewing its lease) until it is killed. When SHIPPING_SERVER
 //! is an `http://` URL it is a Streamable HTTP server instead, `booking_server.py`'s HTTP mode:
 //! the round is `book_table`'s, in the 2026-07-28 era.
@@ -27,12 +28,17 @@ use std::io::Write;
 use std::time::Duration;
 
 fn kit(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
-    let usage = || anyhow::anyhow!("usage: kit DB LEASE_TTL_MS SHIPPING_SERVER");
+    let usage = || {
+        anyhow::anyhow!(
+            "usage: kit DB LEASE_TTL_MS SHIPPING_SERVER [BINARY MODEL_URL [codex|claude-code]]"
+        )
+    };
     let db = args.next().ok_or_else(usage)?;
     let ttl = Duration::from_millis(args.next().ok_or_else(usage)?.parse()?);
     let server = args.next().ok_or_else(usage)?;
-    let codex = args.next();
+    let binary = args.next();
     let model_url = args.next();
+    let harness = args.next().unwrap_or_else(|| "codex".into());
     let store: std::sync::Arc<dyn m3::ExecutionStore> =
         if db.starts_with("postgres://") || db.starts_with("postgresql://") {
             std::sync::Arc::new(m3::PostgresExecutionStore::open(
@@ -46,12 +52,24 @@ fn kit(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
         lease_ttl: ttl,
         lease_renew: ttl / 4,
     };
-    let env = BTreeMap::from([(
+    let mut env = BTreeMap::from([(
         "PATH".to_string(),
         std::env::var("PATH").unwrap_or_default(),
     )]);
+    if harness == "claude-code" {
+        env.insert("ANTHROPIC_API_KEY".into(), "sk-ant-loopback".into());
+    }
     let kit = m3::McpTestKit::with_options(store, env, options)?;
-    let spec = match (codex, model_url) {
+    let spec = match (binary, model_url) {
+        (Some(binary), Some(url)) if harness == "claude-code" => m3::AgentSpec::claude_code(
+            ["fake-model"],
+            m3::ClaudeCodeOptions {
+                binary,
+                base_url: Some(url),
+                credentials: m3::ClaudeCodeCredentials::None,
+                ..m3::ClaudeCodeOptions::default()
+            },
+        ),
         (Some(binary), Some(url)) => m3::AgentSpec::codex(
             ["fake-model"],
             m3::CodexOptions {

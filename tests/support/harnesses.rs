@@ -70,6 +70,18 @@ impl AgentHarness {
         env: &[(&str, &str)],
         turn_deadline: Duration,
     ) -> Result<Harnessed> {
+        self.start_calling(db, mode, env, turn_deadline, book_arguments())
+    }
+
+    /// [`AgentHarness::start`] with a model whose tool call has `arguments`.
+    pub fn start_calling(
+        self,
+        db: &TempDb,
+        mode: &str,
+        env: &[(&str, &str)],
+        turn_deadline: Duration,
+        arguments: serde_json::Value,
+    ) -> Result<Harnessed> {
         let store = Arc::new(SqliteExecutionStore::open(&db.path)?);
         let mut child_env = BTreeMap::from([(
             "PATH".to_string(),
@@ -86,7 +98,7 @@ impl AgentHarness {
             Self::Codex => {
                 let port = fake_model::serve_in_background(fake_model::Script {
                     mode: mode.into(),
-                    arguments: book_arguments().to_string(),
+                    arguments: arguments.to_string(),
                     marker: marker.display().to_string(),
                 })?;
                 let binary = peers::codex().context("the pinned Codex CLI (tests/peers/)")?;
@@ -106,7 +118,7 @@ impl AgentHarness {
             Self::ClaudeCode => {
                 let port = fake_anthropic::serve_in_background(fake_anthropic::Script {
                     mode: mode.into(),
-                    arguments: book_arguments(),
+                    arguments,
                     marker: marker.display().to_string(),
                 })?;
                 let binary = peers::claude_code()
@@ -166,4 +178,14 @@ pub fn wait_pending(handle: &ExecutionHandle) -> Result<PendingElicitationRound>
         ensure!(Instant::now() < deadline, "no pending round in time");
         std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// A peer's command as a stdio binding named `name`.
+pub fn peer_binding(name: &str, command: &peers::PeerCommand) -> StdioServer {
+    StdioServer::new(name, command.program.display().to_string()).args(
+        command
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    )
 }

@@ -118,12 +118,14 @@ def _plain_json(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """An agent: its ``harness`` (``"codex"`` or ``"scripted"``), ``models`` (one agent each),
-    a ``script`` for the scripted harness (``{"steps": [...]}``), an ``elicitation_plan`` for
-    ``human_input="fail"``, and the codex harness's settings (``codex``: ``binary``,
-    ``model_provider``, ``turn_deadline_secs``, ``permission_policy``, ...). The same as the
-    dict form ``kit.agents()`` takes. ``prompt``, ``server`` and ``tools`` are for
-    ``kit.submit(spec)``, which submits the spec's one agent's work directly."""
+    """An agent: its ``harness`` (``"codex"``, ``"claude-code"`` or ``"scripted"``), ``models``
+    (one agent each), a ``script`` for the scripted harness (``{"steps": [...]}``), an
+    ``elicitation_plan`` for ``human_input="fail"``, the codex harness's settings (``codex``:
+    ``binary``, ``model_provider``, ``turn_deadline_secs``, ``permission_policy``, ...) and the
+    claude-code harness's (``claude_code``: ``binary``, ``base_url``, ``turn_deadline_secs``,
+    ``request_timeout_secs``, ``credentials``). The same as the dict form ``kit.agents()``
+    takes. ``prompt``, ``server`` and ``tools`` are for ``kit.submit(spec)``, which submits the
+    spec's one agent's work directly."""
 
     harness: str = "codex"
     models: Sequence[str] = ()
@@ -133,6 +135,7 @@ class AgentSpec:
     prompt: Optional[str] = None
     server: Optional[ServerBinding] = None
     tools: Sequence[str] = ()
+    claude_code: Optional[Mapping[str, Any]] = None
 
     def _agent_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"harness": self.harness, "models": list(self.models)}
@@ -142,6 +145,8 @@ class AgentSpec:
             out["elicitation_plan"] = _plain_json(self.elicitation_plan)
         if self.codex is not None:
             out["codex"] = _plain_json(self.codex)
+        if self.claude_code is not None:
+            out["claude_code"] = _plain_json(self.claude_code)
         return out
 
 
@@ -370,7 +375,14 @@ def _submit_parts(spec: AgentSpec) -> Tuple[AgentSpec, str, ServerBinding]:
         raise ModelValidationError(f"submit takes an AgentSpec, not {type(spec).__name__}")
     if spec.prompt is None or spec.server is None:
         raise ModelValidationError("submit(spec): the AgentSpec needs a `prompt` and a `server`")
-    bare = AgentSpec(spec.harness, spec.models, spec.script, spec.elicitation_plan, spec.codex)
+    bare = AgentSpec(
+        spec.harness,
+        spec.models,
+        spec.script,
+        spec.elicitation_plan,
+        spec.codex,
+        claude_code=spec.claude_code,
+    )
     return bare, spec.prompt, spec.server
 
 
