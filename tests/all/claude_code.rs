@@ -7,7 +7,7 @@
 use anyhow::{Context, Result, ensure};
 use m3::*;
 use m3_tests::harnesses::wait_pending;
-use m3_tests::harnesses::{AgentHarness, peer_binding};
+use m3_tests::harnesses::{AgentHarness, environments_of, peer_binding};
 use m3_tests::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -36,7 +36,8 @@ fn events(handle: &ExecutionHandle, kind: &str) -> Result<Vec<String>> {
 /// tool outside the allow-list, then calls the allowed tool: none of the five runs (the marker
 /// file is never written), each is a `refused` event, the allowed call is answered through a
 /// round; the model is offered exactly the allow-list (not Claude Code's own tools, not the
-/// server's other tool), and the server's secret never reaches a model request.
+/// server's other tool), and the server's secret reaches the server alone: never Claude Code's
+/// environment, never a model request.
 #[test]
 fn the_agent_gets_only_the_allowed_tool_and_every_other_call_is_refused() -> Result<()> {
     let db = TempDb::new();
@@ -52,6 +53,23 @@ fn the_agent_gets_only_the_allowed_tool_and_every_other_call_is_refused() -> Res
     .human_input(HumanInput::Managed);
     let handle = run.agent.submit(submission)?;
     let pending = wait_pending(&handle)?;
+    // While the round waits: the server has its secret, Claude Code's environment does not.
+    let claude = peers::claude_code()?;
+    let claude_envs = environments_of(&claude);
+    ensure!(!claude_envs.is_empty(), "no Claude Code process found");
+    for env in &claude_envs {
+        assert!(
+            !env.iter().any(|e| e.contains(secret)),
+            "Claude Code holds the secret"
+        );
+    }
+    let server_envs = environments_of(std::path::Path::new(SHIPPING_SERVER));
+    assert!(
+        server_envs
+            .iter()
+            .any(|env| env.iter().any(|e| e == &format!("SHIP_SECRET={secret}"))),
+        "the server did not get its secret"
+    );
     handle.respond_elicitation(&pending.round_id, address(), "a")?;
     let result = handle.result(Some(Duration::from_secs(180)))?;
     assert!(result.succeeded(), "{}", result.outcome);
@@ -365,5 +383,66 @@ fn a_killed_worker_s_round_is_recovered_over_postgresql() -> Result<()> {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(())
+}
+
+/// A signed-in user's credentials: a copy of `.credentials.json` from the configuration
+/// directory the options name goes into the private one, Claude Code sends its token to the
+/// model (no key is given), and the original is left as it was.
+#[test]
+fn a_copied_sign_in_is_used_and_the_original_left_alone() -> Result<()> {
+    let db = TempDb::new();
+    let port = fake_anthropic::serve_in_background(fake_anthropic::Script::tool(
+        m3_tests::harnesses::book_arguments(),
+    ))?;
+    let config = db.dir.path().join("claude-config");
+    std::fs::create_dir(&config)?;
+    let token = "sk-ant-oat01-m3-test-token";
+    let sign_in = json!({"claudeAiOauth": {"accessToken": token,
+        "refreshToken": "sk-ant-ort01-m3-test", "expiresAt": 4_102_444_800_000_u64,
+        "scopes": ["user:inference"], "subscriptionType": "pro"}})
+    .to_string();
+    let original = config.join(".credentials.json");
+    std::fs::write(&original, &sign_in)?;
+    let store = std::sync::Arc::new(SqliteExecutionStore::open(&db.path)?);
+    let env = BTreeMap::from([(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_default(),
+    )]);
+    let kit = McpTestKit::new(store, env)?;
+    let options = ClaudeCodeOptions {
+        binary: peers::claude_code()?.display().to_string(),
+        base_url: Some(format!("http://127.0.0.1:{port}")),
+        credentials: ClaudeCodeCredentials::From(config.clone()),
+        ..ClaudeCodeOptions::default()
+    };
+    let agent = kit
+        .agents([AgentSpec::claude_code(["fake-model"], options)])?
+        .remove(0);
+    let handle = agent.submit(
+        Submission::new(
+            "Book the shipment.",
+            StdioServer::new("shipping", SHIPPING_SERVER).args(["--era", "legacy"]),
+        )
+        .tools(["shipping:book_shipment"])
+        .human_input(HumanInput::Managed),
+    )?;
+    let pending = wait_pending(&handle)?;
+    handle.respond_elicitation(&pending.round_id, address(), "a")?;
+    let result = handle.result(Some(Duration::from_secs(120)))?;
+    assert!(result.succeeded(), "{}", result.outcome);
+    let seen = fake_anthropic::requests_seen(port);
+    assert!(
+        seen.iter().all(|r| r
+            .headers
+            .iter()
+            .any(|(n, v)| n == "authorization" && v == &format!("Bearer {token}"))),
+        "every model request carries the signed-in token"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&original)?,
+        sign_in,
+        "the original is untouched"
+    );
     Ok(())
 }

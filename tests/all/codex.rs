@@ -5,6 +5,7 @@
 use anyhow::{Context, Result, ensure};
 use m3::*;
 use m3_tests::fake_model;
+use m3_tests::harnesses::environments_of;
 pub(crate) use m3_tests::harnesses::wait_pending;
 use m3_tests::*;
 use serde_json::json;
@@ -320,27 +321,6 @@ fn a_killed_codex_worker_s_round_is_recovered() -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())
-}
-
-/// The environment (`NAME=VALUE` entries) of every live process whose executable is `program`.
-fn environments_of(program: &Path) -> Vec<Vec<String>> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let dir = entry.path();
-        if std::fs::read_link(dir.join("exe")).ok().as_deref() != Some(program) {
-            continue;
-        }
-        if let Ok(bytes) = std::fs::read(dir.join("environ")) {
-            found.push(
-                bytes
-                    .split(|b| *b == 0)
-                    .filter(|e| !e.is_empty())
-                    .map(|e| String::from_utf8_lossy(e).into_owned())
-                    .collect(),
-            );
-        }
-    }
-    found
 }
 
 /// Confinement: the model is offered exactly the submission's MCP tools (Codex's own shell,

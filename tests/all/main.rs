@@ -99,8 +99,9 @@
 //!   `tests/peers/claude-code/`) and the loopback Messages API `tests/support/fake_anthropic.rs`:
 //!   confinement (Bash, a file write, a web fetch, a sub-agent and a server tool outside the
 //!   allow-list each refused, no marker written, Claude Code's own tools never offered, the
-//!   server's secret never sent to the model), the model key reaching Claude Code alone (the
-//!   server sees it empty, and the caller's `HOME`), fast, named failures (a refused key, a
+//!   server's secret in the server's environment alone, never Claude Code's or a model
+//!   request), the model key reaching Claude Code alone (the server sees it empty, and the
+//!   caller's `HOME`), a copied sign-in used (its token sent, the original untouched), fast, named failures (a refused key, a
 //!   misspelled tool, a server that does not start, a program that is not Claude Code), the
 //!   Python SDK's booking server answered through Claude Code, and a worker process killed while
 //!   its round waits, over PostgreSQL (`m3-test-fault-worker kit ... claude-code`), recovered.

@@ -189,3 +189,24 @@ pub fn peer_binding(name: &str, command: &peers::PeerCommand) -> StdioServer {
             .map(|a| a.to_string_lossy().into_owned()),
     )
 }
+
+/// The environment (`NAME=VALUE` entries) of every live process whose executable is `program`.
+pub fn environments_of(program: &std::path::Path) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let dir = entry.path();
+        if std::fs::read_link(dir.join("exe")).ok().as_deref() != Some(program) {
+            continue;
+        }
+        if let Ok(bytes) = std::fs::read(dir.join("environ")) {
+            found.push(
+                bytes
+                    .split(|b| *b == 0)
+                    .filter(|e| !e.is_empty())
+                    .map(|e| String::from_utf8_lossy(e).into_owned())
+                    .collect(),
+            );
+        }
+    }
+    found
+}
