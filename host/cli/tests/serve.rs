@@ -140,6 +140,71 @@ fn api_answers_a_run_and_streams_its_changes(sb: Sandbox) {
     assert_eq!(life[2].1["status"], "resolved");
 }
 
+/// A Claude Code execution answered through the API: `m3 run --harness claude-code` (the real
+/// pinned CLI, a loopback Messages API, the model's key from the command's environment) waits
+/// on a round that `m3 serve` lists and takes the answer for; the run succeeds with it.
+#[test]
+fn the_api_answers_a_claude_code_run() {
+    api_answers_a_claude_code_run(Sandbox::new());
+}
+
+/// The same on a PostgreSQL database.
+#[test]
+fn the_api_answers_a_claude_code_run_on_postgres() {
+    api_answers_a_claude_code_run(Sandbox::postgres());
+}
+
+fn api_answers_a_claude_code_run(sb: Sandbox) {
+    sb.create_database();
+    let server = Server::start(&sb, &[], None);
+    let port = m3_tests::fake_anthropic::serve_in_background(
+        m3_tests::fake_anthropic::Script::tool(json!({"item": "book"})),
+    )
+    .expect("the loopback model");
+    let claude = m3_tests::peers::claude_code().expect("the pinned Claude Code CLI");
+    let base = format!("http://127.0.0.1:{port}");
+    let claude = claude.display().to_string();
+    let harness = [
+        "--harness",
+        "claude-code",
+        "--model",
+        "fake-model",
+        "--claude-binary",
+        claude.as_str(),
+        "--claude-base-url",
+        base.as_str(),
+        "--no-claude-sign-in",
+    ];
+    let key = std::path::Path::new("sk-ant-loopback");
+    let run = sb.spawn_with_env(
+        &[("ANTHROPIC_API_KEY", key)],
+        &run_args("legacy", &[], &harness),
+    );
+    let round = server.wait_pending();
+    let (round_id, _) = ids(&round);
+    assert_eq!(round["operation_name"], "book_shipment", "{round}");
+    let answered = server.answer(
+        &round_id,
+        &json!({"responses": {"elicitation": address_answer()}, "idempotency_key": "api-claude"})
+            .to_string(),
+    );
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    let (out, lines) = run.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    // Its round's single request is `elicitation` (Claude Code forwards no `_meta`), so the
+    // bundled server's round checks of `check_run_stdout` do not apply: the last line is read.
+    let last: Value = serde_json::from_str(lines.last().expect("a result line")).unwrap();
+    assert_eq!(last["event"], "result", "{last}");
+    let result = &last["result"];
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert!(
+        result["tool_calls"][0]["output"]
+            .as_str()
+            .is_some_and(|o| o.contains(STREET)),
+        "{result}"
+    );
+}
+
 /// Each refused answer has its status and the component's (or the API's) code, says nothing of
 /// what was sent, and changes nothing: the round stays pending and takes a good answer after.
 #[test]
