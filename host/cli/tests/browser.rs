@@ -416,6 +416,53 @@ async fn open_the_round(browser: &Client, base: &str) -> String {
     round_id
 }
 
+/// A Claude Code execution (`m3 run --harness claude-code`, the real pinned CLI and a loopback
+/// Messages API) answered from the inbox: the round Claude Code forwarded is a form like any
+/// other, and the address typed into it books the shipment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_code_round_is_answered_from_the_inbox() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let server = Server::start(&sb, &[], None);
+    let mut driver = Driver::start();
+    let browser = driver.session().await;
+    let port = m3_tests::fake_anthropic::serve_in_background(
+        m3_tests::fake_anthropic::Script::tool(json!({"item": "book"})),
+    )
+    .expect("the loopback model");
+    let claude = m3_tests::peers::claude_code()
+        .expect("the pinned Claude Code CLI")
+        .display()
+        .to_string();
+    let base = format!("http://127.0.0.1:{port}");
+    let harness = [
+        "--harness",
+        "claude-code",
+        "--model",
+        "fake-model",
+        "--claude-binary",
+        claude.as_str(),
+        "--claude-base-url",
+        base.as_str(),
+        "--no-claude-sign-in",
+    ];
+    let key = std::path::Path::new("sk-ant-loopback");
+    let run = sb.spawn_with_env(
+        &[("ANTHROPIC_API_KEY", key)],
+        &run_args("legacy", &[], &harness),
+    );
+    open_the_round(&browser, &server.base).await;
+    type_into(&browser, "street", STREET).await;
+    type_into(&browser, "city", CITY).await;
+    click(&browser, "#submit").await;
+    text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
+    attribute_until(&browser, "#progress", "data-status", "resolved").await;
+    let result = plain_result_of(run).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    let output = result["tool_calls"][0]["output"].as_str().unwrap_or("");
+    assert!(output.contains(STREET), "{result}");
+}
+
 /// Decline answers the server with a decline; a URL-mode request shows its URL as text (never a
 /// link, never opened), refuses accept without the consent box and, with it, sends consent only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
