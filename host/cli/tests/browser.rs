@@ -426,31 +426,7 @@ async fn a_claude_code_round_is_answered_from_the_inbox() {
     let server = Server::start(&sb, &[], None);
     let mut driver = Driver::start();
     let browser = driver.session().await;
-    let port = m3_tests::fake_anthropic::serve_in_background(
-        m3_tests::fake_anthropic::Script::tool(json!({"item": "book"})),
-    )
-    .expect("the loopback model");
-    let claude = m3_tests::peers::claude_code()
-        .expect("the pinned Claude Code CLI")
-        .display()
-        .to_string();
-    let base = format!("http://127.0.0.1:{port}");
-    let harness = [
-        "--harness",
-        "claude-code",
-        "--model",
-        "fake-model",
-        "--claude-binary",
-        claude.as_str(),
-        "--claude-base-url",
-        base.as_str(),
-        "--no-claude-sign-in",
-    ];
-    let key = std::path::Path::new("sk-ant-loopback");
-    let run = sb.spawn_with_env(
-        &[("ANTHROPIC_API_KEY", key)],
-        &run_args("legacy", &[], &harness),
-    );
+    let run = sb.spawn_claude_code_run();
     open_the_round(&browser, &server.base).await;
     type_into(&browser, "street", STREET).await;
     type_into(&browser, "city", CITY).await;

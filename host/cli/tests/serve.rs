@@ -157,29 +157,7 @@ fn the_api_answers_a_claude_code_run_on_postgres() {
 fn api_answers_a_claude_code_run(sb: Sandbox) {
     sb.create_database();
     let server = Server::start(&sb, &[], None);
-    let port = m3_tests::fake_anthropic::serve_in_background(
-        m3_tests::fake_anthropic::Script::tool(json!({"item": "book"})),
-    )
-    .expect("the loopback model");
-    let claude = m3_tests::peers::claude_code().expect("the pinned Claude Code CLI");
-    let base = format!("http://127.0.0.1:{port}");
-    let claude = claude.display().to_string();
-    let harness = [
-        "--harness",
-        "claude-code",
-        "--model",
-        "fake-model",
-        "--claude-binary",
-        claude.as_str(),
-        "--claude-base-url",
-        base.as_str(),
-        "--no-claude-sign-in",
-    ];
-    let key = std::path::Path::new("sk-ant-loopback");
-    let run = sb.spawn_with_env(
-        &[("ANTHROPIC_API_KEY", key)],
-        &run_args("legacy", &[], &harness),
-    );
+    let run = sb.spawn_claude_code_run();
     let round = server.wait_pending();
     let (round_id, _) = ids(&round);
     assert_eq!(round["operation_name"], "book_shipment", "{round}");

@@ -60,6 +60,41 @@ pub enum Forwarded {
     Unusable(String),
 }
 
+/// How an input that ends the turn from outside ends it: the session's end, the open round's
+/// code and message. `None` for every other input.
+pub fn interruption(
+    input: &super::session::Input,
+) -> Option<(Finished, FailureCode, &'static str)> {
+    use super::session::Input;
+    match input {
+        Input::Cancel => Some((
+            Finished::Cancelled,
+            FailureCode::Cancelled,
+            "the execution was cancelled",
+        )),
+        Input::DeadlineExpired => Some((
+            Finished::Failed {
+                code: Some(FailureCode::DeadlineExceeded),
+                message: "the round's deadline passed".into(),
+            },
+            FailureCode::DeadlineExceeded,
+            "the round's deadline passed",
+        )),
+        _ => None,
+    }
+}
+
+/// How the harness's process ending (`ServerExited`, `ServerFault`) is said: `name` (e.g.
+/// `claude code`) and what happened. `None` for every other input.
+pub fn process_end(name: &str, input: &super::session::Input) -> Option<String> {
+    use super::session::Input;
+    match input {
+        Input::ServerExited(how) => Some(format!("{name} {how}")),
+        Input::ServerFault(what) => Some(format!("{name} was stopped: {what}")),
+        _ => None,
+    }
+}
+
 /// The rounds of one agent session.
 #[derive(Debug)]
 pub struct AgentRounds {

@@ -17,7 +17,7 @@
 //! Cancel, a round's deadline, the round limit and the turn's deadline (which does not count
 //! time spent waiting for answers) interrupt the turn.
 
-use super::agent_rounds::{AgentRounds, Forwarded};
+use super::agent_rounds::{self, AgentRounds, Forwarded};
 use super::session::{Action, Finished, Input, Mode};
 use crate::exports::m3::managed_input::runtime::{ClaudeCodeSettings, EraChoice, ExecutionSpec};
 use crate::m3::managed_input::process::{HomeFile, McpConfig, ServerEnvFile, SpawnSpec};
@@ -374,37 +374,16 @@ impl ClaudeCodeSession {
             Input::ProbeTimedOut => self.timer(&mut out),
             Input::Answer(responses) => self.rounds.answer(&responses, &mut out),
             Input::Unhandled => self.rounds.unhandled_round(&mut out),
-            Input::Cancel => self.interrupt(
-                Finished::Cancelled,
-                FailureCode::Cancelled,
-                "the execution was cancelled",
-                &mut out,
-            ),
-            Input::DeadlineExpired => self.interrupt(
-                Finished::Failed {
-                    code: Some(FailureCode::DeadlineExceeded),
-                    message: "the round's deadline passed".into(),
-                },
-                FailureCode::DeadlineExceeded,
-                "the round's deadline passed",
-                &mut out,
-            ),
-            Input::ServerExited(how) => {
-                if self.state != State::Done {
-                    self.failed(
-                        Some(FailureCode::ServerError),
-                        format!("claude code {how}"),
-                        &mut out,
-                    );
+            input @ (Input::Cancel | Input::DeadlineExpired) => {
+                if let Some((then, code, message)) = agent_rounds::interruption(&input) {
+                    self.interrupt(then, code, message, &mut out);
                 }
             }
-            Input::ServerFault(what) => {
-                if self.state != State::Done {
-                    self.failed(
-                        Some(FailureCode::ServerError),
-                        format!("claude code was stopped: {what}"),
-                        &mut out,
-                    );
+            input @ (Input::ServerExited(_) | Input::ServerFault(_)) => {
+                if self.state != State::Done
+                    && let Some(message) = agent_rounds::process_end("claude code", &input)
+                {
+                    self.failed(Some(FailureCode::ServerError), message, &mut out);
                 }
             }
         }

@@ -15,7 +15,7 @@
 //! the round in the same step: Codex clearing the request (`serverRequest/resolved`), the tool
 //! call completing or the turn ending while it is open withdraw it (`request-withdrawn`).
 
-use super::agent_rounds::{AgentRounds, Forwarded};
+use super::agent_rounds::{self, AgentRounds, Forwarded};
 use super::session::{Action, Finished, Input, Mode};
 use crate::m3::managed_input::types::FailureCode;
 use crate::mcp::message::{self, Incoming, RpcError};
@@ -201,37 +201,16 @@ impl CodexSession {
             Input::ProbeTimedOut => self.timer(&mut out),
             Input::Answer(responses) => self.rounds.answer(&responses, &mut out),
             Input::Unhandled => self.rounds.unhandled_round(&mut out),
-            Input::Cancel => self.interrupt(
-                Finished::Cancelled,
-                FailureCode::Cancelled,
-                "the execution was cancelled",
-                &mut out,
-            ),
-            Input::DeadlineExpired => self.interrupt(
-                Finished::Failed {
-                    code: Some(FailureCode::DeadlineExceeded),
-                    message: "the round's deadline passed".into(),
-                },
-                FailureCode::DeadlineExceeded,
-                "the round's deadline passed",
-                &mut out,
-            ),
-            Input::ServerExited(how) => {
-                if self.state != State::Done {
-                    self.failed(
-                        Some(FailureCode::ServerError),
-                        format!("codex app-server {how}"),
-                        &mut out,
-                    );
+            input @ (Input::Cancel | Input::DeadlineExpired) => {
+                if let Some((then, code, message)) = agent_rounds::interruption(&input) {
+                    self.interrupt(then, code, message, &mut out);
                 }
             }
-            Input::ServerFault(what) => {
-                if self.state != State::Done {
-                    self.failed(
-                        Some(FailureCode::ServerError),
-                        format!("codex app-server was stopped: {what}"),
-                        &mut out,
-                    );
+            input @ (Input::ServerExited(_) | Input::ServerFault(_)) => {
+                if self.state != State::Done
+                    && let Some(message) = agent_rounds::process_end("codex app-server", &input)
+                {
+                    self.failed(Some(FailureCode::ServerError), message, &mut out);
                 }
             }
         }

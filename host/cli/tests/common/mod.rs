@@ -574,6 +574,37 @@ impl Sandbox {
         self.spawn(&run_args(era, server_extra, run_extra))
     }
 
+    /// `run` as [`run_args`] gives it with the legacy era, on the claude-code harness: the
+    /// pinned Claude Code CLI (installed on first use), a loopback Messages API on a thread of
+    /// this test, the model's key in the command's environment.
+    pub fn spawn_claude_code_run(&self) -> Running {
+        let port = m3_tests::fake_anthropic::serve_in_background(
+            m3_tests::fake_anthropic::Script::tool(json!({"item": "book"})),
+        )
+        .expect("the loopback model");
+        let claude = m3_tests::peers::claude_code()
+            .expect("the pinned Claude Code CLI")
+            .display()
+            .to_string();
+        let base = format!("http://127.0.0.1:{port}");
+        let harness = [
+            "--harness",
+            "claude-code",
+            "--model",
+            "fake-model",
+            "--claude-binary",
+            claude.as_str(),
+            "--claude-base-url",
+            base.as_str(),
+            "--no-claude-sign-in",
+        ];
+        let key = std::path::Path::new("sk-ant-loopback");
+        self.spawn_with_env(
+            &[("ANTHROPIC_API_KEY", key)],
+            &run_args("legacy", &[], &harness),
+        )
+    }
+
     /// `pending --wait 20 --json` in its own process: the one pending round.
     pub fn wait_pending(&self) -> Value {
         let rounds = self.m3(&["pending", "--wait", "20", "--json"]).json();
