@@ -446,3 +446,63 @@ fn a_copied_sign_in_is_used_and_the_original_left_alone() -> Result<()> {
     );
     Ok(())
 }
+
+/// A model endpoint that keeps failing with a server error (HTTP 500): with
+/// `ClaudeCodeOptions::max_retries` at 0 the execution fails at once as a model error naming the
+/// status, instead of after Claude Code's ten retries (about three minutes).
+#[test]
+fn a_failing_endpoint_ends_the_turn_after_the_retries_asked_for() -> Result<()> {
+    let db = TempDb::new();
+    let port = fake_anthropic::serve_in_background(fake_anthropic::Script {
+        mode: "status:500".into(),
+        arguments: json!({}),
+        marker: db.dir.path().join("marker").display().to_string(),
+    })?;
+    let store = std::sync::Arc::new(SqliteExecutionStore::open(&db.path)?);
+    let env = BTreeMap::from([
+        (
+            "PATH".to_string(),
+            std::env::var("PATH").unwrap_or_default(),
+        ),
+        (
+            "ANTHROPIC_API_KEY".to_string(),
+            "sk-ant-loopback".to_string(),
+        ),
+    ]);
+    let kit = McpTestKit::new(store, env)?;
+    let options = ClaudeCodeOptions {
+        binary: peers::claude_code()?.display().to_string(),
+        base_url: Some(format!("http://127.0.0.1:{port}")),
+        credentials: ClaudeCodeCredentials::None,
+        max_retries: Some(0),
+        ..ClaudeCodeOptions::default()
+    };
+    let agent = kit
+        .agents([AgentSpec::claude_code(["fake-model"], options)])?
+        .remove(0);
+    let started = Instant::now();
+    let result = agent
+        .submit(
+            Submission::new(
+                "Book it.",
+                StdioServer::new("shipping", SHIPPING_SERVER).args(["--era", "legacy"]),
+            )
+            .tools(["shipping:book_shipment"])
+            .human_input(HumanInput::Managed),
+        )?
+        .result(Some(Duration::from_secs(120)))?;
+    let failure = result.outcome.failure.context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::ModelError, "{failure:?}");
+    assert!(failure.message.contains("HTTP 500"), "{}", failure.message);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    let requests = fake_anthropic::requests_seen(port)
+        .iter()
+        .filter(|r| r.path.starts_with("/v1/messages"))
+        .count();
+    assert_eq!(requests, 1, "no retry was asked for");
+    Ok(())
+}

@@ -102,7 +102,8 @@
 //!   server's secret in the server's environment alone, never Claude Code's or a model
 //!   request), the model key reaching Claude Code alone (the server sees it empty, and the
 //!   caller's `HOME`), a copied sign-in used (its token sent, the original untouched), fast, named failures (a refused key, a
-//!   misspelled tool, a server that does not start, a program that is not Claude Code), the
+//!   misspelled tool, a server that does not start, a program that is not Claude Code, a
+//!   failing endpoint after the retries asked for), the
 //!   Python SDK's booking server answered through Claude Code, and a worker process killed while
 //!   its round waits, over PostgreSQL (`m3-test-fault-worker kit ... claude-code`), recovered.
 //! - `codex_models.rs`: several models: an agent spec read from the dict form with two models gives

@@ -47,7 +47,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "JSON|@FILE",
-        conflicts_with_all = ["harness", "model", "script", "codex_binary", "model_base_url", "turn_deadline", "model_env_key", "model_openai_auth", "model_retries", "codex_home", "no_codex_sign_in", "claude_binary", "claude_base_url", "claude_config_dir", "no_claude_sign_in"]
+        conflicts_with_all = ["harness", "model", "script", "codex_binary", "model_base_url", "turn_deadline", "model_env_key", "model_openai_auth", "model_retries", "codex_home", "no_codex_sign_in", "claude_binary", "claude_base_url", "claude_config_dir", "no_claude_sign_in", "claude_retries"]
     )]
     agent: Option<String>,
     /// `codex`: the Codex program (default: `codex` on this process's `PATH`).
@@ -96,6 +96,14 @@ pub struct RunArgs {
     /// `claude-code`: give Claude Code no sign-in (only a key from the environment).
     #[arg(long)]
     no_claude_sign_in: bool,
+    /// `claude-code`: how often Claude Code retries a failed model request (default: Claude
+    /// Code's, 10).
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(0..=100)
+    )]
+    claude_retries: Option<u32>,
     /// `codex`, `claude-code`: how long the turn may run before it is interrupted, in seconds
     /// (default 600; time spent waiting for answers does not count).
     #[arg(long, value_name = "SECS", default_value_t = 600.0)]
@@ -561,6 +569,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode> {
                     (Some(dir), false) => m3::ClaudeCodeCredentials::From(dir.clone()),
                     (None, false) => m3::ClaudeCodeCredentials::UserConfig,
                 },
+                max_retries: args.claude_retries,
                 ..m3::ClaudeCodeOptions::default()
             };
             AgentSpec::claude_code(args.model.iter().cloned(), options)

@@ -181,6 +181,9 @@ pub struct ClaudeCodeOptions {
     pub permission_policy: PermissionPolicy,
     /// Where the sign-in comes from.
     pub credentials: ClaudeCodeCredentials,
+    /// How often Claude Code retries a failed model request (0 to 100; default: Claude Code's
+    /// own, 10, which takes about three minutes against an endpoint that keeps failing).
+    pub max_retries: Option<u32>,
 }
 
 impl Default for ClaudeCodeOptions {
@@ -192,6 +195,7 @@ impl Default for ClaudeCodeOptions {
             request_timeout: std::time::Duration::from_secs(60),
             permission_policy: PermissionPolicy::Decline,
             credentials: ClaudeCodeCredentials::UserConfig,
+            max_retries: None,
         }
     }
 }

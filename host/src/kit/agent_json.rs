@@ -4,7 +4,8 @@
 //! settings under `"codex"`: `binary`, `model_provider` (`name`, `base_url`, `wire_api`,
 //! `requires_openai_auth`), `turn_deadline_secs`, `request_timeout_secs`,
 //! `permission_policy`; the `claude-code` harness's under `"claude_code"`: `binary`, `base_url`,
-//! `turn_deadline_secs`, `request_timeout_secs`, `permission_policy`, `credentials`. Unknown keys
+//! `turn_deadline_secs`, `request_timeout_secs`, `permission_policy`, `credentials`,
+//! `max_retries`. Unknown keys
 //! are refused; a missing `harness` is the default one.
 //! Errors name keys and types, never the values given (a plan holds answers).
 
@@ -81,6 +82,8 @@ struct ClaudeCodeJson {
     /// sign-in from.
     #[serde(default)]
     credentials: Option<String>,
+    #[serde(default)]
+    max_retries: Option<u32>,
 }
 
 /// `"codex": {..}`.
@@ -207,6 +210,7 @@ fn claude_code_options(json: ClaudeCodeJson) -> Result<ClaudeCodeOptions, ModelV
         Some("") => return Err(invalid("`claude_code.credentials` is empty")),
         Some(dir) => ClaudeCodeCredentials::From(dir.into()),
     };
+    options.max_retries = json.max_retries;
     Ok(options)
 }
 
@@ -530,7 +534,7 @@ mod tests {
         let spec = AgentSpec::from_json(
             r#"{"harness": "claude-code", "models": ["claude-sonnet-4-5"],
                 "claude_code": {"binary": "/opt/claude", "base_url": "http://127.0.0.1:9",
-                    "turn_deadline_secs": 90, "credentials": "none"}}"#,
+                    "turn_deadline_secs": 90, "credentials": "none", "max_retries": 1}}"#,
         )
         .unwrap();
         assert_eq!(spec.harness, Harness::ClaudeCode);
@@ -541,6 +545,7 @@ mod tests {
         );
         assert_eq!(spec.claude_code.turn_deadline, Duration::from_secs(90));
         assert_eq!(spec.claude_code.credentials, ClaudeCodeCredentials::None);
+        assert_eq!(spec.claude_code.max_retries, Some(1));
         let alias = AgentSpec::from_json(r#"{"harness": "claude_code", "models": ["m"]}"#).unwrap();
         assert_eq!(alias.harness, Harness::ClaudeCode);
         for (json, says) in [

@@ -456,6 +456,7 @@ impl AsyncMcpTestKit {
             },
             turn_deadline_ms: millis(claude.turn_deadline),
             request_timeout_ms: millis(claude.request_timeout),
+            max_retries: claude.max_retries,
         });
         let spec = wit::ExecutionSpec {
             harness: agent.harness.as_str().to_string(),

@@ -57,6 +57,9 @@ fn fixed_env(settings: &ClaudeCodeSettings) -> Vec<(String, String)> {
     if let Some(url) = &settings.base_url {
         env.push(("ANTHROPIC_BASE_URL".into(), url.clone()));
     }
+    if let Some(retries) = settings.max_retries {
+        env.push(("CLAUDE_CODE_MAX_RETRIES".into(), retries.to_string()));
+    }
     env
 }
 
@@ -76,6 +79,14 @@ pub fn check(spec: &ExecutionSpec, settings: &ClaudeCodeSettings) -> Result<(), 
     }
     if settings.request_timeout_ms > crate::lease::MAX_TTL_MS {
         return Err("the claude-code request timeout must be at most 1 day".into());
+    }
+    if let Some(retries) = settings.max_retries
+        && retries > super::worker::MAX_MODEL_RETRIES
+    {
+        return Err(format!(
+            "the claude-code max_retries must be from 0 to {}",
+            super::worker::MAX_MODEL_RETRIES
+        ));
     }
     if let Some(url) = &settings.base_url
         && !(url.starts_with("http://") || url.starts_with("https://"))
@@ -1395,6 +1406,7 @@ mod tests {
                 crate::exports::m3::managed_input::runtime::PermissionPolicy::Decline,
             turn_deadline_ms: 600_000,
             request_timeout_ms: 30_000,
+            max_retries: Some(2),
         }
     }
 
@@ -1425,6 +1437,11 @@ mod tests {
             "ANTHROPIC_BASE_URL".to_string(),
             "http://127.0.0.1:9/".to_string()
         )));
+        assert!(
+            started
+                .fixed_env
+                .contains(&("CLAUDE_CODE_MAX_RETRIES".to_string(), "2".to_string()))
+        );
         let Some(ServerEnvFile::McpConfig(config)) = &started.server_env else {
             panic!("{:?}", started.server_env)
         };
@@ -1454,5 +1471,9 @@ mod tests {
         bad = settings();
         bad.turn_deadline_ms = 0;
         assert!(check(&spec(EraChoice::Auto, None), &bad).is_err());
+        bad = settings();
+        bad.max_retries = Some(101);
+        let e = check(&spec(EraChoice::Auto, None), &bad).unwrap_err();
+        assert!(e.contains("max_retries must be from 0 to 100"), "{e}");
     }
 }

@@ -107,6 +107,8 @@ pub struct ClaudeCodeSettings {
     pub permission_policy: PermissionPolicy,
     pub turn_deadline_ms: u64,
     pub request_timeout_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -255,6 +257,7 @@ impl From<&wit::ExecutionSpec> for ExecutionSpec {
                 },
                 turn_deadline_ms: c.turn_deadline_ms,
                 request_timeout_ms: c.request_timeout_ms,
+                max_retries: c.max_retries,
             }),
             model: s.model.clone(),
             prompt: s.prompt.clone(),
@@ -320,6 +323,7 @@ impl From<ExecutionSpec> for wit::ExecutionSpec {
                 },
                 turn_deadline_ms: c.turn_deadline_ms,
                 request_timeout_ms: c.request_timeout_ms,
+                max_retries: c.max_retries,
             }),
             model: s.model,
             prompt: s.prompt,

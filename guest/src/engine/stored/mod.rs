@@ -246,6 +246,7 @@ mod tests {
                 permission_policy: rt::PermissionPolicy::Decline,
                 turn_deadline_ms: 7,
                 request_timeout_ms: 8,
+                max_retries: Some(0),
             }),
             model: Some("m".into()),
             prompt: "p".into(),

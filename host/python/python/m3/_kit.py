@@ -123,7 +123,7 @@ class AgentSpec:
     ``elicitation_plan`` for ``human_input="fail"``, the codex harness's settings (``codex``:
     ``binary``, ``model_provider``, ``turn_deadline_secs``, ``permission_policy``, ...) and the
     claude-code harness's (``claude_code``: ``binary``, ``base_url``, ``turn_deadline_secs``,
-    ``request_timeout_secs``, ``credentials``). The same as the dict form ``kit.agents()``
+    ``request_timeout_secs``, ``credentials``, ``max_retries``). The same as the dict form ``kit.agents()``
     takes. ``prompt``, ``server`` and ``tools`` are for ``kit.submit(spec)``, which submits the
     spec's one agent's work directly."""
 
