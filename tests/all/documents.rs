@@ -981,6 +981,10 @@ fn cited_sections(paragraph: &str) -> BTreeSet<u32> {
 const CONFIGURATION: &[(&str, &str)] = &[
     ("24 hours", "a submission's rounds' default deadline"),
     (
+        "7,000 bytes",
+        "the most woken ids one PostgreSQL notification carries",
+    ),
+    (
         "200 ms",
         "how often the claude-code harness asks for a starting server's status",
     ),

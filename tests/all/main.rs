@@ -20,6 +20,13 @@
 //!   closed are never lent, and the server restarted while an execution's round waits: the worker
 //!   survives it, the answer given after it is delivered exactly once and the database is intact.
 //!   The contending workers are `m3-test-helper contend` processes.
+//! - `postgres_races.rs`: on PostgreSQL, a write locks the executions it touches (decision
+//!   0077): one execution's lock held elsewhere leaves other executions' writes alone, and the
+//!   write lock held exclusively (the planted control) stops them all; 8 connections' writers of
+//!   8 executions all succeed; one execution's writers on 8 connections stay one sequence (one
+//!   answer of 8 wins, the rest refused by the round's state); recovery from 4 kits racing a live
+//!   worker fails only the killed worker's execution, once; a listener the server dropped still
+//!   hears the answer.
 //! - `postgres_server.rs`: the throwaway PostgreSQL server of `tests/support/postgres_server.rs`
 //!   itself.
 //! - `embedding.rs`: the policy-only component in other hosts. The shared vectors
@@ -205,6 +212,7 @@ mod malformed_input;
 mod mutations;
 mod peers;
 mod postgres_faults;
+mod postgres_races;
 mod postgres_server;
 mod process;
 mod python_package;

@@ -164,9 +164,14 @@ pub fn address_requests() -> BTreeMap<String, ElicitationRequest> {
 
 /// A first-round tool call asking for the address, owned by `worker-1`.
 pub fn address_round(round_id: &str) -> NewRound {
+    address_round_in(round_id, "exec-1")
+}
+
+/// [`address_round`] in execution `execution_id`.
+pub fn address_round_in(round_id: &str, execution_id: &str) -> NewRound {
     NewRound::new(
         round_id,
-        "exec-1",
+        execution_id,
         "shipping",
         "book_shipment",
         address_requests(),

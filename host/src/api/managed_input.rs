@@ -125,7 +125,7 @@ pub trait ManagedInputStore: Send + Sync {
 #[derive(Clone)]
 pub struct StoreOptions {
     /// How long a write waits for a locked database (default 5000 ms); on PostgreSQL, for the
-    /// write lock, and the longest a connection takes to open.
+    /// locks of the executions it writes, and the longest a connection takes to open.
     pub busy_timeout_ms: u64,
     /// Commit durability (default FULL); SQLite only (a PostgreSQL server's own settings
     /// decide there).

@@ -13,8 +13,8 @@
 //!   worker may still be writing, and what it writes after the snapshot would be lost), and a
 //!   target that already holds rows (nothing is merged).
 //! - **The target** is opened (its tables created or brought up to date) and written in one
-//!   transaction holding the database's write lock ([`crate::postgres::transaction::WRITE_LOCK`]),
-//!   so no worker writes meanwhile. Its rows are read back in the same transaction and compared
+//!   transaction holding the database's write lock ([`crate::postgres::transaction::WRITE_LOCK`])
+//!   exclusively (every store write holds it shared), so no worker writes meanwhile. Its rows are read back in the same transaction and compared
 //!   with the source's before `COMMIT`; any difference rolls everything back.
 //!
 //! **The digest.** Each side's rows are hashed the same way, with SHA-256, table by table in
@@ -521,6 +521,11 @@ pub fn migrate_sqlite_to_postgres(
     let digest: [u8; 32] = source_all.finalize().into();
     let target_digest: [u8; 32] = target_all.finalize().into();
     compare(&source_sums, &target_sums, &digest, &target_digest)?;
+    // Wake-ups stamped from now on are numbered after the copied ones.
+    writing
+        .connection()
+        .batch(crate::postgres::migrations::ADVANCE_WAKEUP_NUMBERS)
+        .map_err(target_write)?;
     writing.commit()?;
     // The snapshot only read: its end changes nothing.
     drop(snapshot);

@@ -153,7 +153,124 @@ impl Connection {
         let client = self.client.clone();
         block(async move { client.execute(&statement, &references(&params)).await })
     }
+
+    /// Runs `steps` in one flight: every request is written before any answer is awaited (one
+    /// round trip), and the server runs them in this order, each after the one before ended
+    /// (under `READ COMMITTED` each statement's snapshot is taken then, after a lock an earlier
+    /// step waited for was granted). One answer per step, or the first step's failure (the
+    /// steps after a failed one inside a transaction fail too, as the transaction is aborted).
+    pub fn flight(&self, steps: Vec<Step<'_>>) -> Result<Vec<Answer>, tokio_postgres::Error> {
+        self.flight_each(steps)?.into_iter().collect()
+    }
+
+    /// [`Connection::flight`], with each step's own outcome.
+    pub fn flight_each(
+        &self,
+        steps: Vec<Step<'_>>,
+    ) -> Result<Vec<Result<Answer, tokio_postgres::Error>>, tokio_postgres::Error> {
+        let mut prepared = Vec::with_capacity(steps.len());
+        for step in steps {
+            prepared.push(match step {
+                Step::Query(sql, params) => Prepared::Query(self.statement(sql)?, params),
+                Step::Execute(sql, params) => Prepared::Execute(self.statement(sql)?, params),
+                Step::Batch(sql) => Prepared::Batch(sql.to_string()),
+            });
+        }
+        let client = self.client.clone();
+        block(async move {
+            let mut running: Vec<AnswerFuture> = prepared
+                .into_iter()
+                .map(|step| -> AnswerFuture {
+                    let client = client.clone();
+                    match step {
+                        Prepared::Query(statement, params) => Box::pin(async move {
+                            let rows = client.query(&statement, &references(&params)).await?;
+                            Ok(Answer::Rows(rows))
+                        }),
+                        Prepared::Execute(statement, params) => Box::pin(async move {
+                            let count = client.execute(&statement, &references(&params)).await?;
+                            Ok(Answer::Count(count))
+                        }),
+                        Prepared::Batch(sql) => Box::pin(async move {
+                            client.batch_execute(&sql).await?;
+                            Ok(Answer::Done)
+                        }),
+                    }
+                })
+                .collect();
+            // A request is written when its future is first polled: polled in order, they
+            // reach the server in order.
+            let mut answers: Vec<Option<Result<Answer, tokio_postgres::Error>>> =
+                running.iter().map(|_| None).collect();
+            std::future::poll_fn(|cx| {
+                let mut pending = false;
+                for (future, answer) in running.iter_mut().zip(answers.iter_mut()) {
+                    if answer.is_none() {
+                        match future.as_mut().poll(cx) {
+                            std::task::Poll::Ready(done) => *answer = Some(done),
+                            std::task::Poll::Pending => pending = true,
+                        }
+                    }
+                }
+                if pending {
+                    std::task::Poll::Pending
+                } else {
+                    std::task::Poll::Ready(())
+                }
+            })
+            .await;
+            Ok(answers.into_iter().flatten().collect())
+        })
+    }
 }
+
+/// One request of a [`Connection::flight`].
+pub enum Step<'a> {
+    /// A statement's rows (prepared once per connection).
+    Query(&'a str, Vec<Param>),
+    /// How many rows a statement changed (prepared once per connection).
+    Execute(&'a str, Vec<Param>),
+    /// Statements without parameters (simple protocol): `COMMIT`, `SAVEPOINT x`.
+    Batch(&'a str),
+}
+
+/// The answer to one [`Step`].
+#[derive(Debug)]
+pub enum Answer {
+    /// A [`Step::Query`]'s rows.
+    Rows(Vec<Row>),
+    /// A [`Step::Execute`]'s count.
+    Count(u64),
+    /// A [`Step::Batch`] ran.
+    Done,
+}
+
+impl Answer {
+    /// The rows of a query (none for any other step).
+    pub fn rows(self) -> Vec<Row> {
+        match self {
+            Self::Rows(rows) => rows,
+            _ => Vec::new(),
+        }
+    }
+
+    /// The count of an execute (0 for any other step).
+    pub fn count(&self) -> u64 {
+        match self {
+            Self::Count(count) => *count,
+            _ => 0,
+        }
+    }
+}
+
+enum Prepared {
+    Query(Statement, Vec<Param>),
+    Execute(Statement, Vec<Param>),
+    Batch(String),
+}
+
+type AnswerFuture =
+    std::pin::Pin<Box<dyn Future<Output = Result<Answer, tokio_postgres::Error>> + Send>>;
 
 /// The parameters as the client takes them.
 fn references(params: &[Param]) -> Vec<&(dyn ToSql + Sync)> {

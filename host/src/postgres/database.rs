@@ -1,11 +1,12 @@
 //! A PostgreSQL database named by a URL, and how connections to it are made.
 
-use super::connection::{Connection, params};
+use super::connection::Connection;
 use super::store_error::{describe, store_error};
 use crate::api::error::OpenError;
 use crate::backend::idle::{Idle, Lent};
 use crate::component::bindings::m3::managed_input::store::StoreError;
 use crate::sqlite::wakeups::Waiters;
+use std::collections::VecDeque;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,10 @@ pub const CHANGES_CHANNEL: &str = "m3_changes";
 
 /// How long a lost listening connection waits before it is opened again.
 const RECONNECT_EVERY: Duration = Duration::from_millis(250);
+
+/// How many wake-ups heard are kept for watchers that have not read them yet; a watcher further
+/// behind wakes every waiter of this process.
+const HEARD_KEPT: usize = 65_536;
 
 /// Whether `text` names a PostgreSQL database (`postgres://` or `postgresql://`).
 pub fn is_url(text: &str) -> bool {
@@ -35,6 +40,29 @@ pub struct Database {
     /// Moves on every notification heard on [`CHANGES_CHANNEL`] and every time the listening
     /// connection is opened (what was said while it was lost is then read again).
     heard: Arc<AtomicI64>,
+    /// The wake-ups heard, numbered in the order heard.
+    wakeups: Arc<Mutex<Wakeups>>,
+}
+
+/// The executions woken by commits anywhere, as their notifications said, numbered here in the
+/// order this process heard them (the numbers are this process's own, never stored).
+#[derive(Debug, Default)]
+struct Wakeups {
+    /// The number of the latest wake-up heard (0: none yet).
+    latest: i64,
+    /// The latest [`HEARD_KEPT`] wake-ups: a number and the execution woken, or `None` where
+    /// any might have been (the listening connection was lost and opened again).
+    kept: VecDeque<(i64, Option<String>)>,
+}
+
+impl Wakeups {
+    fn push(&mut self, woken: Option<String>) {
+        self.latest += 1;
+        if self.kept.len() == HEARD_KEPT {
+            self.kept.pop_front();
+        }
+        self.kept.push_back((self.latest, woken));
+    }
 }
 
 /// The connection that listens for other connections' commits, opened on first need.
@@ -42,6 +70,8 @@ pub struct Database {
 struct Listening {
     connection: Option<Connection>,
     last_try: Option<Instant>,
+    /// Whether it was open before (then opening it again may have missed wake-ups).
+    opened: bool,
 }
 
 impl std::fmt::Debug for Database {
@@ -113,6 +143,7 @@ impl Database {
             waiters: Arc::default(),
             listening: Mutex::default(),
             heard: Arc::new(AtomicI64::new(0)),
+            wakeups: Arc::default(),
         })
     }
 
@@ -159,10 +190,16 @@ impl Database {
             ));
         }
         listening.last_try = Some(Instant::now());
-        let heard = self.heard.clone();
+        let (heard, wakeups) = (self.heard.clone(), self.wakeups.clone());
         let connection = Connection::open(
             &self.config,
-            Some(Box::new(move |_, _| {
+            Some(Box::new(move |_, payload| {
+                {
+                    let mut wakeups = wakeups.lock().unwrap_or_else(|e| e.into_inner());
+                    for id in payload.split('\n').filter(|id| !id.is_empty()) {
+                        wakeups.push(Some(id.to_string()));
+                    }
+                }
                 heard.fetch_add(1, Ordering::AcqRel);
             })),
         )
@@ -171,41 +208,48 @@ impl Database {
             .batch(&format!("LISTEN {CHANGES_CHANNEL}"))
             .map_err(store_error)?;
         listening.connection = Some(connection);
+        if std::mem::replace(&mut listening.opened, true) {
+            // Opened again: whoever waits may have missed a wake-up while it was lost.
+            self.wakeups
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(None);
+        }
         // Whatever was committed before this connection listened is read again by whoever
         // looks at this number.
         Ok(self.heard.fetch_add(1, Ordering::AcqRel) + 1)
     }
 
-    /// The highest wake-up number so far.
+    /// The number of the latest wake-up this process heard (numbers of its own, in the order
+    /// heard: commits of different executions have no one order on PostgreSQL).
     pub fn latest_wakeup(&self) -> Result<i64, StoreError> {
-        let conn = self.connect().map_err(store_error)?;
-        let rows = conn
-            .query(
-                "SELECT coalesce(max(seq), 0)::BIGINT FROM execution_wakeups",
-                vec![],
-            )
-            .map_err(store_error)?;
-        Ok(rows.first().map_or(0, |r| r.get(0)))
+        Ok(self
+            .wakeups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .latest)
     }
 
-    /// The executions woken after number `seq`, and the highest number among them.
+    /// The executions woken after number `seq` (as [`Database::latest_wakeup`] numbers them), and
+    /// the latest number. Where a wake-up may have been missed (the listening connection was
+    /// lost, or `seq` is older than the wake-ups kept), every execution this process waits on.
     pub fn wakeups_since(&self, seq: i64) -> Result<(Vec<String>, i64), StoreError> {
-        let conn = self.connect().map_err(store_error)?;
-        let rows = conn
-            .query(
-                "SELECT execution_id, seq FROM execution_wakeups WHERE seq > $1 ORDER BY seq",
-                params![seq],
-            )
-            .map_err(store_error)?;
-        let mut highest = seq;
-        let ids = rows
-            .iter()
-            .map(|r| {
-                highest = highest.max(r.get::<_, i64>(1));
-                r.get::<_, String>(0)
-            })
-            .collect();
-        Ok((ids, highest))
+        let wakeups = self.wakeups.lock().unwrap_or_else(|e| e.into_inner());
+        let oldest = wakeups.kept.front().map_or(wakeups.latest + 1, |(n, _)| *n);
+        let mut ids: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut everyone = seq + 1 < oldest;
+        for (_, woken) in wakeups.kept.iter().filter(|(n, _)| *n > seq) {
+            match woken {
+                Some(id) if seen.insert(id.as_str()) => ids.push(id.clone()),
+                Some(_) => {}
+                None => everyone = true,
+            }
+        }
+        if everyone {
+            ids = self.waiters.execution_ids();
+        }
+        Ok((ids, wakeups.latest))
     }
 
     /// The server's version and this database's schema version (`m3 doctor`).
@@ -250,6 +294,35 @@ pub struct Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wake_ups_heard_are_read_once_and_a_gap_wakes_every_waiter() {
+        let db = Database::named("postgres://nobody@localhost/m3", Duration::from_secs(1)).unwrap();
+        let notify = Arc::new(tokio::sync::Notify::new());
+        let (_a, _b) = (
+            db.waiters().register("exec-a", &notify),
+            db.waiters().register("exec-b", &notify),
+        );
+        assert_eq!(db.latest_wakeup().unwrap(), 0);
+        let push = |woken: Option<&str>| db.wakeups.lock().unwrap().push(woken.map(str::to_string));
+        push(Some("exec-a"));
+        push(Some("exec-z"));
+        let (ids, latest) = db.wakeups_since(0).unwrap();
+        assert_eq!((ids, latest), (vec!["exec-a".into(), "exec-z".into()], 2));
+        assert!(db.wakeups_since(2).unwrap().0.is_empty(), "nothing new");
+        // The listener was lost and opened again: everyone this process waits on looks.
+        push(None);
+        let (mut ids, latest) = db.wakeups_since(2).unwrap();
+        ids.sort();
+        assert_eq!((ids, latest), (vec!["exec-a".into(), "exec-b".into()], 3));
+        // A watcher further behind than what is kept wakes everyone too.
+        for _ in 0..=HEARD_KEPT {
+            push(Some("exec-z"));
+        }
+        let (mut ids, _) = db.wakeups_since(3).unwrap();
+        ids.sort();
+        assert_eq!(ids, vec!["exec-a".to_string(), "exec-b".to_string()]);
+    }
 
     #[test]
     fn a_shown_url_carries_no_password() {

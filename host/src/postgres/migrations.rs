@@ -63,7 +63,18 @@ const MIGRATIONS: &[&str] = &[
         document     TEXT NOT NULL,
         PRIMARY KEY (execution_id, seq)
     );"#,
+    // 2: wake-up numbers from a sequence, as writes of different executions commit side by
+    // side (decision 0077); it starts after the highest number already stamped. `IF NOT
+    // EXISTS`: a database put back to version 1 by hand migrates again without harm.
+    r#"CREATE SEQUENCE IF NOT EXISTS execution_wakeup_numbers AS BIGINT;
+    SELECT setval('execution_wakeup_numbers', coalesce(max(seq), 0) + 1, false)
+        FROM execution_wakeups;"#,
 ];
+
+/// Moves the wake-up sequence past every number in `execution_wakeups` (after rows were copied
+/// in by `m3 migrate`).
+pub const ADVANCE_WAKEUP_NUMBERS: &str = "SELECT setval('execution_wakeup_numbers', \
+     coalesce(max(seq), 0) + 1, false) FROM execution_wakeups";
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -79,6 +79,16 @@ impl Waiters {
         }
     }
 
+    /// The executions anyone in this process waits on.
+    pub fn execution_ids(&self) -> Vec<String> {
+        self.by_execution
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     /// Whether anyone in this process waits on an execution.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {

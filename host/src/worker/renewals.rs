@@ -98,7 +98,11 @@ async fn renewer(store: Arc<DatabaseStore>, parking: Arc<Parking>, crew: Arc<Mut
                 return;
             }
         }
-        let (due, wait) = parking.take_due();
+        let (mut due, wait) = parking.take_due();
+        // In execution order: on PostgreSQL a renewal locks each execution it renews, and every
+        // transaction that locks several (renewals, recovery) takes them in this one order, so
+        // none waits for another in a circle.
+        due.sort_by(|(_, a), (_, b)| a.execution_id.cmp(&b.execution_id));
         if due.is_empty() {
             tokio::select! {
                 () = parking.arrival() => {}

@@ -183,6 +183,10 @@ pub fn recover() -> Result<RecoveryReport> {
     if abandoned.is_empty() {
         return Ok(report);
     }
+    // In execution order: on PostgreSQL the write below locks each execution it decides again,
+    // and every transaction that locks several (this one, a host's batched renewals) takes them
+    // in this one order, so none waits for another in a circle.
+    abandoned.sort_by(|a, b| a.execution_id.cmp(&b.execution_id));
     // Each one decided again inside the write: a renewal since the read wins.
     let tx = begin(TransactionMode::Write)?;
     let now = time::now();
