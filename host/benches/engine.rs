@@ -22,9 +22,8 @@
 //! of every section writes the JSON.
 
 use chrono::Utc;
-use m3::testing::internals::bindings::m3::managed_input::store::{
-    RoundRow, StoreError, TransactionMode,
-};
+use m3::testing::internals::backend::StoreError;
+use m3::testing::internals::backend::rows::{Mode as TransactionMode, RoundRow};
 use m3::testing::internals::component_cache::{self, CacheOutcome};
 use m3::testing::internals::engine::{
     ComponentRuntime, GUEST_WASM, GUEST_WASM_SHA256, engine_config,

@@ -1359,7 +1359,7 @@ struct QueryResult {
     ms: Option<Stats>,
 }
 
-/// The store's SQL for a filter (as `host/src/sqlite/transaction.rs` builds it).
+/// The store's SQL for a filter (as `host/src/store/sqlite/transaction.rs` builds it).
 fn store_sql(execution: bool, status: bool, limit: bool) -> String {
     let mut sql = format!("{SELECT} WHERE 1 = 1");
     let mut n = 0;

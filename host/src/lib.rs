@@ -50,12 +50,13 @@
 //!
 //! - `lib.rs`: the crate's documentation (its store example is a doctest), its modules and the
 //!   public re-exports. The folders show the design: `api/` the public types, `component/` the
-//!   component plumbing, `imports/` what the host gives the component, `backend/` the choice of
-//!   database, `sqlite/` and `postgres/` the two backends, `process/` the child processes, `kit/`
-//!   and `worker/` executions, `checks/` the reliability checks' switches. The files read top-down:
-//!   no two modules use each other, directly or through others
+//!   component plumbing, `imports/` what the host gives the component, `store/` the database
+//!   (SQLite or PostgreSQL, in `store/sqlite/` and `store/postgres/`), `process/` the child
+//!   processes, `kit/` and `worker/` executions, `checks/` the reliability checks' switches. The
+//!   files read top-down: no two modules use each other, directly or through others
 //!   (`tidy::host_modules_use_each_other_in_no_circle`; the generated bindings, whose resource type
-//!   names `backend/mod.rs`, aside). **The API boundary**: every module is private; the API is the
+//!   names `store/mod.rs`, aside), and `store/` uses no other folder but `checks/`
+//!   (`tidy::host_folders_in_circles_are_only_the_known_ones`). **The API boundary**: every module is private; the API is the
 //!   re-exports (the specification's names in plain Rust types), `health` and `embedding` (a
 //!   documentation module holding EMBEDDING.md, whose Rust example is a doctest too). No generated
 //!   binding type appears in a public signature (`tidy::no_generated_type_in_the_public_api`, with
@@ -75,16 +76,14 @@
 #![deny(private_interfaces, private_bounds, unnameable_types)]
 
 mod api;
-mod backend;
 mod checks;
 mod component;
 #[doc = include_str!("../../EMBEDDING.md")]
 pub mod embedding {}
 mod imports;
 mod kit;
-mod postgres;
 mod process;
-mod sqlite;
+mod store;
 #[doc(hidden)]
 pub mod testing;
 mod worker;
@@ -109,6 +108,7 @@ pub use api::managed_input::{
     DatabaseStore, ManagedInputStore, PostgresManagedInputStore, SqliteManagedInputStore,
     StoreOptions, StoreResult,
 };
+pub use api::migrate::{MigrateError, MigratedTable, MigrationReport, migrate_sqlite_to_postgres};
 pub use api::policy::{POLICY_COMPONENT, Policy, PreparedRound};
 pub use api::record::{
     FailureCode, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord, ManagedInputStatus,
@@ -123,10 +123,6 @@ pub use api::server::{
     HeaderError, HttpServer, McpEra, ProcessInputError, ServerBinding, StdioServer,
 };
 pub use api::submission::{HumanInput, ModelValidationError, Submission};
-pub use backend::id_prefix::IdMatches;
-pub use backend::migrate::{
-    MigrateError, MigratedTable, MigrationReport, migrate_sqlite_to_postgres,
-};
 pub use component::instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
 pub use component::sandbox::{ImportBinding, ImportProvider, SandboxProbe};
 pub use kit::claude_code::{
@@ -140,5 +136,6 @@ pub use kit::{
     ExecutionError, ExecutionHandle, Harness, KitOptions, McpTestKit, ModelProvider,
     PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
 };
-pub use sqlite::database::Synchronous;
+pub use store::id_prefix::IdMatches;
+pub use store::sqlite::synchronous::Synchronous;
 pub use worker::{Executions, RecoveryReport};

@@ -115,15 +115,15 @@ pub mod internals {
     }
     /// The SQLite backend.
     pub mod sqlite {
-        pub use crate::sqlite::*;
+        pub use crate::store::sqlite::*;
     }
     /// The PostgreSQL backend.
     pub mod postgres {
-        pub use crate::postgres::*;
+        pub use crate::store::postgres::*;
     }
     /// Either backend, and what both share.
     pub mod backend {
-        pub use crate::backend::*;
+        pub use crate::store::*;
     }
     /// Executions, hosted.
     pub mod worker {

@@ -434,8 +434,7 @@ fn strip(source: &str) -> Stripped {
 /// may name statuses and failure codes, but only in arms mapping a variant to the same variant.
 const MAPPING_FILES: &[&str] = &[
     "component/convert.rs",
-    "sqlite/transaction.rs",
-    "postgres/transaction.rs",
+    "component/store_rows.rs",
     "api/record.rs",
 ];
 const STATUSES: &[&str] = &[
@@ -671,7 +670,7 @@ fn host_rules_catch_transitions_and_validation() {
     );
     assert_eq!(
         clean(
-            "sqlite/transaction.rs",
+            "store/sqlite/transaction.rs",
             "let sql = \"UPDATE t SET status = ?3 WHERE version = ?11\";"
         ),
         none
@@ -685,7 +684,7 @@ fn host_rules_catch_transitions_and_validation() {
     );
     assert_eq!(
         clean(
-            "sqlite/transaction.rs",
+            "component/store_rows.rs",
             "        \"delivery_started\" => Status::DeliveryStarted,"
         ),
         none
@@ -704,7 +703,7 @@ fn host_rules_catch_transitions_and_validation() {
     );
     assert_eq!(
         clean(
-            "sqlite/transaction.rs",
+            "store/sqlite/transaction.rs",
             "if let Some(status) = filter.status {}"
         ),
         none
@@ -715,7 +714,7 @@ fn host_rules_catch_transitions_and_validation() {
     );
     assert_eq!(
         clean(
-            "sqlite/database.rs",
+            "store/sqlite/database.rs",
             "Some(rusqlite::ErrorCode::DatabaseBusy)"
         ),
         none
@@ -1282,6 +1281,226 @@ fn host_modules_use_each_other_in_no_circle() -> Result<()> {
         circles(&planted) == vec![vec!["api::record".to_string(), "api::round".to_string()]],
         "a planted circle was not found: {:?}",
         circles(&planted)
+    );
+    Ok(())
+}
+
+/// Which host folders (a module's first segment: `store`, `api`, ...) each folder uses.
+fn host_folder_uses(
+    uses: &std::collections::BTreeMap<String, BTreeSet<String>>,
+) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let folder = |module: &str| module.split("::").next().unwrap_or_default().to_string();
+    let mut folders: std::collections::BTreeMap<String, BTreeSet<String>> = uses
+        .keys()
+        .map(|module| (folder(module), BTreeSet::new()))
+        .collect();
+    for (module, used) in uses {
+        for other in used {
+            if folder(other) != folder(module) {
+                folders
+                    .entry(folder(module))
+                    .or_default()
+                    .insert(folder(other));
+            }
+        }
+    }
+    folders
+}
+
+/// The folders of `host/src` that use each other in a circle are exactly the known ones, and
+/// the store is in none: `store/` uses no other folder but `checks/` (the reliability switches,
+/// which use nothing), and inside it SQLite's and PostgreSQL's folders never use each other
+/// (issue 42: the storage layer was one circle with the API, the component, the imports and
+/// the workers). The known circle is a ratchet: it may shrink, never grow. The check sees a
+/// circle when there is one: the store planted as using the API is in one.
+#[test]
+fn host_folders_in_circles_are_only_the_known_ones() -> Result<()> {
+    let uses = host_module_uses(&workspace_root().join("host/src"))?;
+    let folders = host_folder_uses(&uses);
+    let known = vec![vec![
+        "api".to_string(),
+        "component".into(),
+        "imports".into(),
+        "process".into(),
+        "worker".into(),
+    ]];
+    let found = circles(&folders);
+    ensure!(found == known, "host folders in circles: {found:?}");
+    let store = folders.get("store").context("no store folder")?;
+    ensure!(
+        store.iter().all(|f| f == "checks"),
+        "the store uses other folders: {store:?}"
+    );
+    ensure!(
+        folders.get("checks").is_some_and(BTreeSet::is_empty),
+        "checks/ uses other folders: {:?}",
+        folders.get("checks")
+    );
+    for (module, used) in &uses {
+        for (from, to) in [
+            ("store::sqlite", "store::postgres"),
+            ("store::postgres", "store::sqlite"),
+        ] {
+            ensure!(
+                !module.starts_with(from) || !used.iter().any(|u| u.starts_with(to)),
+                "{module} uses {used:?}: one backend's folder uses the other's"
+            );
+        }
+    }
+    let mut planted = folders.clone();
+    planted
+        .get_mut("store")
+        .context("no store folder")?
+        .insert("api".into());
+    ensure!(
+        circles(&planted)
+            .iter()
+            .any(|group| group.contains(&"store".to_string())),
+        "a planted circle through the store was not found: {:?}",
+        circles(&planted)
+    );
+    Ok(())
+}
+
+/// Database client types (`rusqlite`, `tokio_postgres`) named by `code`'s public items: each
+/// `pub` signature, and a `pub struct`'s or `pub enum`'s whole body (a variant's payload is
+/// public too).
+fn client_types_in_public_items(code: &str) -> Vec<(usize, String)> {
+    let clients = ["rusqlite::", "tokio_postgres::"];
+    // Names imported from the clients (`use rusqlite::{Connection, Row};`).
+    let mut names: Vec<String> = Vec::new();
+    for statement in code.split(';') {
+        let statement = statement.trim();
+        for client in clients {
+            if let Some(rest) = statement.strip_prefix(&format!("use {client}")) {
+                for name in rest
+                    .split(|c: char| c == '{' || c == '}' || c == ',' || c.is_whitespace())
+                    .filter(|n| !n.is_empty() && *n != "self")
+                {
+                    let name = name.rsplit("::").next().unwrap_or(name);
+                    names.push(name.to_string());
+                }
+            }
+        }
+    }
+    let mentions = |text: &str| {
+        clients.iter().any(|c| text.contains(c))
+            || names.iter().any(|name| {
+                token_positions(text, name).into_iter().any(|at| {
+                    !text[..at].chars().next_back().is_some_and(is_ident_char)
+                        && !text[at + name.len()..]
+                            .chars()
+                            .next()
+                            .is_some_and(is_ident_char)
+                })
+            })
+    };
+    let lines: Vec<&str> = code.lines().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let trimmed = lines[i].trim_start();
+        if !trimmed.starts_with("pub ")
+            || trimmed.starts_with("pub use")
+            || trimmed.starts_with("pub mod")
+        {
+            i += 1;
+            continue;
+        }
+        let whole_body = trimmed.starts_with("pub struct") || trimmed.starts_with("pub enum");
+        let mut item = String::new();
+        let mut depth = 0i32;
+        let mut j = i;
+        while j < lines.len() {
+            let line = lines[j].trim();
+            item.push_str(line);
+            item.push(' ');
+            depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+            let ended = if whole_body {
+                depth == 0 && (line.contains('}') || line.ends_with(';'))
+            } else {
+                line.contains('{') || line.ends_with(';') || line.ends_with(',')
+            };
+            if ended {
+                break;
+            }
+            j += 1;
+        }
+        let head = if whole_body {
+            item.as_str()
+        } else {
+            item.split('{').next().unwrap_or_default()
+        };
+        if mentions(head) {
+            found.push((i + 1, head.trim().to_string()));
+        }
+        i += 1;
+    }
+    found
+}
+
+/// The client-type scan finds planted leaks: a variant's payload, a return type by path and by an
+/// imported name; private items and plain types are not flagged.
+#[test]
+fn the_client_type_check_finds_a_planted_leak() {
+    let planted = "use rusqlite::{Connection, params};\n\
+                   pub enum OpenError {\n    Sqlite(rusqlite::Error),\n    Other(String),\n}\n\
+                   pub fn open() -> Connection {\n    todo()\n}\n\
+                   pub fn health() -> tokio_postgres::Row {\n    todo()\n}\n\
+                   pub(crate) fn inner() -> Connection {\n    todo()\n}\n\
+                   pub fn plain(connections: u32) -> String {\n    todo()\n}\n";
+    let found: Vec<usize> = client_types_in_public_items(planted)
+        .into_iter()
+        .map(|(line, _)| line)
+        .collect();
+    assert_eq!(
+        found,
+        vec![2, 6, 9],
+        "{:#?}",
+        client_types_in_public_items(planted)
+    );
+}
+
+/// No `rusqlite` or `tokio_postgres` type in the public API (issue 42): the store's errors and
+/// health are its own types; the files that define the API, and the files of the items they
+/// re-export, are scanned.
+#[test]
+fn no_database_client_type_in_the_public_api() -> Result<()> {
+    let src = workspace_root().join("host/src");
+    let mut files = public_api_files(&src)?;
+    // Items re-exported by the API's files from elsewhere in the crate.
+    for file in files.clone() {
+        let code = strip(&std::fs::read_to_string(&file)?).code;
+        for statement in code.split(';') {
+            let Some(path) = statement.trim().strip_prefix("pub use crate::") else {
+                continue;
+            };
+            let segments: Vec<&str> = path.split("::").map(str::trim).collect();
+            for k in (1..segments.len()).rev() {
+                let base = src.join(segments[..k].join("/"));
+                if let Some(found) = [base.with_extension("rs"), base.join("mod.rs")]
+                    .into_iter()
+                    .find(|f| f.exists())
+                {
+                    if !files.contains(&found) {
+                        files.push(found);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    let mut leaks = Vec::new();
+    for file in &files {
+        let code = strip(&std::fs::read_to_string(file)?).code;
+        for (line, item) in client_types_in_public_items(&code) {
+            leaks.push(format!("{}:{line}: {item}", file.display()));
+        }
+    }
+    ensure!(
+        leaks.is_empty(),
+        "database client types in the public API:\n{}",
+        leaks.join("\n")
     );
     Ok(())
 }

@@ -5,7 +5,7 @@
 //!
 //! A throwaway server is started for the run (`m3_tests::postgres_server`: `initdb` into a
 //! temporary directory, a Unix socket, `fsync` on). Raw commits use the store's own connection
-//! code (`postgres/connection.rs`): a connection of the store object's, `BEGIN`, a one-row
+//! code (`store/postgres/connection.rs`): a connection of the store object's, `BEGIN`, a one-row
 //! `UPDATE` of the client's own row, `COMMIT`, from 1 and from 16 threads, holding the one write
 //! lock every store write took before decision 0077 (`pg_advisory_xact_lock`), nothing (the
 //! server's own limit, which the lifecycles are held to), or nothing but a `NOTIFY` in the
@@ -43,7 +43,7 @@ const WORKER_VAR: &str = "M3_BENCH_WORKER";
 const WINDOW_VAR: &str = "M3_BENCH_WINDOW_MS";
 const EXECUTION_VAR: &str = "M3_BENCH_EXECUTION";
 const SHIPPING_SERVER: &str = env!("CARGO_BIN_EXE_m3-test-shipping-server");
-/// The database's write lock (`postgres/transaction.rs`, `WRITE_LOCK`).
+/// The database's write lock (`store/postgres/transaction.rs`, `WRITE_LOCK`).
 const WRITE_LOCK: i64 = 0x4d33_4d49;
 
 fn main() -> BenchResult<()> {

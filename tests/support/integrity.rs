@@ -6,10 +6,10 @@
 //! store's schema (the extension is created first; a server without it is a problem reported,
 //! never a check skipped).
 //!
-//! The store's invariants are read from the schema (`host/src/sqlite/migrations.rs`,
-//! `host/src/postgres/migrations.rs`: no declared foreign keys, so the references are the
-//! code's) and from the code that writes the rows (`host/src/sqlite/transaction.rs`,
-//! `sqlite/execution_rows.rs`, `postgres/transaction.rs`, the component's `engine/record.rs`,
+//! The store's invariants are read from the schema (`host/src/store/sqlite/migrations.rs`,
+//! `host/src/store/postgres/migrations.rs`: no declared foreign keys, so the references are the
+//! code's) and from the code that writes the rows (`host/src/store/sqlite/transaction.rs`,
+//! `store/sqlite/execution_rows.rs`, `store/postgres/transaction.rs`, the component's `engine/record.rs`,
 //! `engine/runtime/execution.rs`): one set of queries, run alike on both backends, and one
 //! implementation of the rules over the rows ([`problems`]):
 //!

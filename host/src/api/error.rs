@@ -236,8 +236,13 @@ pub enum OpenError {
     #[error("ManagedInputValidationError: invalid database path: {0}")]
     InvalidPath(String),
     /// SQLite could not open or prepare the file (locked past the busy timeout, I/O).
-    #[error("StorageError: cannot open database: {0}")]
-    Sqlite(#[source] rusqlite::Error),
+    #[error("StorageError: cannot open database: {message}")]
+    Sqlite {
+        /// SQLite's own words.
+        message: String,
+        /// Whether the file stayed locked past the busy timeout (`storage_busy`).
+        busy: bool,
+    },
     /// The URL does not name a PostgreSQL database it can reach (`postgres://...`).
     #[error("ManagedInputValidationError: invalid database URL: {0}")]
     InvalidUrl(String),
@@ -255,16 +260,28 @@ pub enum OpenError {
 }
 
 impl OpenError {
+    /// The store's failure to open as the caller's error.
+    pub(crate) fn from_store(failure: crate::store::OpenFailure) -> Self {
+        use crate::store::OpenFailure;
+        match failure {
+            OpenFailure::InvalidPath(message) => Self::InvalidPath(message),
+            OpenFailure::Sqlite { message, busy } => Self::Sqlite { message, busy },
+            OpenFailure::InvalidUrl(message) => Self::InvalidUrl(message),
+            OpenFailure::Postgres(message) => Self::Postgres(message),
+            OpenFailure::Incompatible(message) => Self::Incompatible(message),
+        }
+    }
+}
+
+impl OpenError {
     /// The machine-readable reason: `invalid_database_path`, `storage_busy` (the database
     /// stayed locked past the busy timeout, e.g. a migration waiting behind a writer),
     /// `storage_failure`, `incompatible_database`; `None` for a component that did not load.
     pub fn code(&self) -> Option<&'static str> {
         match self {
             Self::InvalidPath(_) => Some("invalid_database_path"),
-            Self::Sqlite(e) if crate::sqlite::store_error::is_busy(e) => {
-                Some(ErrorCode::StorageBusy.as_str())
-            }
-            Self::Sqlite(_) | Self::Postgres(_) => Some("storage_failure"),
+            Self::Sqlite { busy: true, .. } => Some(ErrorCode::StorageBusy.as_str()),
+            Self::Sqlite { .. } | Self::Postgres(_) => Some("storage_failure"),
             Self::InvalidUrl(_) => Some("invalid_database_url"),
             Self::Incompatible(_) => Some("incompatible_database"),
             Self::Engine(_) => None,

@@ -71,7 +71,8 @@ impl SqliteExecutionStore {
         path: impl AsRef<Path>,
         options: StoreOptions,
     ) -> Result<Self, ExecutionStoreError> {
-        crate::sqlite::database::check_path(path.as_ref())?;
+        crate::store::sqlite::database::check_path(path.as_ref())
+            .map_err(crate::OpenError::from_store)?;
         Ok(Self {
             path: path.as_ref().to_path_buf(),
             options,
@@ -149,7 +150,7 @@ impl PostgresExecutionStore {
     /// An execution store on `url` (`postgres://user@host/database`) whose managed-input store
     /// uses `options`. Nothing is opened until used.
     pub fn open(url: &str, options: StoreOptions) -> Result<Self, ExecutionStoreError> {
-        if !crate::postgres::database::is_url(url) {
+        if !crate::store::postgres::database::is_url(url) {
             return Err(ExecutionStoreError::Open(OpenError::InvalidUrl(
                 "a PostgreSQL database is named by a postgres:// URL".into(),
             )));

@@ -6,10 +6,11 @@ use crate::api::error::EngineError;
 use std::path::{Path, PathBuf};
 
 pub use crate::component::cache::CacheOutcome;
+pub use crate::store::sqlite::health::Health as DatabaseHealth;
 /// The PostgreSQL schema version this build writes (`m3_schema.version`).
-pub use crate::postgres::migrations::SCHEMA_VERSION as SCHEMA_VERSION_POSTGRES;
-pub use crate::sqlite::database::Health as DatabaseHealth;
-pub use crate::sqlite::migrations::SCHEMA_VERSION;
+pub const SCHEMA_VERSION_POSTGRES: i64 = crate::store::postgres::migrations::SCHEMA_VERSION;
+/// The SQLite schema version this build writes (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = crate::store::sqlite::migrations::SCHEMA_VERSION;
 
 /// The engine component's bytes (WIT world `engine`), as embedded in this build.
 pub fn engine_component() -> &'static [u8] {
@@ -20,8 +21,8 @@ pub fn engine_component() -> &'static [u8] {
 pub const ENGINE_COMPONENT_SHA256: &str = crate::component::engine::GUEST_WASM_SHA256;
 
 /// Reads the health of the database file at `path` (opened read-only).
-pub fn database_health(path: &Path) -> rusqlite::Result<DatabaseHealth> {
-    crate::sqlite::database::health(path)
+pub fn database_health(path: &Path) -> Result<DatabaseHealth, crate::OpenError> {
+    crate::store::sqlite::health::health(path).map_err(crate::OpenError::from_store)
 }
 
 /// Where compiled components are cached (`$M3_CACHE_DIR` or the user's cache directory).
@@ -42,7 +43,7 @@ pub fn engine_if_loaded() -> Option<CacheOutcome> {
 }
 
 /// What `m3 doctor` reports about a PostgreSQL database.
-pub use crate::postgres::database::Health as PostgresHealth;
+pub use crate::store::postgres::health::Health as PostgresHealth;
 
 /// Reads a PostgreSQL database's health without changing it: the server's version, the
 /// database's name and its schema version (0 before m3 first used it); a database of another
@@ -51,10 +52,12 @@ pub fn postgres_health(
     url: &str,
     timeout: std::time::Duration,
 ) -> Result<PostgresHealth, crate::OpenError> {
-    crate::postgres::database::Database::named(url, timeout)?.health()
+    crate::store::postgres::database::Database::named(url, timeout)
+        .and_then(|db| db.health())
+        .map_err(crate::OpenError::from_store)
 }
 
 /// A PostgreSQL URL as it may be shown: without its password.
 pub fn postgres_url_shown(url: &str) -> String {
-    crate::postgres::database::shown(url)
+    crate::store::postgres::database::shown(url)
 }

@@ -9,14 +9,13 @@ use crate::api::error::{ErrorCode, ManagedInputError, OpenError};
 use crate::api::record::{FailureCode, ManagedInputLease, ManagedInputRecord, RoundFilter};
 use crate::api::response::{ElicitationResponse, RedactedResponse};
 use crate::api::round::{NewRound, OwnerClaim};
-use crate::backend::Backend;
-use crate::backend::id_prefix::{self, IdMatches, IdTable};
 use crate::component::bindings;
-use crate::component::bindings::m3::managed_input::store::StoreError;
 use crate::component::convert;
 use crate::component::engine::ComponentRuntime;
 use crate::component::instance::{GuestLimits, InstancePool};
-use crate::sqlite::database::Synchronous;
+use crate::store::Backend;
+use crate::store::id_prefix::{self, IdMatches, IdTable};
+use crate::store::sqlite::database::Synchronous;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -26,10 +25,10 @@ use std::time::Duration;
 const LIST_PAGE: u32 = 200;
 
 /// A store import's error read outside the component, as the store's typed storage error.
-pub(crate) fn store_failure(e: StoreError) -> ManagedInputError {
+pub(crate) fn store_failure(e: crate::store::StoreError) -> ManagedInputError {
     let (code, message) = match e {
-        StoreError::Busy(m) => (ErrorCode::StorageBusy, m),
-        StoreError::Failure(m) => (ErrorCode::StorageFailure, m),
+        crate::store::StoreError::Busy(m) => (ErrorCode::StorageBusy, m),
+        crate::store::StoreError::Failure(m) => (ErrorCode::StorageFailure, m),
     };
     ManagedInputError::Storage(crate::api::error::StorageError {
         detail: crate::api::error::ErrorDetail {
@@ -196,11 +195,12 @@ impl SqliteManagedInputStore {
                     .into(),
             ));
         }
-        let db = crate::sqlite::database::Database::open(
+        let db = crate::store::sqlite::database::Database::open(
             path.as_ref(),
             Duration::from_millis(options.busy_timeout_ms),
             options.synchronous,
-        )?;
+        )
+        .map_err(OpenError::from_store)?;
         Ok(Self(DatabaseStore::on(
             Arc::new(Backend::Sqlite(db)),
             options,
@@ -234,19 +234,20 @@ impl PostgresManagedInputStore {
     /// first use (versioned like SQLite's); a database holding another application's tables,
     /// or a newer schema, is refused and left as it is.
     pub fn open(url: &str, options: StoreOptions) -> Result<Self, OpenError> {
-        let db = crate::postgres::database::Database::open(
+        let db = crate::store::postgres::database::Database::open(
             url,
             Duration::from_millis(options.busy_timeout_ms),
-        )?;
+        )
+        .map_err(OpenError::from_store)?;
         let db = Arc::new(Backend::Postgres(Box::new(db)));
         let mut options = options;
         if options.time != TimeSource::Clock {
             let corrected =
-                crate::postgres::server_clock::ServerClock::new(options.clock.clone(), db.clone())
+                crate::api::server_clock::ServerClock::new(options.clock.clone(), db.clone())
                     .map_err(|e| {
                         OpenError::Postgres(format!(
                             "the server's time could not be read: {}",
-                            crate::postgres::store_error::describe(&e)
+                            crate::store::postgres::store_error::describe(&e)
                         ))
                     })?;
             options.clock = Arc::new(corrected);
@@ -300,7 +301,7 @@ pub struct DatabaseStore {
 impl DatabaseStore {
     /// Opens the store the name names: a `postgres://` URL, else a SQLite file's path.
     pub fn open(name: &str, options: StoreOptions) -> Result<Self, OpenError> {
-        if crate::postgres::database::is_url(name) {
+        if crate::store::postgres::database::is_url(name) {
             Ok(PostgresManagedInputStore::open(name, options)?.into_inner())
         } else {
             Ok(SqliteManagedInputStore::open(name, options)?.into_inner())

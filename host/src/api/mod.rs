@@ -25,6 +25,16 @@
 //!   `McpEra`.
 //! - `round.rs`, `response.rs`, `record.rs`: public record types with the spec's names; `Debug`
 //!   hides answers, lease tokens and idempotency keys.
+//! - `migrate.rs`: `m3 migrate`: `migrate_sqlite_to_postgres` copies the six tables of a SQLite
+//!   file at the current schema version into an empty PostgreSQL database, every column verbatim
+//!   (text, integer, NULL), the source read-only in one read snapshot, the target in one
+//!   transaction holding its write lock exclusively; refused (`MigrateError`, nothing written)
+//!   while a version row's lease is later than now or when the target holds rows; before `COMMIT`
+//!   the rows are read back and compared, per table, by count and by a SHA-256 over a canonical
+//!   encoding of each cell in primary-key order, any difference rolling back; `MigrationReport`:
+//!   counts and digests.
+//! - `server_clock.rs`: a PostgreSQL store's clock, the server's time: the local clock plus its
+//!   measured offset from the server's.
 //! - `error.rs`: `ManagedInputValidationError`, `ManagedInputConflict`, `ManagedInputStateError`,
 //!   `ManagedInputRecoveryError` (plus `StorageError`, `EngineError`) in `ManagedInputError`, and
 //!   `ErrorCode`.
@@ -35,9 +45,11 @@ pub mod execution;
 pub mod execution_store;
 pub mod health;
 pub mod managed_input;
+pub mod migrate;
 pub mod policy;
 pub mod record;
 pub mod response;
 pub mod round;
 pub mod server;
+pub mod server_clock;
 pub mod submission;

@@ -20,7 +20,7 @@ wasmtime::component::bindgen!({
         "m3:managed-input/runtime.run-execution": async,
     },
     with: {
-        "m3:managed-input/store.transaction": crate::backend::Transaction,
+        "m3:managed-input/store.transaction": crate::store::Transaction,
         "wasi:io/poll": wasmtime_wasi::p2::bindings::io::poll,
     },
 });

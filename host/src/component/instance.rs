@@ -4,10 +4,10 @@
 
 use crate::api::clock::Clock;
 use crate::api::error::{EngineError, EngineErrorKind};
-use crate::backend::Backend;
 use crate::component::bindings;
 use crate::component::engine::ComponentRuntime;
 use crate::imports::HostState;
+use crate::store::Backend;
 use std::sync::{Arc, Mutex};
 use wasmtime::{CallHook, Store};
 

@@ -16,6 +16,8 @@
 //!   fuel, refilled by a call hook when the host calls in and when an m3 import returns (never for
 //!   a runtime library call or `wasi:random`, so a loop on those cannot refill it); a trapped
 //!   instance is discarded.
+//! - `store_rows.rs`: the `store` import's WIT records as the store's own rows and back (times as
+//!   nanoseconds, statuses as the text stored: the one place a status is spelled for the database).
 //! - `sandbox.rs`: the linker policy (m3 imports + `wasi:random`, every other import traps) and the
 //!   import listing (`ImportBinding`, `ImportProvider`), and `SandboxProbe`, the probes
 //!   `Policy::probe` runs. Each m3 import is linked to its own context by a projection of the
@@ -35,3 +37,4 @@ pub(crate) mod digest_file;
 pub mod engine;
 pub mod instance;
 pub mod sandbox;
+pub mod store_rows;

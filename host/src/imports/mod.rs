@@ -36,7 +36,7 @@ pub mod process;
 pub mod store;
 
 use crate::api::clock::Clock;
-use crate::backend::Backend;
+use crate::store::Backend;
 use std::sync::Arc;
 use wasmtime_wasi::random::WasiRandomCtx;
 

@@ -1,12 +1,13 @@
 //! The `store` import: rows and transactions over the instance's database. Pure I/O: the host
 //! runs the transactions it is asked to and decides nothing.
 
-use crate::backend::{Backend, Transaction};
 use crate::component::bindings::m3::managed_input::store::{
     self, ExecutionRow, HostTransaction, LeaseExpiry, RoundFilter, RoundRow, StoreError,
     TransactionMode,
 };
 use crate::component::bindings::m3::managed_input::types;
+use crate::component::store_rows as rows;
+use crate::store::{Backend, Transaction};
 use std::sync::Arc;
 use wasmtime::component::{Resource, ResourceTable};
 
@@ -37,7 +38,7 @@ impl HostTransaction for StoreContext {
         mode: TransactionMode,
     ) -> wasmtime::Result<Result<Resource<Transaction>, StoreError>> {
         let opened = match &self.db {
-            Some(db) => Transaction::begin(db, mode),
+            Some(db) => Transaction::begin(db, rows::mode(mode)).map_err(rows::store_error),
             None => Err(StoreError::Failure("this instance has no database".into())),
         };
         let result = match opened {
@@ -52,7 +53,12 @@ impl HostTransaction for StoreContext {
         tx: Resource<Transaction>,
         round_id: String,
     ) -> wasmtime::Result<Result<Option<RoundRow>, StoreError>> {
-        let result = self.table.get(&tx)?.get(&round_id);
+        let result = self
+            .table
+            .get(&tx)?
+            .get(&round_id)
+            .map_err(rows::store_error)
+            .and_then(|row| row.map(rows::round_row_back).transpose());
         Ok(result)
     }
 
@@ -61,7 +67,12 @@ impl HostTransaction for StoreContext {
         tx: Resource<Transaction>,
         filter: RoundFilter,
     ) -> wasmtime::Result<Result<Vec<RoundRow>, StoreError>> {
-        let result = self.table.get(&tx)?.list(&filter);
+        let result = self
+            .table
+            .get(&tx)?
+            .list(&rows::round_filter(&filter))
+            .map_err(rows::store_error)
+            .and_then(|found| found.into_iter().map(rows::round_row_back).collect());
         Ok(result)
     }
 
@@ -70,7 +81,11 @@ impl HostTransaction for StoreContext {
         tx: Resource<Transaction>,
         row: RoundRow,
     ) -> wasmtime::Result<Result<bool, StoreError>> {
-        let result = self.table.get(&tx)?.insert(&row);
+        let result = self
+            .table
+            .get(&tx)?
+            .insert(&rows::round_row(&row))
+            .map_err(rows::store_error);
         Ok(result)
     }
 
@@ -80,7 +95,11 @@ impl HostTransaction for StoreContext {
         row: RoundRow,
         expected_version: u64,
     ) -> wasmtime::Result<Result<bool, StoreError>> {
-        let result = self.table.get(&tx)?.compare_and_set(&row, expected_version);
+        let result = self
+            .table
+            .get(&tx)?
+            .compare_and_set(&rows::round_row(&row), expected_version)
+            .map_err(rows::store_error);
         Ok(result)
     }
 
@@ -91,10 +110,15 @@ impl HostTransaction for StoreContext {
         round: Option<LeaseExpiry>,
         updated_at: types::Timestamp,
     ) -> wasmtime::Result<Result<bool, StoreError>> {
-        let result =
-            self.table
-                .get(&tx)?
-                .set_lease_expiries(&execution, round.as_ref(), &updated_at);
+        let result = self
+            .table
+            .get(&tx)?
+            .set_lease_expiries(
+                &rows::lease_expiry(&execution),
+                round.as_ref().map(rows::lease_expiry).as_ref(),
+                rows::to_ns(&updated_at),
+            )
+            .map_err(rows::store_error);
         Ok(result)
     }
 
@@ -103,7 +127,12 @@ impl HostTransaction for StoreContext {
         tx: Resource<Transaction>,
         execution_id: String,
     ) -> wasmtime::Result<Result<Option<ExecutionRow>, StoreError>> {
-        let result = self.table.get(&tx)?.get_execution(&execution_id);
+        let result = self
+            .table
+            .get(&tx)?
+            .get_execution(&execution_id)
+            .map_err(rows::store_error)
+            .and_then(|row| row.map(rows::execution_row_back).transpose());
         Ok(result)
     }
 
@@ -117,7 +146,13 @@ impl HostTransaction for StoreContext {
         let result = self
             .table
             .get(&tx)?
-            .list_executions(status, limit, after.as_ref());
+            .list_executions(
+                status.map(rows::execution_status_text),
+                limit,
+                after.as_ref().map(rows::cursor).as_ref(),
+            )
+            .map_err(rows::store_error)
+            .and_then(|found| found.into_iter().map(rows::execution_row_back).collect());
         Ok(result)
     }
 
@@ -126,7 +161,11 @@ impl HostTransaction for StoreContext {
         tx: Resource<Transaction>,
         row: ExecutionRow,
     ) -> wasmtime::Result<Result<bool, StoreError>> {
-        let result = self.table.get(&tx)?.insert_execution(&row);
+        let result = self
+            .table
+            .get(&tx)?
+            .insert_execution(&rows::execution_row(&row))
+            .map_err(rows::store_error);
         Ok(result)
     }
 
@@ -139,7 +178,8 @@ impl HostTransaction for StoreContext {
         let result = self
             .table
             .get(&tx)?
-            .compare_and_set_execution(&row, expected_version);
+            .compare_and_set_execution(&rows::execution_row(&row), expected_version)
+            .map_err(rows::store_error);
         Ok(result)
     }
 
@@ -153,7 +193,8 @@ impl HostTransaction for StoreContext {
         let result = self
             .table
             .get(&tx)?
-            .append_execution_item(&execution_id, &kind, &document);
+            .append_execution_item(&execution_id, &kind, &document)
+            .map_err(rows::store_error);
         Ok(result)
     }
 
@@ -166,7 +207,8 @@ impl HostTransaction for StoreContext {
         let result = self
             .table
             .get(&tx)?
-            .list_execution_items(&execution_id, &kind);
+            .list_execution_items(&execution_id, &kind)
+            .map_err(rows::store_error);
         Ok(result)
     }
 
@@ -175,13 +217,17 @@ impl HostTransaction for StoreContext {
         tx: Resource<Transaction>,
         execution_id: String,
     ) -> wasmtime::Result<Result<(), StoreError>> {
-        let result = self.table.get_mut(&tx)?.wake_execution(&execution_id);
+        let result = self
+            .table
+            .get_mut(&tx)?
+            .wake_execution(&execution_id)
+            .map_err(rows::store_error);
         Ok(result)
     }
 
     fn commit(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<Result<(), StoreError>> {
         crate::checks::fault::hit("commit.before");
-        let result = self.table.get_mut(&tx)?.commit();
+        let result = self.table.get_mut(&tx)?.commit().map_err(rows::store_error);
         crate::checks::fault::hit("commit.after");
         Ok(result)
     }

@@ -1,12 +1,12 @@
 //! One watcher per database and process. It notices commits made by any connection or process
 //! (`PRAGMA data_version` on the keeper connection, a few microseconds) and then reads which
-//! executions those commits woke (`sqlite/wakeups.rs`: one indexed range read) and wakes only
+//! executions those commits woke (`store/sqlite/wakeups.rs`: one indexed range read; on PostgreSQL the ids the notifications carried) and wakes only
 //! their waiters: a parked execution sleeps through every commit that does not concern it (lease
 //! renewals, other executions' rounds). Subscribers that want every commit (`m3::testing`) get a
 //! tokio `watch` tick.
 
-use crate::backend::Backend;
-use crate::sqlite::wakeups::Registration;
+use crate::store::Backend;
+use crate::store::waiters::Registration;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};

@@ -15,7 +15,7 @@
 //! - `changes.rs`: the wake-ups, one watcher per database and process (every 5 ms, on the keeper
 //!   connection, while anyone waits): `PRAGMA data_version` says whether anything was committed;
 //!   only then it reads the wake-up rows above the last number it saw
-//!   (`host/src/sqlite/wakeups.rs`) and wakes those executions' waiters, no others; `register` (a
+//!   (`host/src/store/sqlite/wakeups.rs`; on PostgreSQL the notifications' ids) and wakes those executions' waiters, no others; `register` (a
 //!   worker, a handle's `result`) and `subscribe` (every commit, for `m3::testing`).
 //! - `parking.rs`: the parked workers' held leases (no store: `host/src/imports/process.rs` parks,
 //!   the renewer reads): which are due (one nearly due, within a quarter period, brings along all
@@ -136,10 +136,10 @@ impl Executions {
         &self,
         prefix: &str,
         limit: u32,
-    ) -> StoreResult<crate::backend::id_prefix::IdMatches> {
-        crate::backend::id_prefix::ids_with_prefix(
+    ) -> StoreResult<crate::store::id_prefix::IdMatches> {
+        crate::store::id_prefix::ids_with_prefix(
             self.store.database(),
-            crate::backend::id_prefix::IdTable::Executions,
+            crate::store::id_prefix::IdTable::Executions,
             prefix,
             limit,
         )

@@ -4,8 +4,8 @@
 //! ids byte by byte, so the bound is the same on each.
 
 use super::Backend;
-use crate::component::bindings::m3::managed_input::store::StoreError;
-use crate::postgres::connection::params;
+use crate::store::error::StoreError;
+use crate::store::postgres::connection::params;
 use rusqlite::OptionalExtension;
 
 /// The ids that start with a prefix (see [`crate::SqliteManagedInputStore::round_ids_with_prefix`]).
@@ -74,13 +74,13 @@ pub(crate) fn ids_with_prefix(
 }
 
 fn postgres_ids(
-    db: &crate::postgres::database::Database,
+    db: &crate::store::postgres::database::Database,
     table: &str,
     column: &str,
     prefix: &str,
     limit: u32,
 ) -> Result<IdMatches, StoreError> {
-    use crate::postgres::store_error::store_error;
+    use crate::store::postgres::store_error::store_error;
     let conn = db.connect().map_err(store_error)?;
     let exact = conn
         .query(
@@ -126,7 +126,7 @@ fn postgres_ids(
 }
 
 fn sqlite_ids(
-    db: &crate::sqlite::database::Database,
+    db: &crate::store::sqlite::database::Database,
     table: &str,
     column: &str,
     prefix: &str,

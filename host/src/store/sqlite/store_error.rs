@@ -1,6 +1,6 @@
 //! SQLite's errors as the store import's errors.
 
-use crate::component::bindings::m3::managed_input::store::StoreError;
+use crate::store::error::{OpenFailure, StoreError};
 
 /// Whether a SQLite error means the database was locked.
 pub fn is_busy(e: &rusqlite::Error) -> bool {
@@ -17,5 +17,13 @@ pub(super) fn store_error(e: rusqlite::Error) -> StoreError {
         StoreError::Busy(format!("database locked past the busy timeout: {e}"))
     } else {
         StoreError::Failure(e.to_string())
+    }
+}
+
+/// SQLite's error opening a database, in words, busy or not.
+pub fn open_failure(e: rusqlite::Error) -> OpenFailure {
+    OpenFailure::Sqlite {
+        busy: is_busy(&e),
+        message: e.to_string(),
     }
 }

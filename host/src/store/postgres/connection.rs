@@ -6,7 +6,7 @@
 //! runtime ([`io`]), and a call hands it the statement and waits for the answer on a plain
 //! channel, as a SQLite call waits on its file.
 
-use crate::backend::idle::Pooled;
+use crate::store::idle::Pooled;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -283,7 +283,7 @@ fn references(params: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
 /// Owned parameters for a statement: `params![a, b]`.
 macro_rules! params {
     ($($value:expr),* $(,)?) => {
-        vec![$(Box::new($value) as $crate::postgres::connection::Param),*]
+        vec![$(Box::new($value) as $crate::store::postgres::connection::Param),*]
     };
 }
 pub(crate) use params;

@@ -2,7 +2,7 @@
 
 /// `PRAGMA application_id` of an m3 database ("M3MI").
 pub const APPLICATION_ID: i64 = 0x4d33_4d49;
-use crate::api::error::OpenError;
+use crate::store::error::OpenFailure;
 use rusqlite::Connection;
 
 /// Migrations in order; index `i` takes the schema from version `i` to `i + 1`.
@@ -96,7 +96,7 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// Brings the database to [`SCHEMA_VERSION`]. The check runs in a read transaction, so an
 /// up-to-date database is opened without waiting for a writer; only a migration takes the write
 /// lock (`BEGIN IMMEDIATE`), and it checks again under it.
-pub fn migrate(conn: &Connection) -> Result<(), OpenError> {
+pub fn migrate(conn: &Connection) -> Result<(), OpenFailure> {
     match in_transaction(conn, "BEGIN DEFERRED", |conn| {
         inspect(conn).map(|s| s.is_current())
     })? {
@@ -107,19 +107,21 @@ pub fn migrate(conn: &Connection) -> Result<(), OpenError> {
 
 /// Refuses, in a read transaction that writes nothing, a file that is not (or not yet) an m3
 /// database this build can use: run before anything else touches the file.
-pub fn check(conn: &Connection) -> Result<(), OpenError> {
+pub fn check(conn: &Connection) -> Result<(), OpenFailure> {
     in_transaction(conn, "BEGIN DEFERRED", inspect).map(|_| ())
 }
 
 fn in_transaction<T>(
     conn: &Connection,
     begin: &str,
-    body: impl FnOnce(&Connection) -> Result<T, OpenError>,
-) -> Result<T, OpenError> {
-    conn.execute_batch(begin).map_err(OpenError::Sqlite)?;
+    body: impl FnOnce(&Connection) -> Result<T, OpenFailure>,
+) -> Result<T, OpenFailure> {
+    conn.execute_batch(begin)
+        .map_err(super::store_error::open_failure)?;
     match body(conn) {
         Ok(value) => {
-            conn.execute_batch("COMMIT").map_err(OpenError::Sqlite)?;
+            conn.execute_batch("COMMIT")
+                .map_err(super::store_error::open_failure)?;
             Ok(value)
         }
         Err(e) => {
@@ -144,22 +146,22 @@ impl Stamp {
 /// Reads the file's stamp and refuses a file that is not (or not yet) an m3 database this build
 /// can use: another application's, one with tables but no application id, or a schema version
 /// outside `0..=SCHEMA_VERSION`.
-fn inspect(conn: &Connection) -> Result<Stamp, OpenError> {
+fn inspect(conn: &Connection) -> Result<Stamp, OpenFailure> {
     let read = |pragma: &str| {
         conn.query_row(pragma, [], |r| r.get::<_, i64>(0))
-            .map_err(OpenError::Sqlite)
+            .map_err(super::store_error::open_failure)
     };
     let application_id = read("PRAGMA application_id")?;
     let version = read("PRAGMA user_version")?;
     let tables = read("SELECT count(*) FROM sqlite_schema WHERE type = 'table'")?;
     let fresh = application_id == 0 && version == 0 && tables == 0;
     if application_id != APPLICATION_ID && !fresh {
-        return Err(OpenError::Incompatible(
+        return Err(OpenFailure::Incompatible(
             "the file is a SQLite database of another application (left as it is)".into(),
         ));
     }
     if !(0..=SCHEMA_VERSION).contains(&version) {
-        return Err(OpenError::Incompatible(format!(
+        return Err(OpenFailure::Incompatible(format!(
             "schema version {version} is not one this build knows (0 to {SCHEMA_VERSION})"
         )));
     }
@@ -169,19 +171,20 @@ fn inspect(conn: &Connection) -> Result<Stamp, OpenError> {
     })
 }
 
-fn apply(conn: &Connection) -> Result<(), OpenError> {
+fn apply(conn: &Connection) -> Result<(), OpenFailure> {
     let stamp = inspect(conn)?;
     if stamp.is_current() {
         return Ok(()); // another process migrated it meanwhile
     }
     let from = usize::try_from(stamp.version).unwrap_or(MIGRATIONS.len());
     for migration in MIGRATIONS.get(from..).unwrap_or_default() {
-        conn.execute_batch(migration).map_err(OpenError::Sqlite)?;
+        conn.execute_batch(migration)
+            .map_err(super::store_error::open_failure)?;
     }
     conn.pragma_update(None, "application_id", APPLICATION_ID)
-        .map_err(OpenError::Sqlite)?;
+        .map_err(super::store_error::open_failure)?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)
-        .map_err(OpenError::Sqlite)?;
+        .map_err(super::store_error::open_failure)?;
     Ok(())
 }
 

@@ -4,25 +4,12 @@
 use super::database::Database;
 use super::group_commit::{Turn, Writer};
 use super::store_error::store_error;
-use super::wakeups::Waiters;
-use crate::backend::idle::Lent;
-use crate::component::bindings::m3::managed_input::store::{
-    LeaseExpiry, RoundFilter, RoundRow, StoreError, TransactionMode,
-};
-use crate::component::bindings::m3::managed_input::types::{Status, Timestamp};
+use crate::store::error::StoreError;
+use crate::store::idle::Lent;
+use crate::store::rows::{LeaseExpiry, Mode, RoundFilter, RoundRow, wide_row_written};
+use crate::store::waiters::Waiters;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::Arc;
-
-/// The end of a compare-and-set whose version row matched: its wide row must have been written
-/// too, or the two tables disagree (a damaged file), which is an error, not a lost write.
-pub(crate) fn wide_row_written(changed: usize, what: &str) -> Result<bool, StoreError> {
-    match changed {
-        1 => Ok(true),
-        _ => Err(StoreError::Failure(format!(
-            "the {what}'s version row has no row of its own (a damaged database)"
-        ))),
-    }
-}
 
 /// An open transaction. Dropped without [`Transaction::commit`], it rolls back. A read runs on a
 /// connection of its own; a write runs in its store object's group (`group_commit.rs`).
@@ -42,47 +29,6 @@ enum Access {
     Write(Arc<Writer>, Option<Turn>),
 }
 
-fn status_text(status: Status) -> &'static str {
-    match status {
-        Status::Pending => "pending",
-        Status::ResponseValidated => "response_validated",
-        Status::DeliveryStarted => "delivery_started",
-        Status::Delivered => "delivered",
-        Status::Resolved => "resolved",
-        Status::Failed => "failed",
-    }
-}
-
-fn status_from_text(text: &str) -> rusqlite::Result<Status> {
-    Ok(match text {
-        "pending" => Status::Pending,
-        "response_validated" => Status::ResponseValidated,
-        "delivery_started" => Status::DeliveryStarted,
-        "delivered" => Status::Delivered,
-        "resolved" => Status::Resolved,
-        "failed" => Status::Failed,
-        _ => {
-            return Err(rusqlite::Error::InvalidColumnType(
-                2,
-                "status".into(),
-                rusqlite::types::Type::Text,
-            ));
-        }
-    })
-}
-
-pub(crate) fn to_ns(t: &Timestamp) -> i64 {
-    (i128::from(t.seconds) * 1_000_000_000 + i128::from(t.nanoseconds))
-        .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
-}
-
-pub(crate) fn from_ns(ns: i64) -> Timestamp {
-    Timestamp {
-        seconds: ns.div_euclid(1_000_000_000),
-        nanoseconds: ns.rem_euclid(1_000_000_000) as u32,
-    }
-}
-
 /// A round as the component sees it: the wide row (`r`) and its version row (`v`, migration 6).
 /// A left join, so that a wide row without its version row is an error, never a round missing.
 const SELECT: &str = "SELECT r.round_id, r.execution_id, r.status, v.version, r.owner_id, \
@@ -94,13 +40,13 @@ fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRow> {
     Ok(RoundRow {
         round_id: r.get(0)?,
         execution_id: r.get(1)?,
-        status: status_from_text(&r.get::<_, String>(2)?)?,
+        status: r.get(2)?,
         version: r.get::<_, i64>(3)? as u64,
         owner_id: r.get(4)?,
-        lease_expires_at: r.get::<_, Option<i64>>(5)?.map(from_ns),
-        deadline: r.get::<_, Option<i64>>(6)?.map(from_ns),
-        created_at: from_ns(r.get(7)?),
-        updated_at: from_ns(r.get(8)?),
+        lease_expires_at_ns: r.get(5)?,
+        deadline_ns: r.get(6)?,
+        created_at_ns: r.get(7)?,
+        updated_at_ns: r.get(8)?,
         document: r.get(9)?,
     })
 }
@@ -108,14 +54,14 @@ fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRow> {
 impl Transaction {
     /// Begins: a read on a connection of its own (`BEGIN DEFERRED`), a write once it has its store
     /// object's write turn (in a savepoint of the group's `BEGIN IMMEDIATE` transaction).
-    pub fn begin(db: &Database, mode: TransactionMode) -> Result<Self, StoreError> {
+    pub fn begin(db: &Database, mode: Mode) -> Result<Self, StoreError> {
         let access = match mode {
-            TransactionMode::Read => {
+            Mode::Read => {
                 let conn = db.connect().map_err(store_error)?;
                 conn.execute_batch("BEGIN DEFERRED").map_err(store_error)?;
                 Access::Read(conn)
             }
-            TransactionMode::Write => {
+            Mode::Write => {
                 let writer = db.writer().clone();
                 let turn = writer.begin(|| db.connect(), db.busy_timeout())?;
                 Access::Write(writer, Some(turn))
@@ -168,12 +114,12 @@ impl Transaction {
             args.push(execution_id.clone().into());
             sql.push_str(&format!(" AND r.execution_id = ?{}", args.len()));
         }
-        if let Some(status) = filter.status {
-            args.push(status_text(status).to_string().into());
+        if let Some(status) = &filter.status {
+            args.push(status.clone().into());
             sql.push_str(&format!(" AND r.status = ?{}", args.len()));
         }
         if let Some(after) = &filter.after {
-            args.push(to_ns(&after.created_at).into());
+            args.push(after.created_at_ns.into());
             let at = args.len();
             args.push(after.id.clone().into());
             sql.push_str(&format!(
@@ -211,10 +157,10 @@ impl Transaction {
                 s.execute(params![
                     row.round_id,
                     row.execution_id,
-                    status_text(row.status),
+                    row.status,
                     row.owner_id,
-                    row.deadline.as_ref().map(to_ns),
-                    to_ns(&row.created_at),
+                    row.deadline_ns,
+                    row.created_at_ns,
                     row.document,
                 ])
             })
@@ -232,8 +178,8 @@ impl Transaction {
                     row.round_id,
                     row.execution_id,
                     row.version as i64,
-                    row.lease_expires_at.as_ref().map(to_ns),
-                    to_ns(&row.updated_at),
+                    row.lease_expires_at_ns,
+                    row.updated_at_ns,
                 ])
             })
             .map_err(store_error)?;
@@ -261,8 +207,8 @@ impl Transaction {
                 s.execute(params![
                     row.round_id,
                     row.version as i64,
-                    row.lease_expires_at.as_ref().map(to_ns),
-                    to_ns(&row.updated_at),
+                    row.lease_expires_at_ns,
+                    row.updated_at_ns,
                     expected_version as i64,
                     row.execution_id,
                 ])
@@ -279,7 +225,7 @@ impl Transaction {
             .and_then(|mut s| {
                 s.execute(params![
                     row.round_id,
-                    status_text(row.status),
+                    row.status,
                     row.owner_id,
                     row.document,
                 ])
@@ -296,7 +242,7 @@ impl Transaction {
         &self,
         execution: &LeaseExpiry,
         round: Option<&LeaseExpiry>,
-        updated_at: &Timestamp,
+        updated_at: i64,
     ) -> Result<bool, StoreError> {
         self.ensure_open()?;
         let connection = self.connection()?;
@@ -311,8 +257,8 @@ impl Transaction {
                 )?
                 .execute(params![
                     execution.id,
-                    to_ns(&execution.expires_at),
-                    to_ns(updated_at),
+                    execution.expires_at_ns,
+                    updated_at,
                     execution.expected_version as i64,
                 ])?;
             if let Some(round) = round.filter(|_| changed == 1) {
@@ -325,8 +271,8 @@ impl Transaction {
                     .execute(params![
                         round.id,
                         execution.id,
-                        to_ns(&round.expires_at),
-                        to_ns(updated_at),
+                        round.expires_at_ns,
+                        updated_at,
                         round.expected_version as i64,
                     ])?;
             }
@@ -397,8 +343,8 @@ impl Drop for Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::component::bindings::m3::managed_input::store::ExecutionRow;
-    use crate::sqlite::database::Synchronous;
+    use crate::store::rows::ExecutionRow;
+    use crate::store::sqlite::database::Synchronous;
     use std::time::Duration;
 
     /// A fresh database in `dir`.
@@ -415,7 +361,7 @@ mod tests {
     fn a_read_ended_without_a_commit_leaves_its_connection_to_the_next_operation() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir);
-        let tx = Transaction::begin(&db, TransactionMode::Read).unwrap();
+        let tx = Transaction::begin(&db, Mode::Read).unwrap();
         tx.get("no-such-round").unwrap();
         // A mark that lives with the connection (and nowhere else), outside any transaction.
         tx.connection()
@@ -423,7 +369,7 @@ mod tests {
             .execute_batch("PRAGMA cache_size = -777")
             .unwrap();
         drop(tx);
-        let next = Transaction::begin(&db, TransactionMode::Read).unwrap();
+        let next = Transaction::begin(&db, Mode::Read).unwrap();
         let marked: i64 = next
             .connection()
             .unwrap()
@@ -437,21 +383,18 @@ mod tests {
     /// writes neither.
     #[test]
     fn lease_expiries_are_set_on_both_rows_or_neither() {
-        use crate::component::bindings::m3::managed_input::types::ExecutionStatus;
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir);
-        let at = from_ns;
-        let ns = |t: &Option<Timestamp>| t.as_ref().map(to_ns);
-        let mut tx = Transaction::begin(&db, TransactionMode::Write).unwrap();
+        let mut tx = Transaction::begin(&db, Mode::Write).unwrap();
         assert!(
             tx.insert_execution(&ExecutionRow {
                 execution_id: "e".into(),
-                status: ExecutionStatus::Running,
+                status: "running".into(),
                 version: 1,
                 owner_id: Some("w".into()),
-                lease_expires_at: Some(at(10)),
-                created_at: at(1),
-                updated_at: at(1),
+                lease_expires_at_ns: Some(10),
+                created_at_ns: 1,
+                updated_at_ns: 1,
                 document: "execution document".into(),
             })
             .unwrap()
@@ -460,13 +403,13 @@ mod tests {
             tx.insert(&RoundRow {
                 round_id: "r".into(),
                 execution_id: "e".into(),
-                status: Status::Pending,
+                status: "pending".into(),
                 version: 1,
                 owner_id: Some("w".into()),
-                lease_expires_at: Some(at(10)),
-                deadline: None,
-                created_at: at(1),
-                updated_at: at(1),
+                lease_expires_at_ns: Some(10),
+                deadline_ns: None,
+                created_at_ns: 1,
+                updated_at_ns: 1,
                 document: "round document".into(),
             })
             .unwrap()
@@ -475,19 +418,19 @@ mod tests {
         let expiry = |id: &str, version: u64, ns: i64| LeaseExpiry {
             id: id.into(),
             expected_version: version,
-            expires_at: at(ns),
+            expires_at_ns: ns,
         };
         let rows = || {
-            let tx = Transaction::begin(&db, TransactionMode::Read).unwrap();
+            let tx = Transaction::begin(&db, Mode::Read).unwrap();
             let execution = tx.get_execution("e").unwrap().unwrap();
             let round = tx.get("r").unwrap().unwrap();
             (execution, round)
         };
 
         // Both versions as expected: both rows move, their documents kept.
-        let mut tx = Transaction::begin(&db, TransactionMode::Write).unwrap();
+        let mut tx = Transaction::begin(&db, Mode::Write).unwrap();
         let written = tx
-            .set_lease_expiries(&expiry("e", 1, 20), Some(&expiry("r", 1, 30)), &at(5))
+            .set_lease_expiries(&expiry("e", 1, 20), Some(&expiry("r", 1, 30)), 5)
             .unwrap();
         tx.commit().unwrap();
         assert!(written);
@@ -495,16 +438,16 @@ mod tests {
         assert_eq!(
             (
                 execution.version,
-                ns(&execution.lease_expires_at),
-                to_ns(&execution.updated_at)
+                execution.lease_expires_at_ns,
+                execution.updated_at_ns
             ),
             (2, Some(20), 5)
         );
         assert_eq!(
             (
                 round.version,
-                ns(&round.lease_expires_at),
-                to_ns(&round.updated_at)
+                round.lease_expires_at_ns,
+                round.updated_at_ns
             ),
             (2, Some(30), 5)
         );
@@ -512,39 +455,36 @@ mod tests {
         assert_eq!(round.document, "round document");
 
         // The round's version moved: neither row is written, the transaction goes on.
-        let mut tx = Transaction::begin(&db, TransactionMode::Write).unwrap();
+        let mut tx = Transaction::begin(&db, Mode::Write).unwrap();
         let written = tx
-            .set_lease_expiries(&expiry("e", 2, 40), Some(&expiry("r", 1, 40)), &at(6))
+            .set_lease_expiries(&expiry("e", 2, 40), Some(&expiry("r", 1, 40)), 6)
             .unwrap();
         assert!(!written);
         // The execution's version moved: neither either.
         assert!(
-            !tx.set_lease_expiries(&expiry("e", 1, 40), Some(&expiry("r", 2, 40)), &at(6))
+            !tx.set_lease_expiries(&expiry("e", 1, 40), Some(&expiry("r", 2, 40)), 6)
                 .unwrap()
         );
         // A round of another execution is not touched through this one.
         assert!(
-            !tx.set_lease_expiries(&expiry("x", 2, 40), Some(&expiry("r", 2, 40)), &at(6))
+            !tx.set_lease_expiries(&expiry("x", 2, 40), Some(&expiry("r", 2, 40)), 6)
                 .unwrap()
         );
         tx.commit().unwrap();
         let (execution, round) = rows();
         assert_eq!(
-            (execution.version, ns(&execution.lease_expires_at)),
+            (execution.version, execution.lease_expires_at_ns),
             (2, Some(20))
         );
-        assert_eq!((round.version, ns(&round.lease_expires_at)), (2, Some(30)));
+        assert_eq!((round.version, round.lease_expires_at_ns), (2, Some(30)));
 
         // The execution alone.
-        let mut tx = Transaction::begin(&db, TransactionMode::Write).unwrap();
-        assert!(
-            tx.set_lease_expiries(&expiry("e", 2, 50), None, &at(7))
-                .unwrap()
-        );
+        let mut tx = Transaction::begin(&db, Mode::Write).unwrap();
+        assert!(tx.set_lease_expiries(&expiry("e", 2, 50), None, 7).unwrap());
         tx.commit().unwrap();
         let (execution, round) = rows();
         assert_eq!(
-            (execution.version, ns(&execution.lease_expires_at)),
+            (execution.version, execution.lease_expires_at_ns),
             (3, Some(50))
         );
         assert_eq!(round.version, 2);

@@ -2,36 +2,17 @@
 
 use super::group_commit::Writer;
 use super::store_error::is_busy;
-use super::wakeups::Waiters;
-use crate::api::error::OpenError;
-use crate::backend::idle::Idle;
+pub use super::synchronous::Synchronous;
+use crate::store::error::OpenFailure;
+use crate::store::idle::Idle;
+use crate::store::waiters::Waiters;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A SQLite connection lent to one operation.
-pub type Lent = crate::backend::idle::Lent<Connection>;
-
-/// How hard a commit is made durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Synchronous {
-    /// `synchronous=FULL` (the default): a committed answer survives a power loss.
-    #[default]
-    Full,
-    /// `synchronous=NORMAL`: a committed answer survives a crash of the process, but the last
-    /// commits may be lost on power loss. Faster.
-    Normal,
-}
-
-impl Synchronous {
-    fn pragma(self) -> &'static str {
-        match self {
-            Self::Full => "FULL",
-            Self::Normal => "NORMAL",
-        }
-    }
-}
+pub type Lent = crate::store::idle::Lent<Connection>;
 
 /// A database file shared by every operation of one store object.
 pub struct Database {
@@ -68,11 +49,12 @@ impl Database {
         path: &Path,
         busy_timeout: Duration,
         synchronous: Synchronous,
-    ) -> Result<Self, OpenError> {
+    ) -> Result<Self, OpenFailure> {
         check_path(path)?;
         check_header(path)?;
         create_private(path)?;
-        let keeper = connect_raw(path, busy_timeout, synchronous).map_err(OpenError::Sqlite)?;
+        let keeper = connect_raw(path, busy_timeout, synchronous)
+            .map_err(super::store_error::open_failure)?;
         super::migrations::check(&keeper)?;
         enable_wal(&keeper, busy_timeout)?;
         super::migrations::migrate(&keeper)?;
@@ -169,7 +151,7 @@ fn connect_raw(
     Ok(conn)
 }
 
-fn enable_wal(conn: &Connection, busy_timeout: Duration) -> Result<(), OpenError> {
+fn enable_wal(conn: &Connection, busy_timeout: Duration) -> Result<(), OpenFailure> {
     // Switching to WAL needs an exclusive lock that the busy handler does not wait for; retry
     // within the busy timeout when several processes open a new file at once.
     let started = std::time::Instant::now();
@@ -177,14 +159,14 @@ fn enable_wal(conn: &Connection, busy_timeout: Duration) -> Result<(), OpenError
         match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)) {
             Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
             Ok(mode) => {
-                return Err(OpenError::Incompatible(format!(
+                return Err(OpenFailure::Incompatible(format!(
                     "journal mode stays {mode}, WAL is required"
                 )));
             }
             Err(e) if is_busy(&e) && started.elapsed() < busy_timeout => {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err(e) => return Err(OpenError::Sqlite(e)),
+            Err(e) => return Err(super::store_error::open_failure(e)),
         }
     }
 }
@@ -196,7 +178,7 @@ const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 /// that carries another application's id, before SQLite touches it (so nothing is ever stamped
 /// onto a foreign file). A SQLite file with no application id is checked once opened (it may be
 /// a fresh m3 database another process is creating).
-fn check_header(path: &Path) -> Result<(), OpenError> {
+fn check_header(path: &Path) -> Result<(), OpenFailure> {
     use std::io::Read;
     let Ok(mut file) = std::fs::File::open(path) else {
         return Ok(()); // it does not exist (yet): created below
@@ -208,7 +190,7 @@ fn check_header(path: &Path) -> Result<(), OpenError> {
             Ok(0) => break,
             Ok(n) => read += n,
             Err(e) => {
-                return Err(OpenError::InvalidPath(format!(
+                return Err(OpenFailure::InvalidPath(format!(
                     "{} cannot be read: {e}",
                     path.display()
                 )));
@@ -219,7 +201,7 @@ fn check_header(path: &Path) -> Result<(), OpenError> {
         return Ok(()); // an empty file becomes a new database
     }
     if read < header.len() || &header[..16] != SQLITE_MAGIC {
-        return Err(OpenError::Incompatible(format!(
+        return Err(OpenFailure::Incompatible(format!(
             "{} is not a SQLite database (refused: it is left as it is)",
             path.display()
         )));
@@ -228,7 +210,7 @@ fn check_header(path: &Path) -> Result<(), OpenError> {
         header[68], header[69], header[70], header[71],
     ]));
     if application_id != 0 && application_id != super::migrations::APPLICATION_ID {
-        return Err(OpenError::Incompatible(format!(
+        return Err(OpenFailure::Incompatible(format!(
             "{} is a SQLite database of another application (application_id {application_id})",
             path.display()
         )));
@@ -241,12 +223,12 @@ fn check_header(path: &Path) -> Result<(), OpenError> {
 /// database, e.g. made by `touch` under a loose umask) owner-only too; SQLite gives its `-wal`
 /// and `-shm` files the mode of the database file. An existing database keeps its mode
 /// (`m3 doctor` reports one that others may read).
-fn create_private(path: &Path) -> Result<(), OpenError> {
+fn create_private(path: &Path) -> Result<(), OpenFailure> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let private = |file: std::fs::File| {
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(|e| {
-                OpenError::InvalidPath(format!("{} cannot be made private: {e}", path.display()))
+                OpenFailure::InvalidPath(format!("{} cannot be made private: {e}", path.display()))
             })
     };
     match std::fs::OpenOptions::new()
@@ -264,12 +246,12 @@ fn create_private(path: &Path) -> Result<(), OpenError> {
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(path)
                 .map_err(|e| {
-                    OpenError::InvalidPath(format!("{} cannot be opened: {e}", path.display()))
+                    OpenFailure::InvalidPath(format!("{} cannot be opened: {e}", path.display()))
                 })?;
             let empty = file.metadata().is_ok_and(|m| m.is_file() && m.len() == 0);
             if empty { private(file) } else { Ok(()) }
         }
-        Err(e) => Err(OpenError::InvalidPath(format!(
+        Err(e) => Err(OpenFailure::InvalidPath(format!(
             "{} cannot be created: {e}",
             path.display()
         ))),
@@ -277,44 +259,44 @@ fn create_private(path: &Path) -> Result<(), OpenError> {
 }
 
 /// Refuses paths that would open something other than the plain file the caller named.
-pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
+pub(crate) fn check_path(path: &Path) -> Result<(), OpenFailure> {
     if crate::checks::mutation::broken(crate::checks::mutation::HostRule::PathRefusals) {
         return Ok(());
     }
     let text = path.as_os_str().as_encoded_bytes();
     if text.is_empty() {
-        return Err(OpenError::InvalidPath("the path is empty".into()));
+        return Err(OpenFailure::InvalidPath("the path is empty".into()));
     }
     if text.contains(&0) {
-        return Err(OpenError::InvalidPath(
+        return Err(OpenFailure::InvalidPath(
             "the path contains a NUL byte".into(),
         ));
     }
     if text.starts_with(b"file:") {
-        return Err(OpenError::InvalidPath(
+        return Err(OpenFailure::InvalidPath(
             "`file:` URIs are not accepted; give a plain path".into(),
         ));
     }
     if text == b":memory:" || text.starts_with(b":") {
-        return Err(OpenError::InvalidPath(
+        return Err(OpenFailure::InvalidPath(
             "managed input needs a database file; in-memory databases are not persistent".into(),
         ));
     }
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => {
-            return Err(OpenError::InvalidPath(format!(
+            return Err(OpenFailure::InvalidPath(format!(
                 "{} is a symbolic link; give the database file itself",
                 path.display()
             )));
         }
         Ok(meta) if meta.is_dir() => {
-            return Err(OpenError::InvalidPath(format!(
+            return Err(OpenFailure::InvalidPath(format!(
                 "{} is a directory",
                 path.display()
             )));
         }
         Ok(meta) if !meta.is_file() => {
-            return Err(OpenError::InvalidPath(format!(
+            return Err(OpenFailure::InvalidPath(format!(
                 "{} is not a regular file",
                 path.display()
             )));
@@ -326,7 +308,7 @@ pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
                 .filter(|p| !p.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
             if !parent.is_dir() {
-                return Err(OpenError::InvalidPath(format!(
+                return Err(OpenFailure::InvalidPath(format!(
                     "the directory {} does not exist",
                     parent.display()
                 )));
@@ -334,34 +316,4 @@ pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
         }
     }
     Ok(())
-}
-
-/// What `m3 doctor` reports about a database file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
-    /// `PRAGMA integrity_check`: `ok` when the file is sound.
-    pub integrity: String,
-    /// `PRAGMA user_version`: the schema version the file is at.
-    pub schema_version: i64,
-    /// The schema version this build writes.
-    pub supported_version: i64,
-    /// Whether the file carries m3's `application_id`.
-    pub is_m3_database: bool,
-}
-
-/// Reads a database file's health without changing it (opened read-only).
-pub fn health(path: &Path) -> rusqlite::Result<Health> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
-    let schema_version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let application_id: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-    Ok(Health {
-        integrity,
-        schema_version,
-        supported_version: super::migrations::SCHEMA_VERSION,
-        is_m3_database: application_id == super::migrations::APPLICATION_ID,
-    })
 }

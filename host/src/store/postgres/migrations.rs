@@ -1,13 +1,13 @@
 //! Versioned schema migrations of a PostgreSQL database, tracked in the table `m3_schema`.
 //!
-//! The tables are those of the SQLite schema at its version 6 (`sqlite/migrations.rs`): wide
+//! The tables are those of the SQLite schema at its version 6 (`store/sqlite/migrations.rs`): wide
 //! rows with the indexed columns and the component's document, narrow version rows with the
 //! columns every write changes, wake-up rows and execution items. Ids and statuses compare
 //! byte by byte (`COLLATE "C"`), as SQLite's do, so listings and cursors order alike on both.
 
 use super::connection::Connection;
 use super::store_error::describe;
-use crate::api::error::OpenError;
+use crate::store::error::OpenFailure;
 
 /// The name `m3_schema` carries for an m3 database.
 pub const APPLICATION: &str = "m3-managed-input";
@@ -86,14 +86,14 @@ const MIGRATION_LOCK: i64 = 0x4d33_4d47;
 /// Brings the database to [`SCHEMA_VERSION`], in one transaction under [`MIGRATION_LOCK`]:
 /// refuses a database of another application (tables but no `m3_schema`) or a schema version
 /// this build does not know, and changes nothing then.
-pub fn migrate(conn: &Connection, lock_timeout_ms: u64) -> Result<(), OpenError> {
+pub fn migrate(conn: &Connection, lock_timeout_ms: u64) -> Result<(), OpenFailure> {
     // A database already at this version is opened by reading, without the migration lock:
     // many stores opening at once (worker processes, answerers) never queue behind each other,
     // as SQLite's opening reads before it writes. Anything else is checked again under the lock.
     if version(conn)? == SCHEMA_VERSION {
         return Ok(());
     }
-    let failed = |e: tokio_postgres::Error| OpenError::Postgres(describe(&e));
+    let failed = |e: tokio_postgres::Error| OpenFailure::Postgres(describe(&e));
     conn.batch(&format!(
         "BEGIN; SET LOCAL lock_timeout = '{lock_timeout_ms}ms'; \
          SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"
@@ -113,8 +113,8 @@ pub fn migrate(conn: &Connection, lock_timeout_ms: u64) -> Result<(), OpenError>
 }
 
 /// The schema version a database is at (0: no m3 tables yet), refusing a foreign one.
-pub fn version(conn: &Connection) -> Result<i64, OpenError> {
-    let failed = |e: tokio_postgres::Error| OpenError::Postgres(describe(&e));
+pub fn version(conn: &Connection) -> Result<i64, OpenFailure> {
+    let failed = |e: tokio_postgres::Error| OpenFailure::Postgres(describe(&e));
     let marked = conn
         .query(
             "SELECT count(*) FROM information_schema.tables \
@@ -133,7 +133,7 @@ pub fn version(conn: &Connection) -> Result<i64, OpenError> {
             .map_err(failed)?;
         let tables: i64 = tables.first().map_or(0, |r| r.get(0));
         if tables > 0 {
-            return Err(OpenError::Incompatible(
+            return Err(OpenFailure::Incompatible(
                 "the database's schema holds tables of another application (left as it is)".into(),
             ));
         }
@@ -161,7 +161,7 @@ pub fn version(conn: &Connection) -> Result<i64, OpenError> {
             .zip(ours)
             .any(|((name, kind), (n, k))| name != n || kind != k)
     {
-        return Err(OpenError::Incompatible(
+        return Err(OpenFailure::Incompatible(
             "the database holds an m3_schema table that is not m3's (another application's; \
              left as it is)"
                 .into(),
@@ -171,31 +171,31 @@ pub fn version(conn: &Connection) -> Result<i64, OpenError> {
         .query("SELECT application, version FROM m3_schema", vec![])
         .map_err(failed)?;
     let [row] = rows.as_slice() else {
-        return Err(OpenError::Incompatible(
+        return Err(OpenFailure::Incompatible(
             "m3_schema does not hold exactly one row".into(),
         ));
     };
     let (Ok(application), Ok(version)) = (row.try_get::<_, String>(0), row.try_get::<_, i64>(1))
     else {
-        return Err(OpenError::Incompatible(
+        return Err(OpenFailure::Incompatible(
             "m3_schema's row is not m3's (left as it is)".into(),
         ));
     };
     if application != APPLICATION {
-        return Err(OpenError::Incompatible(
+        return Err(OpenFailure::Incompatible(
             "the database belongs to another application (left as it is)".into(),
         ));
     }
     if !(1..=SCHEMA_VERSION).contains(&version) {
-        return Err(OpenError::Incompatible(format!(
+        return Err(OpenFailure::Incompatible(format!(
             "schema version {version} is not one this build knows (1 to {SCHEMA_VERSION})"
         )));
     }
     Ok(version)
 }
 
-fn apply(conn: &Connection) -> Result<(), OpenError> {
-    let failed = |e: tokio_postgres::Error| OpenError::Postgres(describe(&e));
+fn apply(conn: &Connection) -> Result<(), OpenFailure> {
+    let failed = |e: tokio_postgres::Error| OpenFailure::Postgres(describe(&e));
     let from = version(conn)?;
     if from == SCHEMA_VERSION {
         return Ok(());

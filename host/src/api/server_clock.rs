@@ -8,8 +8,8 @@
 //! the last measurement is [`MEASURE_EVERY`] old. A measurement that fails keeps the last
 //! offset: the operation that needed the time then fails on the same unreachable server.
 
-use super::database::Database;
-use crate::api::clock::Clock;
+use super::clock::Clock;
+use crate::store::postgres::database::Database;
 use chrono::{DateTime, TimeDelta, Utc};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ pub const MEASURE_EVERY: Duration = Duration::from_secs(10);
 /// A clock that reads `local` shifted to the database server's time.
 pub struct ServerClock {
     local: Arc<dyn Clock>,
-    db: Arc<crate::backend::Backend>,
+    db: Arc<crate::store::Backend>,
     measured: Mutex<Measured>,
 }
 
@@ -43,11 +43,11 @@ impl ServerClock {
     /// `local` corrected to the server of `db` (a PostgreSQL backend), measured now.
     pub fn new(
         local: Arc<dyn Clock>,
-        db: Arc<crate::backend::Backend>,
+        db: Arc<crate::store::Backend>,
     ) -> Result<Self, tokio_postgres::Error> {
         let offset = match db.as_ref() {
-            crate::backend::Backend::Postgres(pg) => measure(local.as_ref(), pg)?,
-            crate::backend::Backend::Sqlite(_) => TimeDelta::zero(),
+            crate::store::Backend::Postgres(pg) => measure(local.as_ref(), pg)?,
+            crate::store::Backend::Sqlite(_) => TimeDelta::zero(),
         };
         Ok(Self {
             local,
@@ -90,8 +90,8 @@ impl Clock for ServerClock {
             last.offset
         } else {
             let measured = match self.db.as_ref() {
-                crate::backend::Backend::Postgres(pg) => measure(self.local.as_ref(), pg).ok(),
-                crate::backend::Backend::Sqlite(_) => None,
+                crate::store::Backend::Postgres(pg) => measure(self.local.as_ref(), pg).ok(),
+                crate::store::Backend::Sqlite(_) => None,
             };
             let mut slot = self.measured.lock().unwrap_or_else(|e| e.into_inner());
             // A failed measurement keeps the last offset and is tried again next time.

@@ -1,11 +1,12 @@
 //! A PostgreSQL database named by a URL, and how connections to it are made.
 
 use super::connection::Connection;
+pub use super::health::Health;
 use super::store_error::{describe, store_error};
-use crate::api::error::OpenError;
-use crate::backend::idle::{Idle, Lent};
-use crate::component::bindings::m3::managed_input::store::StoreError;
-use crate::sqlite::wakeups::Waiters;
+use crate::store::error::OpenFailure;
+use crate::store::error::StoreError;
+use crate::store::idle::{Idle, Lent};
+use crate::store::waiters::Waiters;
 use std::collections::VecDeque;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -111,25 +112,25 @@ pub fn shown(url: &str) -> String {
 impl Database {
     /// Opens the database at `url` and brings its schema to this build's version, refusing a
     /// database of another application (tables but no `m3_schema`) or of a newer schema.
-    pub fn open(url: &str, busy_timeout: Duration) -> Result<Self, OpenError> {
+    pub fn open(url: &str, busy_timeout: Duration) -> Result<Self, OpenFailure> {
         let db = Self::named(url, busy_timeout)?;
         let conn = db
             .connect()
-            .map_err(|e| OpenError::Postgres(format!("{}: {}", db.shown, describe(&e))))?;
+            .map_err(|e| OpenFailure::Postgres(format!("{}: {}", db.shown, describe(&e))))?;
         super::migrations::migrate(&conn, busy_timeout.as_millis() as u64)?;
         drop(conn);
         Ok(db)
     }
 
     /// The database at `url`, nothing opened or changed yet (`m3 doctor` reads through it).
-    pub fn named(url: &str, busy_timeout: Duration) -> Result<Self, OpenError> {
+    pub fn named(url: &str, busy_timeout: Duration) -> Result<Self, OpenFailure> {
         if !is_url(url) {
-            return Err(OpenError::InvalidUrl(
+            return Err(OpenFailure::InvalidUrl(
                 "a PostgreSQL database is named by a postgres:// URL".into(),
             ));
         }
         let mut config = Config::from_str(url).map_err(|_| {
-            OpenError::InvalidUrl(format!("{} is not a PostgreSQL URL", shown(url)))
+            OpenFailure::InvalidUrl(format!("{} is not a PostgreSQL URL", shown(url)))
         })?;
         config.application_name("m3");
         if config.get_connect_timeout().is_none() {
@@ -253,9 +254,9 @@ impl Database {
     }
 
     /// The server's version and this database's schema version (`m3 doctor`).
-    pub fn health(&self) -> Result<Health, OpenError> {
+    pub fn health(&self) -> Result<Health, OpenFailure> {
         let failed = |e: tokio_postgres::Error| {
-            OpenError::Postgres(format!("{}: {}", self.shown, describe(&e)))
+            OpenFailure::Postgres(format!("{}: {}", self.shown, describe(&e)))
         };
         let conn = self.connect().map_err(failed)?;
         let rows = conn
@@ -276,19 +277,6 @@ impl Database {
             supported_version: super::migrations::SCHEMA_VERSION,
         })
     }
-}
-
-/// What `m3 doctor` reports about a PostgreSQL database.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
-    /// The server's `server_version`.
-    pub server_version: String,
-    /// The database's name.
-    pub database: String,
-    /// The schema version the database is at.
-    pub schema_version: i64,
-    /// The schema version this build writes.
-    pub supported_version: i64,
 }
 
 #[cfg(test)]

@@ -1,50 +1,54 @@
 //! The database behind a store object: SQLite (`sqlite/`) or PostgreSQL (`postgres/`), chosen
-//! by how the database is named. Both run the same transactions for the same component; this
-//! module only dispatches to the one in use.
+//! by how the database is named. Both run the same transactions for the same component over the
+//! same rows. The store's own types only (`rows.rs`, `error.rs`): no other folder of the host is
+//! used here but `checks/` (`tidy::host_folders_in_circles_are_only_the_known_ones`), and no
+//! database client's type leaves it (`tidy::no_database_client_type_in_the_public_api`);
+//! `component/store_rows.rs` maps the rows to the component's WIT records.
 //!
 //! # Files
 //!
 //! `mod.rs` (`Backend`, a store object's database, SQLite or PostgreSQL, and `Transaction`, the
-//! `store` import's resource on either: dispatch only; the ids of rounds and executions read
-//! without decoding rows), `idle.rs` (connections between operations, of either backend: lent to
-//! one at a time, closed within a second of their last use, never across a `fork`), `id_prefix.rs`
-//! (ids by prefix for people who type them short: one range query on the primary key, `id >= p AND
-//! id < successor(p)`, so `%` and `_` are literal and nothing is listed in full; a full id is a
-//! point lookup; `DatabaseStore::round_ids_with_prefix`, `Executions::execution_ids_with_prefix`,
-//! `IdMatches`), `migrate.rs` (`m3 migrate`: `migrate_sqlite_to_postgres` copies the six tables of
-//! a SQLite file at the current schema version into an empty PostgreSQL database, every column
-//! verbatim (text, integer, NULL), the source read-only in one read snapshot, the target in one
-//! transaction under its write lock; refused (`MigrateError`, nothing written) while a version
-//! row's lease is later than now or when the target holds rows; before `COMMIT` the rows are read
-//! back and compared, per table, by count and by a SHA-256 over a canonical encoding of each cell
-//! in primary-key order, any difference rolling back; `MigrationReport`: counts and digests).
+//! `store` import's resource on either: dispatch; the ids of rounds and executions read without
+//! decoding rows), `rows.rs` (the rows as the store keeps them: ids, documents and statuses as
+//! text, times as nanoseconds; a compare-and-set's wide row checked), `error.rs` (`StoreError`
+//! and `OpenFailure`, described without the values they carried), `waiters.rs` (this process's
+//! waiters by execution, woken by a commit here or by the change watcher), `idle.rs` (connections
+//! between operations, of either backend: lent to one at a time, closed within a second of their
+//! last use, never across a `fork`), `id_prefix.rs` (ids by prefix for people who type them
+//! short: one range query on the primary key, `id >= p AND id < successor(p)`, so `%` and `_` are
+//! literal and nothing is listed in full; a full id is a point lookup;
+//! `DatabaseStore::round_ids_with_prefix`, `Executions::execution_ids_with_prefix`, `IdMatches`),
+//! `sqlite/` and `postgres/` (each backend, with its own code map).
 
+pub mod error;
 pub mod id_prefix;
 pub mod idle;
-pub mod migrate;
+pub mod postgres;
+pub mod rows;
+pub mod sqlite;
+pub mod waiters;
 
-use crate::component::bindings::m3::managed_input::store::{
-    ExecutionRow, LeaseExpiry, RoundFilter, RoundRow, StoreError, TransactionMode,
-};
-use crate::component::bindings::m3::managed_input::types::{Cursor, ExecutionStatus, Timestamp};
-use crate::sqlite::wakeups::Waiters;
+pub use error::{OpenFailure, StoreError};
+
+use rows::{Cursor, ExecutionRow, LeaseExpiry, Mode, RoundFilter, RoundRow};
 use std::sync::Arc;
+use waiters::Waiters;
 
 /// A store object's database.
 #[derive(Debug)]
 pub enum Backend {
     /// A SQLite file.
-    Sqlite(crate::sqlite::database::Database),
+    Sqlite(crate::store::sqlite::database::Database),
     /// A PostgreSQL database.
-    Postgres(Box<crate::postgres::database::Database>),
+    Postgres(Box<crate::store::postgres::database::Database>),
 }
 
 /// One transaction of either backend: the resource behind the `store` import.
 pub enum Transaction {
     /// On SQLite.
-    Sqlite(crate::sqlite::transaction::Transaction),
+    Sqlite(crate::store::sqlite::transaction::Transaction),
     /// On PostgreSQL.
-    Postgres(crate::postgres::transaction::Transaction),
+    Postgres(crate::store::postgres::transaction::Transaction),
 }
 
 /// Calls the same method on whichever backend's transaction this is.
@@ -59,14 +63,14 @@ macro_rules! each {
 
 impl Transaction {
     /// Begins a transaction on `backend`.
-    pub fn begin(backend: &Backend, mode: TransactionMode) -> Result<Self, StoreError> {
+    pub fn begin(backend: &Backend, mode: Mode) -> Result<Self, StoreError> {
         Ok(match backend {
-            Backend::Sqlite(db) => {
-                Self::Sqlite(crate::sqlite::transaction::Transaction::begin(db, mode)?)
-            }
-            Backend::Postgres(db) => {
-                Self::Postgres(crate::postgres::transaction::Transaction::begin(db, mode)?)
-            }
+            Backend::Sqlite(db) => Self::Sqlite(
+                crate::store::sqlite::transaction::Transaction::begin(db, mode)?,
+            ),
+            Backend::Postgres(db) => Self::Postgres(
+                crate::store::postgres::transaction::Transaction::begin(db, mode)?,
+            ),
         })
     }
 
@@ -95,7 +99,7 @@ impl Transaction {
         &self,
         execution: &LeaseExpiry,
         round: Option<&LeaseExpiry>,
-        updated_at: &Timestamp,
+        updated_at: i64,
     ) -> Result<bool, StoreError> {
         each!(self, tx => tx.set_lease_expiries(execution, round, updated_at))
     }
@@ -108,7 +112,7 @@ impl Transaction {
     /// Executions with `status`, oldest first, after `after`.
     pub fn list_executions(
         &self,
-        status: Option<ExecutionStatus>,
+        status: Option<&str>,
         limit: Option<u32>,
         after: Option<&Cursor>,
     ) -> Result<Vec<ExecutionRow>, StoreError> {
@@ -227,8 +231,8 @@ impl Backend {
                     .map_err(failure)
             }
             Self::Postgres(db) => {
-                use crate::postgres::connection::params;
-                use crate::postgres::store_error::store_error;
+                use crate::store::postgres::connection::params;
+                use crate::store::postgres::store_error::store_error;
                 let conn = db.connect().map_err(store_error)?;
                 let rows = conn
                     .query(
@@ -263,7 +267,7 @@ impl Backend {
                     .map_err(failure)
             }
             Self::Postgres(db) => {
-                use crate::postgres::store_error::store_error;
+                use crate::store::postgres::store_error::store_error;
                 let conn = db.connect().map_err(store_error)?;
                 let rows = conn.query(SQL, vec![]).map_err(store_error)?;
                 Ok(rows.iter().map(|r| r.get(0)).collect())

@@ -1,5 +1,5 @@
 //! PostgreSQL behind the component's `store` import: the same tables, rows and compare-and-set
-//! as SQLite's (`sqlite/`), for executions and rounds shared by many machines.
+//! as SQLite's (`store/sqlite/`), for executions and rounds shared by many machines.
 //!
 //! Every operation has a connection of its own for its duration (an idle one of its store
 //! object's, or a new one). The writes of one execution are one sequence: each write holds the
@@ -12,22 +12,20 @@
 //!
 //! `mod.rs` (the module's rules), `connection.rs` (a connection driven on the backend's own
 //! one-thread I/O runtime and called synchronously from any thread, its statements prepared once,
-//! several sent in one flight),
-//! `server_clock.rs` (the server's time as a store's clock: the local clock plus its measured
-//! offset from the server's), `database.rs` (the URL, shown without its password; opening and
+//! several sent in one flight), `health.rs` (what `m3 doctor` reports of a database), `database.rs` (the URL, shown without its password; opening and
 //! migrating; the listening connection whose notifications move `data_version` and name the
 //! woken executions; `m3 doctor`'s health), `migrations.rs` (`m3_schema`: application and
 //! version; migration 1: the SQLite schema's tables at its version 6, ids compared byte by byte;
 //! 2: the wake-up numbers' sequence; a database already at the version is opened by reading, the
 //! migration lock taken only to migrate, so stores opening at once never queue), `transaction.rs`
-//! (the same rows and compare-and-set as `host/src/sqlite/transaction.rs` and
-//! `host/src/sqlite/execution_rows.rs`, under the locks of the executions touched; statements sent
+//! (the same rows and compare-and-set as `host/src/store/sqlite/transaction.rs`
+//! and `host/src/store/sqlite/execution_rows.rs`, under the locks of the executions touched; statements sent
 //! in flights with the locks they need), `store_error.rs` (PostgreSQL's errors as the store import's, by SQLSTATE and
 //! message, never the detail that quotes a row).
 
 pub mod connection;
 pub mod database;
+pub mod health;
 pub mod migrations;
-pub mod server_clock;
 pub(crate) mod store_error;
 pub mod transaction;

@@ -6,14 +6,14 @@
 //! decoded, nothing is chosen; each column's value goes across as it is (text, integer, NULL).
 //!
 //! - **The source** must be an m3 SQLite file at this build's schema version
-//!   ([`crate::sqlite::migrations::SCHEMA_VERSION`]). It is opened read-only and read in one read
+//!   ([`crate::store::sqlite::migrations::SCHEMA_VERSION`]). It is opened read-only and read in one read
 //!   transaction: one snapshot, whatever its workers commit meanwhile.
 //! - **Refusals**, before anything is written: a live lease in that snapshot (a version row of a
 //!   round or an execution whose `lease_expires_at_ns` is later than the system clock's now: a
 //!   worker may still be writing, and what it writes after the snapshot would be lost), and a
 //!   target that already holds rows (nothing is merged).
 //! - **The target** is opened (its tables created or brought up to date) and written in one
-//!   transaction holding the database's write lock ([`crate::postgres::transaction::WRITE_LOCK`])
+//!   transaction holding the database's write lock ([`crate::store::postgres::transaction::WRITE_LOCK`])
 //!   exclusively (every store write holds it shared), so no worker writes meanwhile. Its rows are read back in the same transaction and compared
 //!   with the source's before `COMMIT`; any difference rolls everything back.
 //!
@@ -25,8 +25,8 @@
 //! for text. A table's digest is the SHA-256 of its stream; the database's digest is the SHA-256
 //! of the six streams one after the other.
 
-use crate::postgres::connection::{Connection, Param, params};
-use crate::postgres::store_error::{describe, is_busy};
+use crate::store::postgres::connection::{Connection, Param, params};
+use crate::store::postgres::store_error::{describe, is_busy};
 use rusqlite::OpenFlags;
 use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
@@ -459,7 +459,7 @@ impl MigrateError {
 
 fn source_read(e: rusqlite::Error) -> MigrateError {
     MigrateError::SourceRead {
-        busy: crate::sqlite::store_error::is_busy(&e),
+        busy: crate::store::sqlite::store_error::is_busy(&e),
         message: e.to_string(),
     }
 }
@@ -480,11 +480,13 @@ pub fn migrate_sqlite_to_postgres(
     target_url: &str,
 ) -> Result<MigrationReport, MigrateError> {
     // The target's name first: a mistake there touches nothing.
-    crate::postgres::database::Database::named(target_url, BUSY_TIMEOUT).map_err(|e| match e {
-        crate::OpenError::InvalidUrl(message) => MigrateError::InvalidTarget(message),
-        other => MigrateError::Target(other),
+    crate::store::postgres::database::Database::named(target_url, BUSY_TIMEOUT).map_err(|e| {
+        match crate::OpenError::from_store(e) {
+            crate::OpenError::InvalidUrl(message) => MigrateError::InvalidTarget(message),
+            other => MigrateError::Target(other),
+        }
     })?;
-    let shown = crate::postgres::database::shown(target_url);
+    let shown = crate::store::postgres::database::shown(target_url);
 
     let mut conn = open_source(source)?;
     let snapshot = conn.transaction().map_err(source_read)?;
@@ -494,8 +496,8 @@ pub fn migrate_sqlite_to_postgres(
         check_columns(table, &found, Side::Source)?;
     }
 
-    let target = crate::postgres::database::Database::open(target_url, BUSY_TIMEOUT)
-        .map_err(MigrateError::Target)?;
+    let target = crate::store::postgres::database::Database::open(target_url, BUSY_TIMEOUT)
+        .map_err(|e| MigrateError::Target(crate::OpenError::from_store(e)))?;
     let writing = Writing::begin(&target)?;
     for table in TABLES {
         let found = postgres_columns(writing.connection(), table.name)?;
@@ -524,7 +526,7 @@ pub fn migrate_sqlite_to_postgres(
     // Wake-ups stamped from now on are numbered after the copied ones.
     writing
         .connection()
-        .batch(crate::postgres::migrations::ADVANCE_WAKEUP_NUMBERS)
+        .batch(crate::store::postgres::migrations::ADVANCE_WAKEUP_NUMBERS)
         .map_err(target_write)?;
     writing.commit()?;
     // The snapshot only read: its end changes nothing.
@@ -556,10 +558,12 @@ pub fn migrate_sqlite_to_postgres(
 /// Opens the source read-only, refusing what is not an m3 SQLite file at this build's schema
 /// version (nothing is created, stamped or migrated).
 fn open_source(path: &Path) -> Result<rusqlite::Connection, MigrateError> {
-    crate::sqlite::database::check_path(path).map_err(|e| match e {
-        crate::OpenError::InvalidPath(message) => MigrateError::InvalidSource(message),
-        other => MigrateError::IncompatibleSource(other.to_string()),
-    })?;
+    crate::store::sqlite::database::check_path(path).map_err(
+        |e| match crate::OpenError::from_store(e) {
+            crate::OpenError::InvalidPath(message) => MigrateError::InvalidSource(message),
+            other => MigrateError::IncompatibleSource(other.to_string()),
+        },
+    )?;
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(MigrateError::SourceMissing(path.display().to_string()));
@@ -649,13 +653,13 @@ fn check_header(path: &Path) -> Result<(), MigrateError> {
 /// Refuses a database whose `application_id` is not m3's or whose `user_version` is not this
 /// build's schema version.
 fn check_stamp(path: &Path, application_id: i64, version: i64) -> Result<(), MigrateError> {
-    if application_id != crate::sqlite::migrations::APPLICATION_ID {
+    if application_id != crate::store::sqlite::migrations::APPLICATION_ID {
         return Err(MigrateError::IncompatibleSource(format!(
             "{} is not an m3 database (its application_id is not m3's)",
             path.display()
         )));
     }
-    let current = crate::sqlite::migrations::SCHEMA_VERSION;
+    let current = crate::store::sqlite::migrations::SCHEMA_VERSION;
     if version < current {
         return Err(MigrateError::IncompatibleSource(format!(
             "{} is at schema version {version}, this build copies version {current}: open it \
@@ -745,18 +749,18 @@ fn check_columns(table: &Table, found: &[String], side: Side) -> Result<(), Migr
 /// The target's one transaction: the write lock held from the start, rolled back unless
 /// committed.
 struct Writing {
-    connection: Option<crate::backend::idle::Lent<Connection>>,
+    connection: Option<crate::store::idle::Lent<Connection>>,
 }
 
 impl Writing {
-    fn begin(db: &crate::postgres::database::Database) -> Result<Self, MigrateError> {
+    fn begin(db: &crate::store::postgres::database::Database) -> Result<Self, MigrateError> {
         let connection = db.connect().map_err(target_write)?;
         connection.set_in_transaction(true);
         let begin = format!(
             "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{}ms'; \
              SELECT pg_advisory_xact_lock({})",
             db.busy_timeout().as_millis().max(1),
-            crate::postgres::transaction::WRITE_LOCK
+            crate::store::postgres::transaction::WRITE_LOCK
         );
         if let Err(e) = connection.batch(&begin) {
             connection.discard();
@@ -781,7 +785,7 @@ impl Writing {
             .expect("the connection is held until the transaction ends");
         match connection.batch(&format!(
             "NOTIFY {}; COMMIT",
-            crate::postgres::database::CHANGES_CHANNEL
+            crate::store::postgres::database::CHANGES_CHANNEL
         )) {
             Ok(()) => {
                 connection.set_in_transaction(false);
@@ -1078,7 +1082,7 @@ mod tests {
     #[test]
     fn the_tables_copied_are_the_sqlite_schemas_whole() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
-        crate::sqlite::migrations::migrate(&conn).unwrap();
+        crate::store::sqlite::migrations::migrate(&conn).unwrap();
         let mut tables: Vec<String> = conn
             .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
             .unwrap()
@@ -1148,7 +1152,7 @@ mod tests {
     #[test]
     fn a_live_lease_is_refused_and_an_expired_one_is_not() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
-        crate::sqlite::migrations::migrate(&conn).unwrap();
+        crate::store::sqlite::migrations::migrate(&conn).unwrap();
         let now = chrono::Utc::now().timestamp_nanos_opt().unwrap();
         conn.execute(
             "INSERT INTO execution_versions VALUES ('e1', 1, ?1, 0), ('e2', 1, NULL, 0)",

@@ -1,6 +1,6 @@
 //! PostgreSQL's errors as the store import's errors, described without the values they carry.
 
-use crate::component::bindings::m3::managed_input::store::StoreError;
+use crate::store::error::StoreError;
 use tokio_postgres::error::SqlState;
 
 /// Whether the error means the database stayed locked or the transaction lost a race it may

@@ -20,15 +20,12 @@
 use super::connection::{Answer, Connection, Param, Step, params};
 use super::database::Database;
 use super::store_error::store_error;
-use crate::backend::idle::Lent;
-use crate::component::bindings::m3::managed_input::store::{
-    ExecutionRow, LeaseExpiry, RoundFilter, RoundRow, StoreError, TransactionMode,
+use crate::store::error::StoreError;
+use crate::store::idle::Lent;
+use crate::store::rows::{
+    Cursor, ExecutionRow, LeaseExpiry, Mode, RoundFilter, RoundRow, wide_row_written,
 };
-use crate::component::bindings::m3::managed_input::types::{
-    Cursor, ExecutionStatus, Status, Timestamp,
-};
-use crate::sqlite::transaction::{from_ns, to_ns, wide_row_written};
-use crate::sqlite::wakeups::Waiters;
+use crate::store::waiters::Waiters;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use tokio_postgres::Row;
@@ -77,54 +74,6 @@ pub struct Transaction {
     locked: Mutex<Option<HashSet<String>>>,
 }
 
-fn status_text(status: Status) -> &'static str {
-    match status {
-        Status::Pending => "pending",
-        Status::ResponseValidated => "response_validated",
-        Status::DeliveryStarted => "delivery_started",
-        Status::Delivered => "delivered",
-        Status::Resolved => "resolved",
-        Status::Failed => "failed",
-    }
-}
-
-fn status_from_text(text: &str) -> Result<Status, StoreError> {
-    Ok(match text {
-        "pending" => Status::Pending,
-        "response_validated" => Status::ResponseValidated,
-        "delivery_started" => Status::DeliveryStarted,
-        "delivered" => Status::Delivered,
-        "resolved" => Status::Resolved,
-        "failed" => Status::Failed,
-        _ => {
-            return Err(StoreError::Failure(
-                "a round row has an unknown status".into(),
-            ));
-        }
-    })
-}
-
-fn execution_status_text(status: ExecutionStatus) -> &'static str {
-    match status {
-        ExecutionStatus::Queued => "queued",
-        ExecutionStatus::Running => "running",
-        ExecutionStatus::Finished => "finished",
-    }
-}
-
-fn execution_status_from_text(text: &str) -> Result<ExecutionStatus, StoreError> {
-    Ok(match text {
-        "queued" => ExecutionStatus::Queued,
-        "running" => ExecutionStatus::Running,
-        "finished" => ExecutionStatus::Finished,
-        _ => {
-            return Err(StoreError::Failure(
-                "an execution row has an unknown status".into(),
-            ));
-        }
-    })
-}
-
 /// A column that must be there: a missing version row (a damaged database) is an error.
 fn required<T: for<'a> tokio_postgres::types::FromSql<'a>>(
     r: &Row,
@@ -146,13 +95,13 @@ fn round_from(r: &Row) -> Result<RoundRow, StoreError> {
     Ok(RoundRow {
         round_id: r.get(0),
         execution_id: r.get(1),
-        status: status_from_text(r.get(2))?,
+        status: r.get(2),
         version: required::<i64>(r, 3, "round")? as u64,
         owner_id: r.get(4),
-        lease_expires_at: r.get::<_, Option<i64>>(5).map(from_ns),
-        deadline: r.get::<_, Option<i64>>(6).map(from_ns),
-        created_at: from_ns(r.get(7)),
-        updated_at: from_ns(required(r, 8, "round")?),
+        lease_expires_at_ns: r.get(5),
+        deadline_ns: r.get(6),
+        created_at_ns: r.get(7),
+        updated_at_ns: required(r, 8, "round")?,
         document: r.get(9),
     })
 }
@@ -166,12 +115,12 @@ const SELECT_EXECUTION: &str = "SELECT e.execution_id, e.status, v.version, e.ow
 fn execution_from(r: &Row) -> Result<ExecutionRow, StoreError> {
     Ok(ExecutionRow {
         execution_id: r.get(0),
-        status: execution_status_from_text(r.get(1))?,
+        status: r.get(1),
         version: required::<i64>(r, 2, "execution")? as u64,
         owner_id: r.get(3),
-        lease_expires_at: r.get::<_, Option<i64>>(4).map(from_ns),
-        created_at: from_ns(r.get(5)),
-        updated_at: from_ns(required(r, 6, "execution")?),
+        lease_expires_at_ns: r.get(4),
+        created_at_ns: r.get(5),
+        updated_at_ns: required(r, 6, "execution")?,
         document: r.get(7),
     })
 }
@@ -183,9 +132,9 @@ fn version(v: u64) -> Result<i64, StoreError> {
 
 impl Transaction {
     /// Begins: a read in a `REPEATABLE READ` snapshot, a write once it holds the write lock.
-    pub fn begin(db: &Database, mode: TransactionMode) -> Result<Self, StoreError> {
+    pub fn begin(db: &Database, mode: Mode) -> Result<Self, StoreError> {
         let connection = db.connect().map_err(store_error)?;
-        let write = matches!(mode, TransactionMode::Write);
+        let write = matches!(mode, Mode::Write);
         let begin = if write {
             format!(
                 "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{}ms'; \
@@ -348,12 +297,12 @@ impl Transaction {
             args.push(Box::new(execution_id.clone()));
             sql.push_str(&format!(" AND r.execution_id = ${}", args.len()));
         }
-        if let Some(status) = filter.status {
-            args.push(Box::new(status_text(status).to_string()));
+        if let Some(status) = &filter.status {
+            args.push(Box::new(status.clone()));
             sql.push_str(&format!(" AND r.status = ${}", args.len()));
         }
         if let Some(after) = &filter.after {
-            args.push(Box::new(to_ns(&after.created_at)));
+            args.push(Box::new(after.created_at_ns));
             let at = args.len();
             args.push(Box::new(after.id.clone()));
             sql.push_str(&format!(
@@ -391,10 +340,10 @@ impl Transaction {
                     params![
                         row.round_id.clone(),
                         row.execution_id.clone(),
-                        status_text(row.status).to_string(),
+                        row.status.clone(),
                         row.owner_id.clone(),
-                        row.deadline.as_ref().map(to_ns),
-                        to_ns(&row.created_at),
+                        row.deadline_ns,
+                        row.created_at_ns,
                         row.document.clone(),
                     ],
                 ),
@@ -411,8 +360,8 @@ impl Transaction {
                     row.round_id.clone(),
                     row.execution_id.clone(),
                     version(row.version)?,
-                    row.lease_expires_at.as_ref().map(to_ns),
-                    to_ns(&row.updated_at),
+                    row.lease_expires_at_ns,
+                    row.updated_at_ns,
                 ],
             )
             .map_err(store_error)?;
@@ -437,8 +386,8 @@ impl Transaction {
                     params![
                         row.round_id.clone(),
                         version(row.version)?,
-                        row.lease_expires_at.as_ref().map(to_ns),
-                        to_ns(&row.updated_at),
+                        row.lease_expires_at_ns,
+                        row.updated_at_ns,
                         version(expected_version)?,
                         row.execution_id.clone(),
                     ],
@@ -454,7 +403,7 @@ impl Transaction {
                  WHERE round_id = $1",
                 params![
                     row.round_id.clone(),
-                    status_text(row.status).to_string(),
+                    row.status.clone(),
                     row.owner_id.clone(),
                     row.document.clone(),
                 ],
@@ -470,7 +419,7 @@ impl Transaction {
         &self,
         execution: &LeaseExpiry,
         round: Option<&LeaseExpiry>,
-        updated_at: &Timestamp,
+        updated_at: i64,
     ) -> Result<bool, StoreError> {
         let connection = self.writable()?;
         self.on_execution(&execution.id, Step::Batch("SAVEPOINT lease_expiries"))?;
@@ -480,8 +429,8 @@ impl Transaction {
                  version = version + 1 WHERE execution_id = $1 AND version = $4",
                 params![
                     execution.id.clone(),
-                    to_ns(&execution.expires_at),
-                    to_ns(updated_at),
+                    execution.expires_at_ns,
+                    updated_at,
                     version(execution.expected_version).unwrap_or(-1),
                 ],
             )?;
@@ -493,8 +442,8 @@ impl Transaction {
                     params![
                         round.id.clone(),
                         execution.id.clone(),
-                        to_ns(&round.expires_at),
-                        to_ns(updated_at),
+                        round.expires_at_ns,
+                        updated_at,
                         version(round.expected_version).unwrap_or(-1),
                     ],
                 )?;
@@ -528,7 +477,7 @@ impl Transaction {
     /// Executions with `status` (all when `None`), oldest first, after `after`.
     pub fn list_executions(
         &self,
-        status: Option<ExecutionStatus>,
+        status: Option<&str>,
         limit: Option<u32>,
         after: Option<&Cursor>,
     ) -> Result<Vec<ExecutionRow>, StoreError> {
@@ -536,11 +485,11 @@ impl Transaction {
         let mut sql = format!("{SELECT_EXECUTION} WHERE true");
         let mut args: Vec<Param> = Vec::new();
         if let Some(status) = status {
-            args.push(Box::new(execution_status_text(status).to_string()));
+            args.push(Box::new(status.to_string()));
             sql.push_str(&format!(" AND e.status = ${}", args.len()));
         }
         if let Some(after) = after {
-            args.push(Box::new(to_ns(&after.created_at)));
+            args.push(Box::new(after.created_at_ns));
             let at = args.len();
             args.push(Box::new(after.id.clone()));
             sql.push_str(&format!(
@@ -569,9 +518,9 @@ impl Transaction {
                      ON CONFLICT (execution_id) DO NOTHING",
                     params![
                         row.execution_id.clone(),
-                        execution_status_text(row.status).to_string(),
+                        row.status.clone(),
                         row.owner_id.clone(),
-                        to_ns(&row.created_at),
+                        row.created_at_ns,
                         row.document.clone(),
                     ],
                 ),
@@ -587,8 +536,8 @@ impl Transaction {
                 params![
                     row.execution_id.clone(),
                     version(row.version)?,
-                    row.lease_expires_at.as_ref().map(to_ns),
-                    to_ns(&row.updated_at),
+                    row.lease_expires_at_ns,
+                    row.updated_at_ns,
                 ],
             )
             .map_err(store_error)?;
@@ -611,8 +560,8 @@ impl Transaction {
                     params![
                         row.execution_id.clone(),
                         version(row.version)?,
-                        row.lease_expires_at.as_ref().map(to_ns),
-                        to_ns(&row.updated_at),
+                        row.lease_expires_at_ns,
+                        row.updated_at_ns,
                         version(expected_version)?,
                     ],
                 ),
@@ -627,7 +576,7 @@ impl Transaction {
                  WHERE execution_id = $1",
                 params![
                     row.execution_id.clone(),
-                    execution_status_text(row.status).to_string(),
+                    row.status.clone(),
                     row.owner_id.clone(),
                     row.document.clone(),
                 ],

@@ -17,15 +17,18 @@
 //! `transaction.rs` (the `transaction` resource's round rows, each a wide row and a version row:
 //! SQL only), `wakeups.rs` (targeted wake-ups: `wake-execution` stamps the execution's row of
 //! `execution_wakeups` with the next number in the writing transaction; a commit tells this
-//! process's waiters on that execution at once, the watcher tells the others; `Waiters`, the
-//! process's waiters by execution), `execution_rows.rs` (its execution rows, the same way, and the
+//! process's waiters on that execution at once, the watcher tells the others), `synchronous.rs`
+//! (`Synchronous`, how hard a commit is made durable), `health.rs` (what `m3 doctor` reads of a
+//! file, opened read-only), `execution_rows.rs` (its execution rows, the same way, and the
 //! execution items: appended with the next number, listed by kind). Commits by other connections
 //! and processes are noticed in one place, the worker's `host/src/worker/changes.rs`.
 
 pub mod database;
 pub mod execution_rows;
 pub(crate) mod group_commit;
+pub mod health;
 pub mod migrations;
 pub(crate) mod store_error;
+pub mod synchronous;
 pub mod transaction;
 pub mod wakeups;

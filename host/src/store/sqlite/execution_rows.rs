@@ -4,9 +4,9 @@
 //! never reads the document.
 
 use super::store_error::store_error;
-use super::transaction::{Transaction, from_ns, to_ns, wide_row_written};
-use crate::component::bindings::m3::managed_input::store::{ExecutionRow, StoreError};
-use crate::component::bindings::m3::managed_input::types::{Cursor, ExecutionStatus};
+use super::transaction::Transaction;
+use crate::store::error::StoreError;
+use crate::store::rows::{Cursor, ExecutionRow, wide_row_written};
 use rusqlite::{OptionalExtension, params};
 
 /// An execution as the component sees it: the wide row (`e`) and its version row (`v`,
@@ -16,38 +16,15 @@ const SELECT: &str = "SELECT e.execution_id, e.status, v.version, e.owner_id, \
                       FROM executions e \
                       LEFT JOIN execution_versions v ON v.execution_id = e.execution_id";
 
-fn status_text(status: ExecutionStatus) -> &'static str {
-    match status {
-        ExecutionStatus::Queued => "queued",
-        ExecutionStatus::Running => "running",
-        ExecutionStatus::Finished => "finished",
-    }
-}
-
-fn status_from_text(text: &str) -> rusqlite::Result<ExecutionStatus> {
-    Ok(match text {
-        "queued" => ExecutionStatus::Queued,
-        "running" => ExecutionStatus::Running,
-        "finished" => ExecutionStatus::Finished,
-        _ => {
-            return Err(rusqlite::Error::InvalidColumnType(
-                1,
-                "status".into(),
-                rusqlite::types::Type::Text,
-            ));
-        }
-    })
-}
-
 fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRow> {
     Ok(ExecutionRow {
         execution_id: r.get(0)?,
-        status: status_from_text(&r.get::<_, String>(1)?)?,
+        status: r.get(1)?,
         version: r.get::<_, i64>(2)? as u64,
         owner_id: r.get(3)?,
-        lease_expires_at: r.get::<_, Option<i64>>(4)?.map(from_ns),
-        created_at: from_ns(r.get(5)?),
-        updated_at: from_ns(r.get(6)?),
+        lease_expires_at_ns: r.get(4)?,
+        created_at_ns: r.get(5)?,
+        updated_at_ns: r.get(6)?,
         document: r.get(7)?,
     })
 }
@@ -64,7 +41,7 @@ impl Transaction {
     /// Executions with `status` (all when `None`), oldest first, after `after`.
     pub fn list_executions(
         &self,
-        status: Option<ExecutionStatus>,
+        status: Option<&str>,
         limit: Option<u32>,
         after: Option<&Cursor>,
     ) -> Result<Vec<ExecutionRow>, StoreError> {
@@ -72,11 +49,11 @@ impl Transaction {
         let mut sql = format!("{SELECT} WHERE 1 = 1");
         let mut args: Vec<rusqlite::types::Value> = Vec::new();
         if let Some(status) = status {
-            args.push(status_text(status).to_string().into());
+            args.push(status.to_string().into());
             sql.push_str(&format!(" AND e.status = ?{}", args.len()));
         }
         if let Some(after) = after {
-            args.push(to_ns(&after.created_at).into());
+            args.push(after.created_at_ns.into());
             let at = args.len();
             args.push(after.id.clone().into());
             sql.push_str(&format!(
@@ -106,9 +83,9 @@ impl Transaction {
             .and_then(|mut s| {
                 s.execute(params![
                     row.execution_id,
-                    status_text(row.status),
+                    row.status,
                     row.owner_id,
-                    to_ns(&row.created_at),
+                    row.created_at_ns,
                     row.document,
                 ])
             })
@@ -125,8 +102,8 @@ impl Transaction {
                 s.execute(params![
                     row.execution_id,
                     row.version as i64,
-                    row.lease_expires_at.as_ref().map(to_ns),
-                    to_ns(&row.updated_at),
+                    row.lease_expires_at_ns,
+                    row.updated_at_ns,
                 ])
             })
             .map_err(store_error)?;
@@ -150,8 +127,8 @@ impl Transaction {
                 s.execute(params![
                     row.execution_id,
                     row.version as i64,
-                    row.lease_expires_at.as_ref().map(to_ns),
-                    to_ns(&row.updated_at),
+                    row.lease_expires_at_ns,
+                    row.updated_at_ns,
                     expected_version as i64,
                 ])
             })
@@ -167,7 +144,7 @@ impl Transaction {
             .and_then(|mut s| {
                 s.execute(params![
                     row.execution_id,
-                    status_text(row.status),
+                    row.status,
                     row.owner_id,
                     row.document,
                 ])

@@ -17,8 +17,8 @@
 //! Reads keep their own connections and see only what groups have committed.
 
 use super::store_error::{is_busy, store_error};
-use crate::backend::idle::Lent;
-use crate::component::bindings::m3::managed_input::store::StoreError;
+use crate::store::error::StoreError;
+use crate::store::idle::Lent;
 use rusqlite::Connection;
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -358,7 +358,7 @@ impl Drop for Turn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sqlite::database::{Database, Synchronous};
+    use crate::store::sqlite::database::{Database, Synchronous};
     use std::sync::{Arc, Barrier};
 
     fn database(busy: Duration) -> (tempfile::TempDir, Arc<Database>) {
