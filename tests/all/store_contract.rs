@@ -1791,6 +1791,100 @@ m3_tests::on_both_backends! {
 // Opening a PostgreSQL database: the counterparts of the SQLite file checks above
 // ---------------------------------------------------------------------------------------------
 
+/// A PostgreSQL database made by this build holds exactly the schema's one description
+/// (`store/schema.rs`, which `m3 migrate` copies by and SQLite's migrations are held to): the
+/// same tables, each column's name, order, type, `NOT NULL` and byte-by-byte collation, the
+/// primary keys and the secondary indexes; nothing more.
+#[test]
+fn the_postgres_schema_is_the_description() {
+    use m3::testing::internals::backend::schema::{INDEXES, Kind, TABLES};
+    use m3_tests::postgres_server::PostgresServer;
+    let server = PostgresServer::shared();
+    let database = server.fresh_database();
+    drop(PostgresManagedInputStore::open(&database.url, StoreOptions::default()).unwrap());
+    let rows = |sql: &str| -> Vec<Vec<String>> {
+        server
+            .psql(&database.name, sql)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.split('|').map(str::to_string).collect())
+            .collect()
+    };
+    let tables: Vec<String> = rows(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() \
+         AND table_name <> 'm3_schema' ORDER BY table_name",
+    )
+    .into_iter()
+    .map(|r| r[0].clone())
+    .collect();
+    let mut described: Vec<String> = TABLES.iter().map(|t| t.name.to_string()).collect();
+    described.sort();
+    assert_eq!(tables, described);
+    for table in TABLES {
+        let columns = rows(&format!(
+            "SELECT column_name, data_type, is_nullable, coalesce(collation_name, '') \
+             FROM information_schema.columns WHERE table_schema = current_schema() \
+             AND table_name = '{}' ORDER BY ordinal_position",
+            table.name
+        ));
+        let expected: Vec<Vec<String>> = table
+            .columns
+            .iter()
+            .map(|c| {
+                vec![
+                    c.name.to_string(),
+                    match c.kind {
+                        Kind::Text => "text",
+                        Kind::Integer => "bigint",
+                    }
+                    .to_string(),
+                    if c.nullable { "YES" } else { "NO" }.to_string(),
+                    if c.bytewise { "C" } else { "" }.to_string(),
+                ]
+            })
+            .collect();
+        assert_eq!(columns, expected, "{}", table.name);
+        let key: Vec<String> = rows(&format!(
+            "SELECT a.attname FROM pg_index i \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+             WHERE i.indrelid = '{}'::regclass AND i.indisprimary \
+             ORDER BY array_position(i.indkey::int2[], a.attnum)",
+            table.name
+        ))
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
+        assert_eq!(key, table.key, "{}", table.name);
+    }
+    let mut indexes: Vec<(String, String, String)> = rows(
+        "SELECT indexname, tablename, indexdef FROM pg_indexes \
+         WHERE schemaname = current_schema() AND tablename <> 'm3_schema' \
+         AND indexname NOT LIKE '%_pkey' ORDER BY indexname",
+    )
+    .into_iter()
+    .map(|r| {
+        let columns = r[2]
+            .rsplit_once('(')
+            .map(|(_, c)| c.trim_end_matches(')').to_string())
+            .unwrap_or_default();
+        (r[0].clone(), r[1].clone(), columns)
+    })
+    .collect();
+    indexes.sort();
+    let mut described: Vec<(String, String, String)> = INDEXES
+        .iter()
+        .map(|i| {
+            (
+                i.name.to_string(),
+                i.table.to_string(),
+                i.columns.join(", "),
+            )
+        })
+        .collect();
+    described.sort();
+    assert_eq!(indexes, described);
+}
+
 /// A PostgreSQL database's schema is versioned like a SQLite file's: a newer version is refused
 /// and left as it is, a database holding another application's tables is refused and nothing is
 /// created in it, and an m3 database at this build's version opens without change.

@@ -44,96 +44,24 @@ const WRITE_BYTES: usize = 16 << 20;
 /// Rows read back from the target per statement.
 const READ_ROWS: i64 = 256;
 
-/// What a column holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// `TEXT`.
-    Text,
-    /// `INTEGER` on SQLite, `BIGINT` on PostgreSQL.
-    Integer,
-}
-
-/// One table as both backends hold it (SQLite at schema version 6, PostgreSQL at version 1).
-#[derive(Debug)]
-struct Table {
-    name: &'static str,
-    /// Every column, in the order the tables declare them.
-    columns: &'static [(&'static str, Kind)],
-    /// The primary key's columns, in order (the first is text, the second, if any, an integer).
-    key: &'static [&'static str],
-}
-
+use crate::store::schema::{Kind, TABLES, Table};
 use Kind::{Integer, Text};
 
-/// The tables copied, in the order they are copied and hashed.
-const TABLES: &[Table] = &[
-    Table {
-        name: "managed_input_rounds",
-        columns: &[
-            ("round_id", Text),
-            ("execution_id", Text),
-            ("status", Text),
-            ("owner_id", Text),
-            ("deadline_ns", Integer),
-            ("created_at_ns", Integer),
-            ("document", Text),
-        ],
-        key: &["round_id"],
-    },
-    Table {
-        name: "managed_input_round_versions",
-        columns: &[
-            ("round_id", Text),
-            ("execution_id", Text),
-            ("version", Integer),
-            ("lease_expires_at_ns", Integer),
-            ("updated_at_ns", Integer),
-        ],
-        key: &["round_id"],
-    },
-    Table {
-        name: "executions",
-        columns: &[
-            ("execution_id", Text),
-            ("status", Text),
-            ("owner_id", Text),
-            ("created_at_ns", Integer),
-            ("document", Text),
-        ],
-        key: &["execution_id"],
-    },
-    Table {
-        name: "execution_versions",
-        columns: &[
-            ("execution_id", Text),
-            ("version", Integer),
-            ("lease_expires_at_ns", Integer),
-            ("updated_at_ns", Integer),
-        ],
-        key: &["execution_id"],
-    },
-    Table {
-        name: "execution_items",
-        columns: &[
-            ("execution_id", Text),
-            ("seq", Integer),
-            ("kind", Text),
-            ("document", Text),
-        ],
-        key: &["execution_id", "seq"],
-    },
-    Table {
-        name: "execution_wakeups",
-        columns: &[("execution_id", Text), ("seq", Integer)],
-        key: &["execution_id"],
-    },
-];
+/// How `m3 migrate` reads and writes a table of the description.
+trait Copied {
+    fn column_list(&self) -> String;
+    fn key_list(&self) -> String;
+    fn select_all(&self) -> String;
+    fn select_after(&self) -> String;
+    fn select_first(&self) -> String;
+    fn insert(&self) -> String;
+}
 
-impl Table {
+impl Copied for Table {
     fn column_list(&self) -> String {
         self.columns
             .iter()
-            .map(|(name, _)| *name)
+            .map(|c| c.name)
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -182,7 +110,7 @@ impl Table {
             .columns
             .iter()
             .enumerate()
-            .map(|(i, (_, kind))| match kind {
+            .map(|(i, column)| match column.kind {
                 Text => format!("${}::TEXT[]", i + 1),
                 Integer => format!("${}::BIGINT[]", i + 1),
             })
@@ -724,7 +652,7 @@ fn postgres_columns(conn: &Connection, table: &str) -> Result<Vec<String>, Migra
 
 /// Refuses a table whose columns are not the ones this build copies: every column, no other.
 fn check_columns(table: &Table, found: &[String], side: Side) -> Result<(), MigrateError> {
-    let expected: Vec<&str> = table.columns.iter().map(|(name, _)| *name).collect();
+    let expected: Vec<&str> = table.columns.iter().map(|c| c.name).collect();
     if found
         .iter()
         .map(String::as_str)
@@ -842,7 +770,7 @@ fn postgres_count(conn: &Connection, table: &Table) -> Result<u64, MigrateError>
 /// A SQLite row's cells, each of the column's kind (the tables are `STRICT`).
 fn sqlite_cells(table: &Table, row: &rusqlite::Row<'_>) -> Result<Vec<Cell>, MigrateError> {
     let mut cells = Vec::with_capacity(table.columns.len());
-    for (i, (column, kind)) in table.columns.iter().enumerate() {
+    for (i, (column, kind)) in table.columns.iter().map(|c| (c.name, c.kind)).enumerate() {
         let value = row.get_ref(i).map_err(source_read)?;
         cells.push(match (value, kind) {
             (ValueRef::Null, _) => Cell::Null,
@@ -870,7 +798,7 @@ fn sqlite_cells(table: &Table, row: &rusqlite::Row<'_>) -> Result<Vec<Cell>, Mig
 /// A PostgreSQL row's cells.
 fn postgres_cells(table: &Table, row: &tokio_postgres::Row) -> Result<Vec<Cell>, MigrateError> {
     let mut cells = Vec::with_capacity(table.columns.len());
-    for (i, (_, kind)) in table.columns.iter().enumerate() {
+    for (i, kind) in table.columns.iter().map(|c| c.kind).enumerate() {
         let cell = match kind {
             Text => row
                 .try_get::<_, Option<String>>(i)
@@ -921,7 +849,7 @@ fn copy_table(
 /// Inserts rows in one statement, one array per column, NULLs kept.
 fn write_chunk(target: &Connection, table: &Table, rows: &[Vec<Cell>]) -> Result<(), MigrateError> {
     let mut arrays: Vec<Param> = Vec::with_capacity(table.columns.len());
-    for (i, (_, kind)) in table.columns.iter().enumerate() {
+    for (i, kind) in table.columns.iter().map(|c| c.kind).enumerate() {
         match kind {
             Text => {
                 let column: Vec<Option<String>> = rows
@@ -1099,7 +1027,7 @@ mod tests {
             check_columns(table, &found, Side::Source).unwrap();
             // Reading back after a row's key takes the key from its first cells.
             for (i, key) in table.key.iter().enumerate() {
-                assert_eq!(table.columns[i].0, *key, "{}", table.name);
+                assert_eq!(table.columns[i].name, *key, "{}", table.name);
             }
         }
         let mut short = sqlite_columns(&conn, "executions").unwrap();

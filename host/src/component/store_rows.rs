@@ -1,6 +1,7 @@
 //! The `store` import's WIT records as the store's own rows and back (`store/rows.rs`): times
-//! as nanoseconds since the Unix epoch, statuses as the text stored. The one place a status is
-//! spelled for the database.
+//! as nanoseconds since the Unix epoch, statuses as the text stored (the schema's vocabulary,
+//! `store/schema.rs`, held to this map by a test). The one place a status is spelled for the
+//! database at run time.
 
 use crate::component::bindings::m3::managed_input::store as wit;
 use crate::component::bindings::m3::managed_input::types::{
@@ -172,5 +173,48 @@ pub fn round_filter(f: &wit::RoundFilter) -> rows::RoundFilter {
         status: f.status.map(|s| status_text(s).to_string()),
         limit: f.limit,
         after: f.after.as_ref().map(cursor),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::schema::{EXECUTION_STATUSES, ROUND_STATUSES};
+
+    /// The statuses spelled here are the schema's vocabulary, each once, and read back as the
+    /// same status; anything else is a failure, never a status.
+    #[test]
+    fn statuses_are_the_schema_s_vocabulary_both_ways() {
+        let rounds = [
+            Status::Pending,
+            Status::ResponseValidated,
+            Status::DeliveryStarted,
+            Status::Delivered,
+            Status::Resolved,
+            Status::Failed,
+        ];
+        let texts: Vec<&str> = rounds.iter().map(|s| status_text(*s)).collect();
+        assert_eq!(texts, ROUND_STATUSES);
+        for status in rounds {
+            assert!(matches!(status_from_text(status_text(status)), Ok(s) if s == status));
+        }
+        assert!(status_from_text("Pending").is_err());
+        let executions = [
+            ExecutionStatus::Queued,
+            ExecutionStatus::Running,
+            ExecutionStatus::Finished,
+        ];
+        let texts: Vec<&str> = executions
+            .iter()
+            .map(|s| execution_status_text(*s))
+            .collect();
+        assert_eq!(texts, EXECUTION_STATUSES);
+        for status in executions {
+            assert!(matches!(
+                execution_status_from_text(execution_status_text(status)),
+                Ok(s) if s == status
+            ));
+        }
+        assert!(execution_status_from_text("done").is_err());
     }
 }

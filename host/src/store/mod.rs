@@ -9,7 +9,9 @@
 //!
 //! `mod.rs` (`Backend`, a store object's database, SQLite or PostgreSQL, and `Transaction`, the
 //! `store` import's resource on either: dispatch; the ids of rounds and executions read without
-//! decoding rows), `rows.rs` (the rows as the store keeps them: ids, documents and statuses as
+//! decoding rows), `schema.rs` (the one description of the schema: tables, columns, keys,
+//! indexes and the status vocabulary; `m3 migrate` copies by it, and the backends' migrations
+//! are held to it by tests), `rows.rs` (the rows as the store keeps them: ids, documents and statuses as
 //! text, times as nanoseconds; a compare-and-set's wide row checked), `error.rs` (`StoreError`
 //! and `OpenFailure`, described without the values they carried), `waiters.rs` (this process's
 //! waiters by execution, woken by a commit here or by the change watcher), `idle.rs` (connections
@@ -25,6 +27,7 @@ pub mod id_prefix;
 pub mod idle;
 pub mod postgres;
 pub mod rows;
+pub mod schema;
 pub mod sqlite;
 pub mod waiters;
 
