@@ -89,19 +89,19 @@ pub fn mode(mode: wit::TransactionMode) -> rows::Mode {
     }
 }
 
-/// A round's row as the store keeps it.
-pub fn round_row(r: &wit::RoundRow) -> rows::RoundRow {
+/// A round's row as the store keeps it (its text moved, not copied).
+pub fn round_row(r: wit::RoundRow) -> rows::RoundRow {
     rows::RoundRow {
-        round_id: r.round_id.clone(),
-        execution_id: r.execution_id.clone(),
         status: status_text(r.status).to_string(),
-        version: r.version,
-        owner_id: r.owner_id.clone(),
         lease_expires_at_ns: r.lease_expires_at.as_ref().map(to_ns),
         deadline_ns: r.deadline.as_ref().map(to_ns),
         created_at_ns: to_ns(&r.created_at),
         updated_at_ns: to_ns(&r.updated_at),
-        document: r.document.clone(),
+        round_id: r.round_id,
+        execution_id: r.execution_id,
+        version: r.version,
+        owner_id: r.owner_id,
+        document: r.document,
     }
 }
 
@@ -121,17 +121,17 @@ pub fn round_row_back(r: rows::RoundRow) -> Result<wit::RoundRow, wit::StoreErro
     })
 }
 
-/// An execution's row as the store keeps it.
-pub fn execution_row(r: &wit::ExecutionRow) -> rows::ExecutionRow {
+/// An execution's row as the store keeps it (its text moved, not copied).
+pub fn execution_row(r: wit::ExecutionRow) -> rows::ExecutionRow {
     rows::ExecutionRow {
-        execution_id: r.execution_id.clone(),
         status: execution_status_text(r.status).to_string(),
-        version: r.version,
-        owner_id: r.owner_id.clone(),
         lease_expires_at_ns: r.lease_expires_at.as_ref().map(to_ns),
         created_at_ns: to_ns(&r.created_at),
         updated_at_ns: to_ns(&r.updated_at),
-        document: r.document.clone(),
+        execution_id: r.execution_id,
+        version: r.version,
+        owner_id: r.owner_id,
+        document: r.document,
     }
 }
 
