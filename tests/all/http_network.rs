@@ -6,7 +6,7 @@
 use anyhow::{Context, Result, ensure};
 use m3::*;
 use m3_tests::TempDb;
-use m3_tests::http_probe::{Answer, HttpProbe, Then};
+use m3_tests::http_probe::{Answer, HttpProbe, Then, release, release_key};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -284,6 +284,15 @@ enum Attack {
     SilentDelivery,
     /// The answer's POST read, then the connection reset.
     ResetDelivery,
+    /// The answer's POST read, then the call's event stream (no event ids: not resumable)
+    /// ended, and the answer accepted (`202`) only `after_ms` later: a server that took the
+    /// answer and died, whose connections the host hears end in the worse order.
+    AcceptAfterStreamEnds {
+        /// The call's stream is held until this key is released.
+        key: u64,
+        /// How long after the stream's end the answer is accepted.
+        after_ms: u64,
+    },
 }
 
 /// A byte repeated to `bytes`.
@@ -362,18 +371,22 @@ fn hostile(attack: Attack) -> impl Fn(&m3_tests::http_probe::Received) -> Answer
                 let ask = json!({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create",
                     "params": {"message": "Which one?", "requestedSchema": {"type": "object",
                         "properties": {"choice": {"type": "string"}}, "required": ["choice"]}}});
-                answer(
-                    200,
-                    "text/event-stream",
-                    format!("data: {ask}\n\n"),
-                    Then::Hold,
-                )
+                let then = match attack {
+                    Attack::AcceptAfterStreamEnds { key, .. } => Then::HoldUntilReleased(key),
+                    _ => Then::Hold,
+                };
+                answer(200, "text/event-stream", format!("data: {ask}\n\n"), then)
             }
             Some(_) => answer(202, "", String::new(), Then::Close),
             // A response: the answer.
             None => match attack {
                 Attack::SilentDelivery => answer(200, "", String::new(), Then::Silent),
                 Attack::ResetDelivery => answer(200, "", String::new(), Then::Reset),
+                Attack::AcceptAfterStreamEnds { key, after_ms } => {
+                    release(key);
+                    std::thread::sleep(Duration::from_millis(after_ms));
+                    answer(202, "", String::new(), Then::Close)
+                }
                 _ => answer(202, "", String::new(), Then::Close),
             },
         }
@@ -546,6 +559,88 @@ fn an_answer_post_the_server_never_answers_fails_its_round_after_the_delivery_ti
         .filter(|r| contains(&r.body, "the blue one"))
         .count();
     assert_eq!(answers, 1);
+    Ok(())
+}
+
+/// The server ends the event stream that asked for the answer (no event id: it cannot be
+/// resumed), and only then accepts the answer's POST: the answer counts as delivered (decision
+/// 3: the server accepted it), whichever connection's end the worker hears first. The round
+/// records its delivery once and then fails `server_error` (the server is gone), a repeat of the
+/// answer is told it was delivered before the round failed, and the answer was sent once.
+#[test]
+fn an_answer_accepted_after_the_server_ended_its_stream_is_recorded_delivered() -> Result<()> {
+    let probe = HttpProbe::start(hostile(Attack::AcceptAfterStreamEnds {
+        key: release_key(),
+        after_ms: 300,
+    }))?;
+    let db = TempDb::new();
+    let (_store, kit) = kit(&db)?;
+    let handle = submit(
+        &kit,
+        HttpServer::new("remote", probe.url("/mcp")).era(McpEra::Legacy),
+    )?;
+    let round_id = answer_pending(&handle)?;
+    let result = handle.result(Some(WAIT))?;
+    let failure = result.outcome.failure.clone().context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::ServerError, "{failure:?}");
+    let round = db.store().get_round(&round_id)?.context("the round")?;
+    assert_eq!(round.status, ManagedInputStatus::Failed);
+    assert_eq!(
+        round.failure.as_ref().map(|f| f.code),
+        Some(FailureCode::ServerError)
+    );
+    assert!(
+        round.timestamps.delivered_at.is_some(),
+        "the server accepted the answer: the round records its delivery"
+    );
+    assert_eq!(round.delivery_attempts, 1);
+    let repeat = handle.respond_elicitation(
+        &round_id,
+        BTreeMap::from([(
+            "elicitation".to_string(),
+            ElicitationResponse::accept(json!({"choice": "the blue one"})),
+        )]),
+        "answer-1",
+    );
+    match repeat {
+        Err(ExecutionError::ManagedInput(ManagedInputError::State(e))) => {
+            assert_eq!(e.code(), ErrorCode::DeliveredThenFailed, "{e}");
+        }
+        other => panic!("the repeat after the server died: {other:?}"),
+    }
+    let answers = probe
+        .received()
+        .iter()
+        .filter(|r| contains(&r.body, "the blue one"))
+        .count();
+    assert_eq!(answers, 1);
+    Ok(())
+}
+
+/// The control: the same server accepting the answer only after the delivery timeout has passed
+/// is not waited for past it; the round fails `server_error` and is never `delivered`.
+#[test]
+fn an_answer_accepted_past_the_delivery_timeout_after_the_stream_ended_is_not_delivered()
+-> Result<()> {
+    let probe = HttpProbe::start(hostile(Attack::AcceptAfterStreamEnds {
+        key: release_key(),
+        after_ms: 6000,
+    }))?;
+    let db = TempDb::new();
+    let (_store, kit) = kit(&db)?;
+    let handle = submit(
+        &kit,
+        HttpServer::new("remote", probe.url("/mcp"))
+            .era(McpEra::Legacy)
+            .delivery_timeout(Duration::from_secs(2)),
+    )?;
+    let round_id = answer_pending(&handle)?;
+    let result = handle.result(Some(WAIT))?;
+    let failure = result.outcome.failure.clone().context("a failure")?;
+    assert_eq!(failure.kind, FailureKind::ServerError, "{failure:?}");
+    let round = db.store().get_round(&round_id)?.context("the round")?;
+    assert_eq!(round.status, ManagedInputStatus::Failed);
+    assert_eq!(round.timestamps.delivered_at, None);
     Ok(())
 }
 

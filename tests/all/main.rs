@@ -133,7 +133,10 @@
 //!   refused by the host (the other origin sees no connection), the refusal kept as an event and
 //!   failing the execution; the binding's header reaches the server and never the database; an
 //!   unreachable server's failure says where and why; bindings the host cannot grant (URLs,
-//!   headers, the Codex harness) refused at submission, nothing stored.
+//!   headers, the Codex harness) refused at submission, nothing stored; hostile servers (oversized
+//!   values, an answer's POST never answered or reset, and one that ends the stream asking for
+//!   the answer before it accepts the answer: recorded delivered once, then failed, and not waited
+//!   for past the delivery timeout).
 //! - `execution_edges.rs`: the edges of an execution's life: servers that stop waiting (the
 //!   TypeScript SDK 1.x's request timeout and a server that exits or completes without waiting,
 //!   `tests/peers/withdrawing_server.mjs`; a Python tool wrapping `ctx.elicit` in a timeout), an

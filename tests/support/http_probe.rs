@@ -60,6 +60,30 @@ pub enum Then {
     Silent,
     /// The connection reset (TCP RST) once the request was read, without a response.
     Reset,
+    /// As [`Then::Hold`], until [`release`] is called with this key (or the probe is dropped):
+    /// then the connection is closed, ending the body (an event stream the server ended).
+    HoldUntilReleased(u64),
+}
+
+/// The keys [`release`]d: connections held with [`Then::HoldUntilReleased`] of one end.
+static RELEASED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Ends the connections held with [`Then::HoldUntilReleased`]`(key)`.
+pub fn release(key: u64) {
+    RELEASED.lock().unwrap_or_else(|e| e.into_inner()).push(key);
+}
+
+/// A key for [`Then::HoldUntilReleased`] no other probe of this process uses.
+pub fn release_key() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::SeqCst)
+}
+
+fn released(key: u64) -> bool {
+    RELEASED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&key)
 }
 
 /// The longest a held connection is kept (a test that forgets its probe leaks no thread).
@@ -197,6 +221,11 @@ fn serve(stream: TcpStream, kept: &Mutex<Vec<Received>>, handler: &Handler, stop
     if answer.then != Then::Close {
         let since = std::time::Instant::now();
         while !stop.load(Ordering::SeqCst) && since.elapsed() < HOLD_AT_MOST {
+            if let Then::HoldUntilReleased(key) = answer.then
+                && released(key)
+            {
+                break;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }

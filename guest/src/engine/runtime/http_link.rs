@@ -1168,8 +1168,10 @@ impl HttpLink {
                 exchange.delivery = false;
                 self.delivering = false;
                 self.release();
+                self.events.push_back(LinkEvent::Refused(what));
+            } else {
+                self.after_delivery(LinkEvent::Refused(what));
             }
-            self.events.push_back(LinkEvent::Refused(what));
             return;
         }
         let why = describe(code);
@@ -1209,8 +1211,30 @@ impl HttpLink {
             exchange.delivery = false;
             self.delivering = false;
             self.release();
+            self.events.push_back(LinkEvent::Lost(how));
+            return;
         }
-        self.events.push_back(LinkEvent::Lost(how));
+        self.after_delivery(LinkEvent::Lost(how));
+    }
+
+    /// Whether the answer's own exchange is under way: sent, its acceptance (or refusal) not yet
+    /// known. (`delivering` alone also covers an answer still queued behind a gate or a listing,
+    /// which has not reached the server.)
+    fn delivery_in_flight(&self) -> bool {
+        self.exchanges.iter().any(|e| e.delivery)
+    }
+
+    /// Says `event` (another exchange lost or refused) now or, while the answer is in flight,
+    /// after the answer's outcome: a server that accepted the answer and then died is said to
+    /// have been delivered to first, whichever of its connections the host heard end first.
+    /// The wait is the delivery's own, bounded by its timeout and the round's deadline
+    /// ([`HttpLink::give_up_delivery`] lets it through).
+    fn after_delivery(&mut self, event: LinkEvent) {
+        if self.delivering && self.delivery_in_flight() {
+            self.held.push_back(event);
+        } else {
+            self.events.push_back(event);
+        }
     }
 
     fn delivered(&mut self) {

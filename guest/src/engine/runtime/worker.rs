@@ -1179,6 +1179,9 @@ impl Worker {
         let events = link.progress();
         let received = link.received();
         let mut inputs = Vec::new();
+        // A delivery told in the same batch as the server's loss is still recorded: the answer's
+        // wait ends after the whole batch, not at the loss.
+        let mut gone = false;
         for event in events {
             match event {
                 LinkEvent::Message(text) => {
@@ -1196,11 +1199,11 @@ impl Worker {
                     }
                 }
                 LinkEvent::Lost(how) => {
-                    self.delivering = None;
+                    gone = true;
                     inputs.extend(self.server_lost(how));
                 }
                 LinkEvent::Refused(what) => {
-                    self.delivering = None;
+                    gone = true;
                     execution::record_events(&self.held, vec![("network".into(), what.clone())])
                         .map_err(|e| {
                             Stop(failed(
@@ -1218,6 +1221,9 @@ impl Worker {
                     }
                 }
             }
+        }
+        if gone {
+            self.delivering = None;
         }
         if received > MAX_OUTPUT_BYTES {
             inputs.extend(
