@@ -517,32 +517,77 @@ fn answer_pending(handle: &ExecutionHandle) -> Result<String> {
     Ok(round.round_id)
 }
 
+/// One execution against the hostile server `attack` (its deliveries timed out after
+/// `delivery_timeout` when given), its round answered and its end awaited: an execution failed
+/// `server_error`, and what the checks read.
+struct Answered {
+    probe: HttpProbe,
+    db: TempDb,
+    _store: Arc<SqliteExecutionStore>,
+    _kit: McpTestKit,
+    handle: ExecutionHandle,
+    round_id: String,
+    failure: ExecutionFailure,
+}
+
+impl Answered {
+    fn against(attack: Attack, delivery_timeout: Option<Duration>) -> Result<Self> {
+        let probe = HttpProbe::start(hostile(attack))?;
+        let db = TempDb::new();
+        let (store, kit) = kit(&db)?;
+        let mut server = HttpServer::new("remote", probe.url("/mcp")).era(McpEra::Legacy);
+        if let Some(timeout) = delivery_timeout {
+            server = server.delivery_timeout(timeout);
+        }
+        let handle = submit(&kit, server)?;
+        let round_id = answer_pending(&handle)?;
+        let result = handle.result(Some(WAIT))?;
+        let failure = result.outcome.failure.clone().context("a failure")?;
+        assert_eq!(failure.kind, FailureKind::ServerError, "{failure:?}");
+        Ok(Self {
+            probe,
+            db,
+            _store: store,
+            _kit: kit,
+            handle,
+            round_id,
+            failure,
+        })
+    }
+
+    /// The answered round as stored.
+    fn round(&self) -> Result<ManagedInputRecord> {
+        self.db
+            .store()
+            .get_round(&self.round_id)?
+            .context("the round")
+    }
+
+    /// How many requests carried the answer.
+    fn answers_sent(&self) -> usize {
+        self.probe
+            .received()
+            .iter()
+            .filter(|r| contains(&r.body, "the blue one"))
+            .count()
+    }
+}
+
 /// The server reads the answer's POST and never responds: the round fails once the delivery
 /// timeout passes (`server_error`, saying so), long before the stream's silence limit; it is
 /// never `delivered`, and the answer is not sent again.
 #[test]
 fn an_answer_post_the_server_never_answers_fails_its_round_after_the_delivery_timeout() -> Result<()>
 {
-    let probe = HttpProbe::start(hostile(Attack::SilentDelivery))?;
-    let db = TempDb::new();
-    let (_store, kit) = kit(&db)?;
-    let handle = submit(
-        &kit,
-        HttpServer::new("remote", probe.url("/mcp"))
-            .era(McpEra::Legacy)
-            .delivery_timeout(Duration::from_secs(2)),
-    )?;
-    let round_id = answer_pending(&handle)?;
-    let result = handle.result(Some(WAIT))?;
-    let failure = result.outcome.failure.clone().context("a failure")?;
-    assert_eq!(failure.kind, FailureKind::ServerError, "{failure:?}");
+    let run = Answered::against(Attack::SilentDelivery, Some(Duration::from_secs(2)))?;
     assert!(
-        failure
+        run.failure
             .message
             .contains("did not answer the delivery of the answer within 2 s"),
-        "{failure:?}"
+        "{:?}",
+        run.failure
     );
-    let round = db.store().get_round(&round_id)?.context("the round")?;
+    let round = run.round()?;
     assert_eq!(round.status, ManagedInputStatus::Failed);
     let round_failure = round.failure.context("a failed round says why")?;
     assert_eq!(round_failure.code, FailureCode::ServerError);
@@ -553,12 +598,7 @@ fn an_answer_post_the_server_never_answers_fails_its_round_after_the_delivery_ti
     assert_eq!(round.timestamps.delivered_at, None);
     assert!(!round_failure.message.contains("the blue one"));
     // One POST carried the answer: it was never sent again.
-    let answers = probe
-        .received()
-        .iter()
-        .filter(|r| contains(&r.body, "the blue one"))
-        .count();
-    assert_eq!(answers, 1);
+    assert_eq!(run.answers_sent(), 1);
     Ok(())
 }
 
@@ -569,21 +609,12 @@ fn an_answer_post_the_server_never_answers_fails_its_round_after_the_delivery_ti
 /// answer is told it was delivered before the round failed, and the answer was sent once.
 #[test]
 fn an_answer_accepted_after_the_server_ended_its_stream_is_recorded_delivered() -> Result<()> {
-    let probe = HttpProbe::start(hostile(Attack::AcceptAfterStreamEnds {
+    let attack = Attack::AcceptAfterStreamEnds {
         key: release_key(),
         after_ms: 300,
-    }))?;
-    let db = TempDb::new();
-    let (_store, kit) = kit(&db)?;
-    let handle = submit(
-        &kit,
-        HttpServer::new("remote", probe.url("/mcp")).era(McpEra::Legacy),
-    )?;
-    let round_id = answer_pending(&handle)?;
-    let result = handle.result(Some(WAIT))?;
-    let failure = result.outcome.failure.clone().context("a failure")?;
-    assert_eq!(failure.kind, FailureKind::ServerError, "{failure:?}");
-    let round = db.store().get_round(&round_id)?.context("the round")?;
+    };
+    let run = Answered::against(attack, None)?;
+    let round = run.round()?;
     assert_eq!(round.status, ManagedInputStatus::Failed);
     assert_eq!(
         round.failure.as_ref().map(|f| f.code),
@@ -594,8 +625,8 @@ fn an_answer_accepted_after_the_server_ended_its_stream_is_recorded_delivered() 
         "the server accepted the answer: the round records its delivery"
     );
     assert_eq!(round.delivery_attempts, 1);
-    let repeat = handle.respond_elicitation(
-        &round_id,
+    let repeat = run.handle.respond_elicitation(
+        &run.round_id,
         BTreeMap::from([(
             "elicitation".to_string(),
             ElicitationResponse::accept(json!({"choice": "the blue one"})),
@@ -608,12 +639,7 @@ fn an_answer_accepted_after_the_server_ended_its_stream_is_recorded_delivered() 
         }
         other => panic!("the repeat after the server died: {other:?}"),
     }
-    let answers = probe
-        .received()
-        .iter()
-        .filter(|r| contains(&r.body, "the blue one"))
-        .count();
-    assert_eq!(answers, 1);
+    assert_eq!(run.answers_sent(), 1);
     Ok(())
 }
 
@@ -622,23 +648,12 @@ fn an_answer_accepted_after_the_server_ended_its_stream_is_recorded_delivered() 
 #[test]
 fn an_answer_accepted_past_the_delivery_timeout_after_the_stream_ended_is_not_delivered()
 -> Result<()> {
-    let probe = HttpProbe::start(hostile(Attack::AcceptAfterStreamEnds {
+    let attack = Attack::AcceptAfterStreamEnds {
         key: release_key(),
         after_ms: 6000,
-    }))?;
-    let db = TempDb::new();
-    let (_store, kit) = kit(&db)?;
-    let handle = submit(
-        &kit,
-        HttpServer::new("remote", probe.url("/mcp"))
-            .era(McpEra::Legacy)
-            .delivery_timeout(Duration::from_secs(2)),
-    )?;
-    let round_id = answer_pending(&handle)?;
-    let result = handle.result(Some(WAIT))?;
-    let failure = result.outcome.failure.clone().context("a failure")?;
-    assert_eq!(failure.kind, FailureKind::ServerError, "{failure:?}");
-    let round = db.store().get_round(&round_id)?.context("the round")?;
+    };
+    let run = Answered::against(attack, Some(Duration::from_secs(2)))?;
+    let round = run.round()?;
     assert_eq!(round.status, ManagedInputStatus::Failed);
     assert_eq!(round.timestamps.delivered_at, None);
     Ok(())
@@ -702,28 +717,18 @@ fn an_answer_post_never_answered_fails_its_round_at_its_deadline_when_that_comes
 /// not be reached.
 #[test]
 fn a_connection_reset_after_the_answer_was_sent_is_reported_as_a_reset() -> Result<()> {
-    let probe = HttpProbe::start(hostile(Attack::ResetDelivery))?;
-    let db = TempDb::new();
-    let (_store, kit) = kit(&db)?;
-    let handle = submit(
-        &kit,
-        HttpServer::new("remote", probe.url("/mcp")).era(McpEra::Legacy),
-    )?;
-    let round_id = answer_pending(&handle)?;
-    let result = handle.result(Some(WAIT))?;
-    let failure = result.outcome.failure.clone().context("a failure")?;
-    assert_eq!(failure.kind, FailureKind::ServerError, "{failure:?}");
+    let run = Answered::against(Attack::ResetDelivery, None)?;
     assert!(
-        failure
+        run.failure
             .message
             .contains("broke the connection after the answer was sent")
-            && failure.message.contains("the connection was reset")
-            && !failure.message.contains("could not be reached"),
-        "{failure:?}"
+            && run.failure.message.contains("the connection was reset")
+            && !run.failure.message.contains("could not be reached"),
+        "{:?}",
+        run.failure
     );
-    let round = db.store().get_round(&round_id)?.context("the round")?;
     assert_eq!(
-        round.failure.map(|f| f.code),
+        run.round()?.failure.map(|f| f.code),
         Some(FailureCode::ServerError)
     );
     Ok(())
