@@ -24,13 +24,13 @@
 use chrono::Utc;
 use m3::testing::internals::backend::StoreError;
 use m3::testing::internals::backend::rows::{Mode as TransactionMode, RoundRow};
+use m3::testing::internals::backend::{Backend, Transaction};
 use m3::testing::internals::component_cache::{self, CacheOutcome};
 use m3::testing::internals::engine::{
     ComponentRuntime, GUEST_WASM, GUEST_WASM_SHA256, engine_config,
 };
 use m3::testing::internals::guest_imports::HostState;
 use m3::testing::internals::sqlite::database::Database;
-use m3::testing::internals::sqlite::transaction::Transaction;
 use m3::{
     ElicitationRequest, GuestLimits, ManagedInputStatus, ManagedInputStore, NewRound,
     OperationKind, OwnerClaim, PendingElicitationRound, Policy, SqliteManagedInputStore,
@@ -310,7 +310,7 @@ impl RawDb {
 /// step, exactly as the component drives it. Store minus replay is the component's share;
 /// replay minus raw is the share of the store's table shape (indexes, row size, the read).
 struct Replay {
-    db: Database,
+    db: Backend,
     /// The row after each step of one captured lifecycle.
     rows: Vec<RoundRow>,
     next: u64,
@@ -322,7 +322,7 @@ impl Replay {
             return Err(format!("captured {} rows, expected 5", rows.len()).into());
         }
         Ok(Self {
-            db: Database::open(path, BUSY_TIMEOUT, synchronous)?,
+            db: Backend::Sqlite(Database::open(path, BUSY_TIMEOUT, synchronous)?),
             rows,
             next: 0,
         })
@@ -349,26 +349,31 @@ impl Replay {
             .collect();
         let fail = |what: &str, e: StoreError| format!("replay {what}: {e:?}");
         let started = Instant::now();
-        for (id, rows) in ids.iter().zip(&rows) {
+        for (id, rows) in ids.iter().zip(rows) {
+            let mut steps = rows.into_iter();
+            let first = steps.next().ok_or("replay: no rows")?;
+            let mut previous = first.version;
             let mut tx = Transaction::begin(&self.db, TransactionMode::Write)
                 .map_err(|e| fail("begin", e))?;
-            if !tx.insert(&rows[0]).map_err(|e| fail("insert", e))? {
+            if !tx.insert(first).map_err(|e| fail("insert", e))? {
                 return Err(format!("replay: {id} exists").into());
             }
             tx.commit().map_err(|e| fail("commit", e))?;
             drop(tx);
-            for pair in rows.windows(2) {
+            for next in steps {
                 let mut tx = Transaction::begin(&self.db, TransactionMode::Write)
                     .map_err(|e| fail("begin", e))?;
                 let current = tx.get(id).map_err(|e| fail("get", e))?;
                 let expected = current.map(|r| r.version).ok_or("replay: row vanished")?;
-                if expected != pair[0].version
+                let version = next.version;
+                if expected != previous
                     || !tx
-                        .compare_and_set(&pair[1], expected)
+                        .compare_and_set(next, expected)
                         .map_err(|e| fail("compare_and_set", e))?
                 {
                     return Err(format!("replay: compare-and-set on {id} failed").into());
                 }
+                previous = version;
                 tx.commit().map_err(|e| fail("commit", e))?;
             }
         }
@@ -428,7 +433,7 @@ impl Lifecycles {
         path: &Path,
         synchronous: Synchronous,
     ) -> BenchResult<Vec<RoundRow>> {
-        let reader = Database::open(path, BUSY_TIMEOUT, synchronous)?;
+        let reader = Backend::Sqlite(Database::open(path, BUSY_TIMEOUT, synchronous)?);
         let read = |id: &str| -> BenchResult<RoundRow> {
             let tx = Transaction::begin(&reader, TransactionMode::Read)
                 .map_err(|e| format!("capture begin: {e:?}"))?;

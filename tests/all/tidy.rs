@@ -1567,3 +1567,107 @@ fn the_readme_s_cargo_run_commands_each_run_one_binary() -> Result<()> {
     );
     Ok(())
 }
+
+/// Where statement text may be written in the host outside `store/statements/`, each with why:
+/// what is not a statement on the store's rows, or is one database's own.
+const SQL_ELSEWHERE: &[(&str, &str)] = &[
+    (
+        "store/sqlite/migrations.rs",
+        "SQLite's schema and its version",
+    ),
+    (
+        "store/postgres/migrations.rs",
+        "PostgreSQL's schema and its version",
+    ),
+    (
+        "store/sqlite/wakeups.rs",
+        "SQLite's wake-up numbers, the next one under its one writer",
+    ),
+    (
+        "store/postgres/transaction.rs",
+        "PostgreSQL's locks, wake-up sequence and notification",
+    ),
+    ("store/postgres/database.rs", "PostgreSQL's server version"),
+    ("api/server_clock.rs", "the PostgreSQL server's clock"),
+    (
+        "api/migrate.rs",
+        "`m3 migrate` copies every table by the schema's description",
+    ),
+];
+
+/// The lines of `source` (comments and test modules left out) whose text holds a statement.
+fn sql_lines(source: &str) -> Vec<usize> {
+    let text = strip(source).code_and_strings;
+    let text = match text.find("#[cfg(test)]\nmod ") {
+        Some(tests) => &text[..tests],
+        None => &text[..],
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            ["SELECT ", "INSERT INTO ", "UPDATE ", "DELETE FROM "]
+                .iter()
+                .any(|keyword| line.contains(keyword))
+        })
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+/// The statement scan sees statements in code, not in comments or test modules.
+#[test]
+fn the_statement_scan_finds_a_planted_statement() {
+    let planted = "// SELECT in a comment\n\
+                   const A: &str = \"SELECT x FROM t\";\n\
+                   fn f() {}\n\
+                   const B: &str = \"UPDATE t SET x = 1\";\n\
+                   #[cfg(test)]\nmod tests {\n    const C: &str = \"DELETE FROM t\";\n}\n";
+    assert_eq!(sql_lines(planted), vec![2, 4]);
+}
+
+/// Each statement on the store's rows is written once, in `host/src/store/statements/`, for both
+/// databases (issue 42: the SQL was written twice, once per database); statement text elsewhere
+/// is only in the files [`SQL_ELSEWHERE`] names, and each of those still holds some (the list
+/// can only shrink).
+#[test]
+fn sql_is_written_in_one_place() -> Result<()> {
+    let src = workspace_root().join("host/src");
+    let mut stray = Vec::new();
+    let mut holding = BTreeSet::new();
+    for file in rust_files(&src)? {
+        let rel = file
+            .strip_prefix(&src)?
+            .to_string_lossy()
+            .replace('\\', "/");
+        let lines = sql_lines(&std::fs::read_to_string(&file)?);
+        if lines.is_empty() || rel.starts_with("store/statements/") {
+            continue;
+        }
+        if SQL_ELSEWHERE.iter().any(|(allowed, _)| *allowed == rel) {
+            holding.insert(rel);
+            continue;
+        }
+        stray.extend(lines.iter().map(|line| format!("{rel}:{line}")));
+    }
+    ensure!(
+        stray.is_empty(),
+        "statements outside host/src/store/statements/:\n{}",
+        stray.join("\n")
+    );
+    let stale: Vec<&str> = SQL_ELSEWHERE
+        .iter()
+        .map(|(file, _)| *file)
+        .filter(|file| !holding.contains(*file))
+        .collect();
+    ensure!(
+        stale.is_empty(),
+        "listed as holding statements but holding none (take them off the list): {stale:?}"
+    );
+    let statements = rust_files(&src.join("store/statements"))?;
+    ensure!(
+        statements
+            .iter()
+            .any(|file| std::fs::read_to_string(file).is_ok_and(|s| !sql_lines(&s).is_empty())),
+        "no statement found in host/src/store/statements/"
+    );
+    Ok(())
+}

@@ -14,7 +14,7 @@ use crate::component::convert;
 use crate::component::engine::ComponentRuntime;
 use crate::component::instance::{GuestLimits, InstancePool};
 use crate::store::Backend;
-use crate::store::id_prefix::{self, IdMatches, IdTable};
+use crate::store::id_prefix::{IdMatches, IdTable};
 use crate::store::sqlite::database::Synchronous;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -372,7 +372,8 @@ impl DatabaseStore {
     /// read with one indexed range query: `%` and `_` are ordinary characters, and a full id is
     /// a point lookup. For commands that take an id a person may shorten.
     pub fn round_ids_with_prefix(&self, prefix: &str, limit: u32) -> StoreResult<IdMatches> {
-        id_prefix::ids_with_prefix(self.backend(), IdTable::Rounds, prefix, limit)
+        self.backend()
+            .ids_with_prefix(IdTable::Rounds, prefix, limit)
             .map_err(store_failure)
     }
 

@@ -84,7 +84,7 @@ impl HostTransaction for StoreContext {
         let result = self
             .table
             .get(&tx)?
-            .insert(&rows::round_row(row))
+            .insert(rows::round_row(row))
             .map_err(rows::store_error);
         Ok(result)
     }
@@ -98,7 +98,7 @@ impl HostTransaction for StoreContext {
         let result = self
             .table
             .get(&tx)?
-            .compare_and_set(&rows::round_row(row), expected_version)
+            .compare_and_set(rows::round_row(row), expected_version)
             .map_err(rows::store_error);
         Ok(result)
     }
@@ -164,7 +164,7 @@ impl HostTransaction for StoreContext {
         let result = self
             .table
             .get(&tx)?
-            .insert_execution(&rows::execution_row(row))
+            .insert_execution(rows::execution_row(row))
             .map_err(rows::store_error);
         Ok(result)
     }
@@ -178,7 +178,7 @@ impl HostTransaction for StoreContext {
         let result = self
             .table
             .get(&tx)?
-            .compare_and_set_execution(&rows::execution_row(row), expected_version)
+            .compare_and_set_execution(rows::execution_row(row), expected_version)
             .map_err(rows::store_error);
         Ok(result)
     }
@@ -193,7 +193,7 @@ impl HostTransaction for StoreContext {
         let result = self
             .table
             .get(&tx)?
-            .append_execution_item(&execution_id, &kind, &document)
+            .append_execution_item(&execution_id, &kind, document)
             .map_err(rows::store_error);
         Ok(result)
     }

@@ -1,6 +1,6 @@
 //! The database behind a store object: SQLite (`sqlite/`) or PostgreSQL (`postgres/`), chosen
 //! by how the database is named. Both run the same transactions for the same component over the
-//! same rows. The store's own types only (`rows.rs`, `error.rs`): no other folder of the host is
+//! same rows, with the same statements (`statements/`), each database through its adapter. The store's own types only (`rows.rs`, `error.rs`): no other folder of the host is
 //! used here but `checks/` (`tidy::host_folders_in_circles_are_only_the_known_ones`), and no
 //! database client's type leaves it (`tidy::no_database_client_type_in_the_public_api`);
 //! `component/store_rows.rs` maps the rows to the component's WIT records.
@@ -8,8 +8,10 @@
 //! # Files
 //!
 //! `mod.rs` (`Backend`, a store object's database, SQLite or PostgreSQL, and `Transaction`, the
-//! `store` import's resource on either: dispatch; the ids of rounds and executions read without
-//! decoding rows), `schema.rs` (the one description of the schema: tables, columns, keys,
+//! `store` import's resource on either: dispatch to the statements; the ids of rounds and
+//! executions read without decoding rows), `statements/` (each statement on the rows written
+//! once for both databases, and the row logic around them, over each database's adapter: its own
+//! code map), `schema.rs` (the one description of the schema: tables, columns, keys,
 //! indexes and the status vocabulary; `m3 migrate` copies by it, and the backends' migrations
 //! are held to it by tests), `rows.rs` (the rows as the store keeps them: ids, documents and statuses as
 //! text, times as nanoseconds; a compare-and-set's wide row checked), `error.rs` (`StoreError`
@@ -17,9 +19,9 @@
 //! waiters by execution, woken by a commit here or by the change watcher), `idle.rs` (connections
 //! between operations, of either backend: lent to one at a time, closed within a second of their
 //! last use, never across a `fork`), `id_prefix.rs` (ids by prefix for people who type them
-//! short: one range query on the primary key, `id >= p AND id < successor(p)`, so `%` and `_` are
-//! literal and nothing is listed in full; a full id is a point lookup;
-//! `DatabaseStore::round_ids_with_prefix`, `Executions::execution_ids_with_prefix`, `IdMatches`),
+//! short: `IdMatches` and the bound `successor(p)`, so that `id >= p AND id < successor(p)` on the
+//! primary key, with `%` and `_` literal, lists nothing in full; a full id is a point lookup;
+//! `DatabaseStore::round_ids_with_prefix`, `Executions::execution_ids_with_prefix`),
 //! `sqlite/` and `postgres/` (each backend, with its own code map).
 
 pub mod error;
@@ -29,11 +31,13 @@ pub mod postgres;
 pub mod rows;
 pub mod schema;
 pub mod sqlite;
+pub(crate) mod statements;
 pub mod waiters;
 
 pub use error::{OpenFailure, StoreError};
 
 use rows::{Cursor, ExecutionRow, LeaseExpiry, Mode, RoundFilter, RoundRow};
+use statements::{executions, ids, rounds};
 use std::sync::Arc;
 use waiters::Waiters;
 
@@ -79,22 +83,22 @@ impl Transaction {
 
     /// The row of `round_id`.
     pub fn get(&self, round_id: &str) -> Result<Option<RoundRow>, StoreError> {
-        each!(self, tx => tx.get(round_id))
+        each!(self, tx => rounds::get(tx, round_id))
     }
 
     /// Rows matching `filter`, oldest first.
     pub fn list(&self, filter: &RoundFilter) -> Result<Vec<RoundRow>, StoreError> {
-        each!(self, tx => tx.list(filter))
+        each!(self, tx => rounds::list(tx, filter))
     }
 
     /// Inserts a round; `false` if its id exists.
-    pub fn insert(&self, row: &RoundRow) -> Result<bool, StoreError> {
-        each!(self, tx => tx.insert(row))
+    pub fn insert(&self, row: RoundRow) -> Result<bool, StoreError> {
+        each!(self, tx => rounds::insert(tx, row))
     }
 
     /// Replaces a round's row if its version is still `expected_version`.
-    pub fn compare_and_set(&self, row: &RoundRow, expected: u64) -> Result<bool, StoreError> {
-        each!(self, tx => tx.compare_and_set(row, expected))
+    pub fn compare_and_set(&self, row: RoundRow, expected: u64) -> Result<bool, StoreError> {
+        each!(self, tx => rounds::compare_and_set(tx, row, expected))
     }
 
     /// Moves an execution's (and a round's) lease expiry over their expected versions.
@@ -104,12 +108,12 @@ impl Transaction {
         round: Option<&LeaseExpiry>,
         updated_at: i64,
     ) -> Result<bool, StoreError> {
-        each!(self, tx => tx.set_lease_expiries(execution, round, updated_at))
+        each!(self, tx => rounds::set_lease_expiries(tx, execution, round, updated_at))
     }
 
     /// The execution `execution_id`.
     pub fn get_execution(&self, execution_id: &str) -> Result<Option<ExecutionRow>, StoreError> {
-        each!(self, tx => tx.get_execution(execution_id))
+        each!(self, tx => executions::get(tx, execution_id))
     }
 
     /// Executions with `status`, oldest first, after `after`.
@@ -119,21 +123,21 @@ impl Transaction {
         limit: Option<u32>,
         after: Option<&Cursor>,
     ) -> Result<Vec<ExecutionRow>, StoreError> {
-        each!(self, tx => tx.list_executions(status, limit, after))
+        each!(self, tx => executions::list(tx, status, limit, after))
     }
 
     /// Inserts an execution; `false` if its id exists.
-    pub fn insert_execution(&self, row: &ExecutionRow) -> Result<bool, StoreError> {
-        each!(self, tx => tx.insert_execution(row))
+    pub fn insert_execution(&self, row: ExecutionRow) -> Result<bool, StoreError> {
+        each!(self, tx => executions::insert(tx, row))
     }
 
     /// Replaces an execution's row if its version is still `expected`.
     pub fn compare_and_set_execution(
         &self,
-        row: &ExecutionRow,
+        row: ExecutionRow,
         expected: u64,
     ) -> Result<bool, StoreError> {
-        each!(self, tx => tx.compare_and_set_execution(row, expected))
+        each!(self, tx => executions::compare_and_set(tx, row, expected))
     }
 
     /// Appends an item to an execution; returns its number.
@@ -141,9 +145,9 @@ impl Transaction {
         &self,
         execution_id: &str,
         kind: &str,
-        document: &str,
+        document: String,
     ) -> Result<u64, StoreError> {
-        each!(self, tx => tx.append_execution_item(execution_id, kind, document))
+        each!(self, tx => executions::append_item(tx, execution_id, kind, document))
     }
 
     /// An execution's items of `kind`, oldest first.
@@ -152,7 +156,7 @@ impl Transaction {
         execution_id: &str,
         kind: &str,
     ) -> Result<Vec<String>, StoreError> {
-        each!(self, tx => tx.list_execution_items(execution_id, kind))
+        each!(self, tx => executions::list_items(tx, execution_id, kind))
     }
 
     /// Stamps an execution's wake-up row.
@@ -164,6 +168,29 @@ impl Transaction {
     pub fn commit(&mut self) -> Result<(), StoreError> {
         each!(self, tx => tx.commit())
     }
+}
+
+/// Runs `$call` with `$conn` bound to a connection of `$backend`'s database, outside any
+/// transaction (an idle one, or a new one).
+macro_rules! on_connection {
+    ($backend:expr, $conn:ident => $call:expr) => {
+        match $backend {
+            Backend::Sqlite(db) => {
+                let lent = db
+                    .connect()
+                    .map_err(crate::store::sqlite::store_error::store_error)?;
+                let $conn: &rusqlite::Connection = &lent;
+                $call
+            }
+            Backend::Postgres(db) => {
+                let lent = db
+                    .connect()
+                    .map_err(crate::store::postgres::store_error::store_error)?;
+                let $conn: &crate::store::postgres::connection::Connection = &lent;
+                $call
+            }
+        }
+    };
 }
 
 impl Backend {
@@ -214,67 +241,22 @@ impl Backend {
         status: Option<&str>,
         limit: Option<u32>,
     ) -> Result<Vec<String>, StoreError> {
-        match self {
-            Self::Sqlite(db) => {
-                let failure = |e: rusqlite::Error| StoreError::Failure(e.to_string());
-                let conn = db.connect().map_err(failure)?;
-                let mut statement = conn
-                    .prepare(
-                        "SELECT round_id FROM managed_input_rounds WHERE \
-                         (?1 IS NULL OR execution_id = ?1) AND (?2 IS NULL OR status = ?2) \
-                         ORDER BY created_at_ns, round_id LIMIT ?3",
-                    )
-                    .map_err(failure)?;
-                statement
-                    .query_map(
-                        rusqlite::params![execution_id, status, limit.map_or(-1, i64::from)],
-                        |r| r.get::<_, String>(0),
-                    )
-                    .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                    .map_err(failure)
-            }
-            Self::Postgres(db) => {
-                use crate::store::postgres::connection::params;
-                use crate::store::postgres::store_error::store_error;
-                let conn = db.connect().map_err(store_error)?;
-                let rows = conn
-                    .query(
-                        "SELECT round_id FROM managed_input_rounds WHERE \
-                         ($1::TEXT IS NULL OR execution_id = $1) AND \
-                         ($2::TEXT IS NULL OR status = $2) \
-                         ORDER BY created_at_ns, round_id LIMIT $3",
-                        params![
-                            execution_id.map(str::to_string),
-                            status.map(str::to_string),
-                            limit.map(i64::from)
-                        ],
-                    )
-                    .map_err(store_error)?;
-                Ok(rows.iter().map(|r| r.get(0)).collect())
-            }
-        }
+        on_connection!(self, conn => ids::round_ids(conn, execution_id, status, limit))
+    }
+
+    /// The ids of `table` that start with `prefix` (the first `limit` of them, and how many in
+    /// all), read with one range query on the primary key; a full id is a point lookup.
+    pub(crate) fn ids_with_prefix(
+        &self,
+        table: id_prefix::IdTable,
+        prefix: &str,
+        limit: u32,
+    ) -> Result<id_prefix::IdMatches, StoreError> {
+        on_connection!(self, conn => ids::ids_with_prefix(conn, table, prefix, limit))
     }
 
     /// The ids of every execution, oldest first, read without decoding the rows.
     pub fn execution_ids(&self) -> Result<Vec<String>, StoreError> {
-        const SQL: &str =
-            "SELECT execution_id FROM executions ORDER BY created_at_ns, execution_id";
-        match self {
-            Self::Sqlite(db) => {
-                let failure = |e: rusqlite::Error| StoreError::Failure(e.to_string());
-                let conn = db.connect().map_err(failure)?;
-                let mut statement = conn.prepare(SQL).map_err(failure)?;
-                statement
-                    .query_map([], |r| r.get::<_, String>(0))
-                    .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                    .map_err(failure)
-            }
-            Self::Postgres(db) => {
-                use crate::store::postgres::store_error::store_error;
-                let conn = db.connect().map_err(store_error)?;
-                let rows = conn.query(SQL, vec![]).map_err(store_error)?;
-                Ok(rows.iter().map(|r| r.get(0)).collect())
-            }
-        }
+        on_connection!(self, conn => ids::execution_ids(conn))
     }
 }

@@ -137,13 +137,10 @@ impl Executions {
         prefix: &str,
         limit: u32,
     ) -> StoreResult<crate::store::id_prefix::IdMatches> {
-        crate::store::id_prefix::ids_with_prefix(
-            self.store.database(),
-            crate::store::id_prefix::IdTable::Executions,
-            prefix,
-            limit,
-        )
-        .map_err(crate::api::managed_input::store_failure)
+        self.store
+            .database()
+            .ids_with_prefix(crate::store::id_prefix::IdTable::Executions, prefix, limit)
+            .map_err(crate::api::managed_input::store_failure)
     }
 
     /// A number that changes whenever another connection, in any process, commits to the

@@ -7,6 +7,7 @@
 //! channel, as a SQLite call waits on its file.
 
 use crate::store::idle::Pooled;
+use crate::store::statements::Value;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -120,7 +121,7 @@ impl Connection {
         block(async move { client.batch_execute(&sql).await })
     }
 
-    /// The statement for `sql`, prepared once per connection.
+    /// The statement for `sql`, prepared once per connection (its `?N` placeholders as `$N`).
     fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
         if let Some(statement) = self
             .statements
@@ -131,7 +132,7 @@ impl Connection {
             return Ok(statement.clone());
         }
         let client = self.client.clone();
-        let text = sql.to_string();
+        let text = numbered(sql);
         let statement = block(async move { client.prepare(&text).await })?;
         self.statements
             .lock()
@@ -234,6 +235,56 @@ pub enum Step<'a> {
     Batch(&'a str),
 }
 
+/// What a step of a statement written once (`store/statements/`) asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    /// Its rows.
+    Query,
+    /// How many rows it changed.
+    Execute,
+    /// It ran (no parameters).
+    Batch,
+}
+
+impl Kind {
+    /// The step that runs `sql` with `args`.
+    pub(crate) fn step(self, sql: &str, args: Vec<Value>) -> Step<'_> {
+        match self {
+            Self::Query => Step::Query(sql, args.into_iter().map(param).collect()),
+            Self::Execute => Step::Execute(sql, args.into_iter().map(param).collect()),
+            Self::Batch => Step::Batch(sql),
+        }
+    }
+}
+
+/// A statement parameter as the client takes it, typed even when null.
+fn param(value: Value) -> Param {
+    match value {
+        Value::Int(v) => Box::new(v),
+        Value::Text(v) => Box::new(v),
+    }
+}
+
+/// `sql` with SQLite's `?N` placeholders written as PostgreSQL's `$N` (outside quoted text; the
+/// statements written once use only `?N`, PostgreSQL's own only `$N`).
+fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut quoted = false;
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => quoted = !quoted,
+            '?' if !quoted && chars.peek().is_some_and(char::is_ascii_digit) => {
+                out.push('$');
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The answer to one [`Step`].
 #[derive(Debug)]
 pub enum Answer {
@@ -252,6 +303,11 @@ impl Answer {
             Self::Rows(rows) => rows,
             _ => Vec::new(),
         }
+    }
+
+    /// Whether a query returned rows.
+    pub fn found(&self) -> bool {
+        matches!(self, Self::Rows(rows) if !rows.is_empty())
     }
 
     /// The count of an execute (0 for any other step).
@@ -287,3 +343,17 @@ macro_rules! params {
     };
 }
 pub(crate) use params;
+
+#[cfg(test)]
+mod tests {
+    use super::numbered;
+
+    #[test]
+    fn placeholders_are_numbered_outside_quoted_text() {
+        assert_eq!(
+            numbered("SELECT a FROM t WHERE a = ?1 AND b > ?12 AND c = '?3' AND d = ?"),
+            "SELECT a FROM t WHERE a = $1 AND b > $12 AND c = '?3' AND d = ?"
+        );
+        assert_eq!(numbered("SELECT $1::TEXT"), "SELECT $1::TEXT");
+    }
+}

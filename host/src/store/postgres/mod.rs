@@ -1,6 +1,8 @@
 //! PostgreSQL behind the component's `store` import: the same tables, rows and compare-and-set
 //! as SQLite's (`store/sqlite/`), for executions and rounds shared by many machines.
 //!
+//! The statements on the rows are SQLite's too, written once (`store/statements/`).
+//!
 //! Every operation has a connection of its own for its duration (an idle one of its store
 //! object's, or a new one). The writes of one execution are one sequence: each write holds the
 //! lock of every execution it touches, an advisory lock, until it ends, and writes of different
@@ -18,11 +20,13 @@
 //! version; migration 1: the SQLite schema's tables at its version 6, ids compared byte by byte;
 //! 2: the wake-up numbers' sequence; a database already at the version is opened by reading, the
 //! migration lock taken only to migrate, so stores opening at once never queue), `transaction.rs`
-//! (the same rows and compare-and-set as `host/src/store/sqlite/transaction.rs`
-//! and `host/src/store/sqlite/execution_rows.rs`, under the locks of the executions touched; statements sent
-//! in flights with the locks they need), `store_error.rs` (PostgreSQL's errors as the store import's, by SQLSTATE and
+//! (a transaction: a read's snapshot, a write under the locks of the executions it touches, each
+//! taken in one flight with the first statement that needs it; the commit's wake-ups and
+//! notification), `adapter.rs` (the statements written once, `store/statements/`, prepared once
+//! per connection with `?N` as `$N`, run under the locks `On` names), `store_error.rs` (PostgreSQL's errors as the store import's, by SQLSTATE and
 //! message, never the detail that quotes a row).
 
+pub(crate) mod adapter;
 pub mod connection;
 pub mod database;
 pub mod health;

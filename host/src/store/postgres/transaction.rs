@@ -17,18 +17,16 @@
 //! inside the commit would hold PostgreSQL's notification lock through the commit's flush and
 //! serialise every writer again). Listeners take the ids from the payload (`database.rs`).
 
-use super::connection::{Answer, Connection, Param, Step, params};
+use super::connection::{Answer, Connection, Kind, Step, params};
 use super::database::Database;
 use super::store_error::store_error;
 use crate::store::error::StoreError;
 use crate::store::idle::Lent;
-use crate::store::rows::{
-    Cursor, ExecutionRow, LeaseExpiry, Mode, RoundFilter, RoundRow, wide_row_written,
-};
+use crate::store::rows::Mode;
+use crate::store::statements::{On, Value};
 use crate::store::waiters::Waiters;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use tokio_postgres::Row;
 
 /// The database's write lock: every write transaction holds it shared until it ends, `m3
 /// migrate` exclusively (it then writes alone).
@@ -39,10 +37,12 @@ pub const WRITE_LOCK: i64 = 0x4d33_4d49;
 /// share a lock, which only orders their writes).
 pub const LOCK_EXECUTION: &str = "SELECT pg_advisory_xact_lock(1295207753, hashtext($1))";
 
-/// Takes the lock of round `$1`'s execution (none if the round does not exist) and names it.
-const LOCK_ROUND_EXECUTION: &str = "SELECT v.execution_id, \
-                                    pg_advisory_xact_lock(1295207753, hashtext(v.execution_id)) \
-                                    FROM managed_input_round_versions v WHERE v.round_id = $1";
+/// Takes the lock of round `$1`'s execution (none if the round does not exist) and names it:
+/// by the wide row, whose execution is fixed at insert (a wide row without its version row is
+/// then locked and read as the damaged database it is).
+const LOCK_ROUND_EXECUTION: &str = "SELECT r.execution_id, \
+                                    pg_advisory_xact_lock(1295207753, hashtext(r.execution_id)) \
+                                    FROM managed_input_rounds r WHERE r.round_id = $1";
 
 /// The write lock taken exclusively, for the one kind of write that names no execution (a
 /// listing of every execution's rows inside a write transaction; the component makes none).
@@ -72,62 +72,6 @@ pub struct Transaction {
     /// The executions whose locks this write transaction holds; `None` once it holds the write
     /// lock exclusively (then every execution's writes wait for it).
     locked: Mutex<Option<HashSet<String>>>,
-}
-
-/// A column that must be there: a missing version row (a damaged database) is an error.
-fn required<T: for<'a> tokio_postgres::types::FromSql<'a>>(
-    r: &Row,
-    i: usize,
-    what: &str,
-) -> Result<T, StoreError> {
-    r.try_get::<_, T>(i)
-        .map_err(|_| StoreError::Failure(format!("the {what}'s version row is missing")))
-}
-
-/// A round: the wide row (`r`) and its version row (`v`), left-joined so that a wide row
-/// without its version row is an error, never a round missing.
-const SELECT: &str = "SELECT r.round_id, r.execution_id, r.status, v.version, r.owner_id, \
-                      v.lease_expires_at_ns, r.deadline_ns, r.created_at_ns, v.updated_at_ns, \
-                      r.document FROM managed_input_rounds r \
-                      LEFT JOIN managed_input_round_versions v ON v.round_id = r.round_id";
-
-fn round_from(r: &Row) -> Result<RoundRow, StoreError> {
-    Ok(RoundRow {
-        round_id: r.get(0),
-        execution_id: r.get(1),
-        status: r.get(2),
-        version: required::<i64>(r, 3, "round")? as u64,
-        owner_id: r.get(4),
-        lease_expires_at_ns: r.get(5),
-        deadline_ns: r.get(6),
-        created_at_ns: r.get(7),
-        updated_at_ns: required(r, 8, "round")?,
-        document: r.get(9),
-    })
-}
-
-/// An execution: the wide row (`e`) and its version row (`v`), left-joined likewise.
-const SELECT_EXECUTION: &str = "SELECT e.execution_id, e.status, v.version, e.owner_id, \
-                                v.lease_expires_at_ns, e.created_at_ns, v.updated_at_ns, \
-                                e.document FROM executions e \
-                                LEFT JOIN execution_versions v ON v.execution_id = e.execution_id";
-
-fn execution_from(r: &Row) -> Result<ExecutionRow, StoreError> {
-    Ok(ExecutionRow {
-        execution_id: r.get(0),
-        status: r.get(1),
-        version: required::<i64>(r, 2, "execution")? as u64,
-        owner_id: r.get(3),
-        lease_expires_at_ns: r.get(4),
-        created_at_ns: r.get(5),
-        updated_at_ns: required(r, 6, "execution")?,
-        document: r.get(7),
-    })
-}
-
-/// `u64` versions as PostgreSQL's `BIGINT`: a version past `i64::MAX` is refused, not wrapped.
-fn version(v: u64) -> Result<i64, StoreError> {
-    i64::try_from(v).map_err(|_| StoreError::Failure("a version is out of range".into()))
 }
 
 impl Transaction {
@@ -187,9 +131,7 @@ impl Transaction {
         let connection = self.connection()?;
         if !self.needs_lock(execution_id) {
             let mut answers = connection.flight(vec![step]).map_err(store_error)?;
-            return answers
-                .pop()
-                .ok_or_else(|| StoreError::Failure("a statement went unanswered".into()));
+            return answers.pop().ok_or_else(unanswered);
         }
         let mut answers = connection
             .flight(vec![
@@ -198,9 +140,74 @@ impl Transaction {
             ])
             .map_err(store_error)?;
         self.holds(execution_id);
-        answers
+        answers.pop().ok_or_else(unanswered)
+    }
+
+    /// One statement on the rows `on` names, in a write under the locks they need (taken in the
+    /// same flight when not yet held).
+    pub(super) fn run(
+        &self,
+        on: On<'_>,
+        kind: Kind,
+        sql: &str,
+        args: Vec<Value>,
+    ) -> Result<Answer, StoreError> {
+        match on {
+            On::Execution(execution_id) => self.on_execution(execution_id, kind.step(sql, args)),
+            On::Round(round_id) if self.write => self.on_round(round_id, kind, sql, args),
+            On::Everything => {
+                self.lock_everything()?;
+                self.alone(kind.step(sql, args))
+            }
+            On::Round(_) | On::Nothing => self.alone(kind.step(sql, args)),
+        }
+    }
+
+    /// `step` with no lock before it.
+    fn alone(&self, step: Step<'_>) -> Result<Answer, StoreError> {
+        self.connection()?
+            .flight(vec![step])
+            .map_err(store_error)?
             .pop()
-            .ok_or_else(|| StoreError::Failure("a statement went unanswered".into()))
+            .ok_or_else(unanswered)
+    }
+
+    /// A statement on round `round_id`'s rows in a write: its execution's lock, found by the
+    /// round's version row, is taken in the same flight, so what the statement reads is the
+    /// latest and stays so until this transaction ends. A round committed by another
+    /// transaction between the two (the lock found no round, the statement found rows) is
+    /// locked now and the statement run again; rounds are never deleted, so the second flight
+    /// finds it.
+    fn on_round(
+        &self,
+        round_id: &str,
+        kind: Kind,
+        sql: &str,
+        args: Vec<Value>,
+    ) -> Result<Answer, StoreError> {
+        for _ in 0..3 {
+            let mut answers = self
+                .connection()?
+                .flight(vec![
+                    Step::Query(LOCK_ROUND_EXECUTION, params![round_id.to_string()]),
+                    kind.step(sql, args.clone()),
+                ])
+                .map_err(store_error)?
+                .into_iter();
+            let locked = answers.next().map(Answer::rows).unwrap_or_default();
+            let answer = answers.next().ok_or_else(unanswered)?;
+            match locked.first() {
+                Some(row) => {
+                    self.holds(&row.get::<_, String>(0));
+                    return Ok(answer);
+                }
+                None if !answer.found() => return Ok(answer),
+                None => continue,
+            }
+        }
+        Err(StoreError::Busy(
+            "a round's execution could not be locked".into(),
+        ))
     }
 
     /// Takes `execution_id`'s lock now, if this write transaction does not hold it.
@@ -235,399 +242,14 @@ impl Transaction {
         }
     }
 
-    fn writable(&self) -> Result<&Connection, StoreError> {
+    /// Refuses a write in a read transaction.
+    pub(super) fn writable(&self) -> Result<&Connection, StoreError> {
         if !self.write {
             return Err(StoreError::Failure(
                 "a read transaction cannot write".into(),
             ));
         }
         self.connection()
-    }
-
-    /// The row of `round_id`. In a write transaction its execution's lock is taken first (in the
-    /// same flight), so the row read is the latest one and stays so until this transaction ends.
-    pub fn get(&self, round_id: &str) -> Result<Option<RoundRow>, StoreError> {
-        let select = format!("{SELECT} WHERE r.round_id = $1");
-        let connection = self.connection()?;
-        if !self.write {
-            let rows = connection
-                .query(&select, params![round_id.to_string()])
-                .map_err(store_error)?;
-            return rows.first().map(round_from).transpose();
-        }
-        let mut answers = connection
-            .flight(vec![
-                Step::Query(LOCK_ROUND_EXECUTION, params![round_id.to_string()]),
-                Step::Query(&select, params![round_id.to_string()]),
-            ])
-            .map_err(store_error)?
-            .into_iter();
-        let locked = answers.next().map(Answer::rows).unwrap_or_default();
-        if let Some(execution_id) = locked.first().map(|r| r.get::<_, String>(0)) {
-            self.holds(&execution_id);
-        }
-        let row = answers
-            .next()
-            .map(Answer::rows)
-            .unwrap_or_default()
-            .first()
-            .map(round_from)
-            .transpose()?;
-        match row {
-            // Committed by another transaction between the two statements: its execution's
-            // lock is taken now and the row read again under it.
-            Some(row) if self.needs_lock(&row.execution_id) => {
-                let rows = self
-                    .on_execution(
-                        &row.execution_id,
-                        Step::Query(&select, params![round_id.to_string()]),
-                    )?
-                    .rows();
-                rows.first().map(round_from).transpose()
-            }
-            row => Ok(row),
-        }
-    }
-
-    /// Rows matching `filter`, oldest first.
-    pub fn list(&self, filter: &RoundFilter) -> Result<Vec<RoundRow>, StoreError> {
-        let mut sql = format!("{SELECT} WHERE true");
-        let mut args: Vec<Param> = Vec::new();
-        if let Some(execution_id) = &filter.execution_id {
-            args.push(Box::new(execution_id.clone()));
-            sql.push_str(&format!(" AND r.execution_id = ${}", args.len()));
-        }
-        if let Some(status) = &filter.status {
-            args.push(Box::new(status.clone()));
-            sql.push_str(&format!(" AND r.status = ${}", args.len()));
-        }
-        if let Some(after) = &filter.after {
-            args.push(Box::new(after.created_at_ns));
-            let at = args.len();
-            args.push(Box::new(after.id.clone()));
-            sql.push_str(&format!(
-                " AND (r.created_at_ns > ${at} OR (r.created_at_ns = ${at} AND r.round_id > ${}))",
-                args.len()
-            ));
-        }
-        sql.push_str(" ORDER BY r.created_at_ns, r.round_id");
-        if let Some(limit) = filter.limit {
-            args.push(Box::new(i64::from(limit)));
-            sql.push_str(&format!(" LIMIT ${}", args.len()));
-        }
-        let rows = match &filter.execution_id {
-            Some(execution_id) => self
-                .on_execution(execution_id, Step::Query(&sql, args))?
-                .rows(),
-            None => {
-                self.lock_everything()?;
-                self.connection()?.query(&sql, args).map_err(store_error)?
-            }
-        };
-        rows.iter().map(round_from).collect()
-    }
-
-    /// Inserts `row` (its wide row and its version row); `false` if the round id exists.
-    pub fn insert(&self, row: &RoundRow) -> Result<bool, StoreError> {
-        let connection = self.writable()?;
-        let changed = self
-            .on_execution(
-                &row.execution_id,
-                Step::Execute(
-                    "INSERT INTO managed_input_rounds (round_id, execution_id, status, owner_id, \
-                     deadline_ns, created_at_ns, document) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                     ON CONFLICT (round_id) DO NOTHING",
-                    params![
-                        row.round_id.clone(),
-                        row.execution_id.clone(),
-                        row.status.clone(),
-                        row.owner_id.clone(),
-                        row.deadline_ns,
-                        row.created_at_ns,
-                        row.document.clone(),
-                    ],
-                ),
-            )?
-            .count();
-        if changed != 1 {
-            return Ok(false);
-        }
-        connection
-            .execute(
-                "INSERT INTO managed_input_round_versions (round_id, execution_id, version, \
-                 lease_expires_at_ns, updated_at_ns) VALUES ($1, $2, $3, $4, $5)",
-                params![
-                    row.round_id.clone(),
-                    row.execution_id.clone(),
-                    version(row.version)?,
-                    row.lease_expires_at_ns,
-                    row.updated_at_ns,
-                ],
-            )
-            .map_err(store_error)?;
-        Ok(true)
-    }
-
-    /// Replaces the mutable columns of the row if its version is still `expected_version`: the
-    /// version row first (checked by affected-row count), then the wide row.
-    pub fn compare_and_set(
-        &self,
-        row: &RoundRow,
-        expected_version: u64,
-    ) -> Result<bool, StoreError> {
-        let connection = self.writable()?;
-        let changed = self
-            .on_execution(
-                &row.execution_id,
-                Step::Execute(
-                    "UPDATE managed_input_round_versions SET version = $2, \
-                     lease_expires_at_ns = $3, updated_at_ns = $4 \
-                     WHERE round_id = $1 AND version = $5 AND execution_id = $6",
-                    params![
-                        row.round_id.clone(),
-                        version(row.version)?,
-                        row.lease_expires_at_ns,
-                        row.updated_at_ns,
-                        version(expected_version)?,
-                        row.execution_id.clone(),
-                    ],
-                ),
-            )?
-            .count();
-        if changed != 1 {
-            return Ok(false);
-        }
-        let changed = connection
-            .execute(
-                "UPDATE managed_input_rounds SET status = $2, owner_id = $3, document = $4 \
-                 WHERE round_id = $1",
-                params![
-                    row.round_id.clone(),
-                    row.status.clone(),
-                    row.owner_id.clone(),
-                    row.document.clone(),
-                ],
-            )
-            .map_err(store_error)?;
-        wide_row_written(changed as usize, "round")
-    }
-
-    /// Sets the lease expiry and update time of an execution's version row and, when given, of
-    /// one of its rounds', moving each version on, only if each version is still the one
-    /// expected: both or neither (a savepoint undoes the first when the second does not match).
-    pub fn set_lease_expiries(
-        &self,
-        execution: &LeaseExpiry,
-        round: Option<&LeaseExpiry>,
-        updated_at: i64,
-    ) -> Result<bool, StoreError> {
-        let connection = self.writable()?;
-        self.on_execution(&execution.id, Step::Batch("SAVEPOINT lease_expiries"))?;
-        let written = (|| {
-            let mut changed = connection.execute(
-                "UPDATE execution_versions SET lease_expires_at_ns = $2, updated_at_ns = $3, \
-                 version = version + 1 WHERE execution_id = $1 AND version = $4",
-                params![
-                    execution.id.clone(),
-                    execution.expires_at_ns,
-                    updated_at,
-                    version(execution.expected_version).unwrap_or(-1),
-                ],
-            )?;
-            if let Some(round) = round.filter(|_| changed == 1) {
-                changed = connection.execute(
-                    "UPDATE managed_input_round_versions SET lease_expires_at_ns = $3, \
-                     updated_at_ns = $4, version = version + 1 \
-                     WHERE round_id = $1 AND version = $5 AND execution_id = $2",
-                    params![
-                        round.id.clone(),
-                        execution.id.clone(),
-                        round.expires_at_ns,
-                        updated_at,
-                        version(round.expected_version).unwrap_or(-1),
-                    ],
-                )?;
-            }
-            Ok::<bool, tokio_postgres::Error>(changed == 1)
-        })();
-        let end = match written {
-            Ok(true) => "RELEASE SAVEPOINT lease_expiries",
-            _ => "ROLLBACK TO SAVEPOINT lease_expiries; RELEASE SAVEPOINT lease_expiries",
-        };
-        let ended = connection.batch(end);
-        let written = written.map_err(store_error)?;
-        ended.map_err(store_error)?;
-        Ok(written)
-    }
-
-    /// The execution `execution_id`.
-    pub fn get_execution(&self, execution_id: &str) -> Result<Option<ExecutionRow>, StoreError> {
-        let rows = self
-            .on_execution(
-                execution_id,
-                Step::Query(
-                    &format!("{SELECT_EXECUTION} WHERE e.execution_id = $1"),
-                    params![execution_id.to_string()],
-                ),
-            )?
-            .rows();
-        rows.first().map(execution_from).transpose()
-    }
-
-    /// Executions with `status` (all when `None`), oldest first, after `after`.
-    pub fn list_executions(
-        &self,
-        status: Option<&str>,
-        limit: Option<u32>,
-        after: Option<&Cursor>,
-    ) -> Result<Vec<ExecutionRow>, StoreError> {
-        self.lock_everything()?;
-        let mut sql = format!("{SELECT_EXECUTION} WHERE true");
-        let mut args: Vec<Param> = Vec::new();
-        if let Some(status) = status {
-            args.push(Box::new(status.to_string()));
-            sql.push_str(&format!(" AND e.status = ${}", args.len()));
-        }
-        if let Some(after) = after {
-            args.push(Box::new(after.created_at_ns));
-            let at = args.len();
-            args.push(Box::new(after.id.clone()));
-            sql.push_str(&format!(
-                " AND (e.created_at_ns > ${at} OR (e.created_at_ns = ${at} AND e.execution_id > ${}))",
-                args.len()
-            ));
-        }
-        sql.push_str(" ORDER BY e.created_at_ns, e.execution_id");
-        if let Some(limit) = limit {
-            args.push(Box::new(i64::from(limit)));
-            sql.push_str(&format!(" LIMIT ${}", args.len()));
-        }
-        let rows = self.connection()?.query(&sql, args).map_err(store_error)?;
-        rows.iter().map(execution_from).collect()
-    }
-
-    /// Inserts `row` (its wide row and its version row); `false` if the execution id exists.
-    pub fn insert_execution(&self, row: &ExecutionRow) -> Result<bool, StoreError> {
-        let connection = self.writable()?;
-        let changed = self
-            .on_execution(
-                &row.execution_id,
-                Step::Execute(
-                    "INSERT INTO executions (execution_id, status, owner_id, created_at_ns, \
-                     document) VALUES ($1, $2, $3, $4, $5) \
-                     ON CONFLICT (execution_id) DO NOTHING",
-                    params![
-                        row.execution_id.clone(),
-                        row.status.clone(),
-                        row.owner_id.clone(),
-                        row.created_at_ns,
-                        row.document.clone(),
-                    ],
-                ),
-            )?
-            .count();
-        if changed != 1 {
-            return Ok(false);
-        }
-        connection
-            .execute(
-                "INSERT INTO execution_versions (execution_id, version, lease_expires_at_ns, \
-                 updated_at_ns) VALUES ($1, $2, $3, $4)",
-                params![
-                    row.execution_id.clone(),
-                    version(row.version)?,
-                    row.lease_expires_at_ns,
-                    row.updated_at_ns,
-                ],
-            )
-            .map_err(store_error)?;
-        Ok(true)
-    }
-
-    /// Replaces the mutable columns if the stored version is still `expected_version`.
-    pub fn compare_and_set_execution(
-        &self,
-        row: &ExecutionRow,
-        expected_version: u64,
-    ) -> Result<bool, StoreError> {
-        let connection = self.writable()?;
-        let changed = self
-            .on_execution(
-                &row.execution_id,
-                Step::Execute(
-                    "UPDATE execution_versions SET version = $2, lease_expires_at_ns = $3, \
-                     updated_at_ns = $4 WHERE execution_id = $1 AND version = $5",
-                    params![
-                        row.execution_id.clone(),
-                        version(row.version)?,
-                        row.lease_expires_at_ns,
-                        row.updated_at_ns,
-                        version(expected_version)?,
-                    ],
-                ),
-            )?
-            .count();
-        if changed != 1 {
-            return Ok(false);
-        }
-        let changed = connection
-            .execute(
-                "UPDATE executions SET status = $2, owner_id = $3, document = $4 \
-                 WHERE execution_id = $1",
-                params![
-                    row.execution_id.clone(),
-                    row.status.clone(),
-                    row.owner_id.clone(),
-                    row.document.clone(),
-                ],
-            )
-            .map_err(store_error)?;
-        wide_row_written(changed as usize, "execution")
-    }
-
-    /// Appends `document` as the execution's next item; returns its number among them.
-    pub fn append_execution_item(
-        &self,
-        execution_id: &str,
-        kind: &str,
-        document: &str,
-    ) -> Result<u64, StoreError> {
-        self.writable()?;
-        let rows = self
-            .on_execution(
-                execution_id,
-                Step::Query(
-                    "INSERT INTO execution_items (execution_id, seq, kind, document) \
-                     SELECT $1, coalesce(max(seq), 0) + 1, $2, $3 FROM execution_items \
-                     WHERE execution_id = $1 RETURNING seq",
-                    params![
-                        execution_id.to_string(),
-                        kind.to_string(),
-                        document.to_string()
-                    ],
-                ),
-            )?
-            .rows();
-        Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0)) as u64)
-    }
-
-    /// The execution's items of `kind`, oldest first.
-    pub fn list_execution_items(
-        &self,
-        execution_id: &str,
-        kind: &str,
-    ) -> Result<Vec<String>, StoreError> {
-        let rows = self
-            .on_execution(
-                execution_id,
-                Step::Query(
-                    "SELECT document FROM execution_items WHERE execution_id = $1 AND kind = $2 \
-                     ORDER BY seq",
-                    params![execution_id.to_string(), kind.to_string()],
-                ),
-            )?
-            .rows();
-        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// Wakes `execution_id` when this transaction commits: its wake-up row is stamped in the
@@ -691,6 +313,11 @@ impl Transaction {
         }
         Ok(())
     }
+}
+
+/// A flight that answered fewer steps than it sent.
+fn unanswered() -> StoreError {
+    StoreError::Failure("a statement went unanswered".into())
 }
 
 /// The notifications that say `woken`: the ids one per line, as many to a payload as fit under

@@ -14,17 +14,17 @@
 //! for each other share one SQLite transaction and one durable commit, each told the group's
 //! outcome), `database.rs` (path checks, pragmas, WAL, the keeper connection; opening an up-to-date
 //! store writes nothing), `migrations.rs` (`user_version`, `application_id`, six migrations),
-//! `transaction.rs` (the `transaction` resource's round rows, each a wide row and a version row:
-//! SQL only), `wakeups.rs` (targeted wake-ups: `wake-execution` stamps the execution's row of
+//! `transaction.rs` (the `transaction` resource: a read on its own connection, a write in its
+//! group's turn; wake-ups told on commit), `adapter.rs` (the statements written once,
+//! `store/statements/`, run as cached prepared statements on the transaction's connection), `wakeups.rs` (targeted wake-ups: `wake-execution` stamps the execution's row of
 //! `execution_wakeups` with the next number in the writing transaction; a commit tells this
 //! process's waiters on that execution at once, the watcher tells the others), `synchronous.rs`
 //! (`Synchronous`, how hard a commit is made durable), `health.rs` (what `m3 doctor` reads of a
-//! file, opened read-only), `execution_rows.rs` (its execution rows, the same way, and the
-//! execution items: appended with the next number, listed by kind). Commits by other connections
+//! file, opened read-only). Commits by other connections
 //! and processes are noticed in one place, the worker's `host/src/worker/changes.rs`.
 
+pub(crate) mod adapter;
 pub mod database;
-pub mod execution_rows;
 pub(crate) mod group_commit;
 pub mod health;
 pub mod migrations;

@@ -11,7 +11,7 @@ pub fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 /// The store import's error for a SQLite error: `busy` when the database stayed locked.
-pub(super) fn store_error(e: rusqlite::Error) -> StoreError {
+pub(crate) fn store_error(e: rusqlite::Error) -> StoreError {
     // SQLite's messages name tables, columns and codes, never bound values.
     if is_busy(&e) {
         StoreError::Busy(format!("database locked past the busy timeout: {e}"))

@@ -6,9 +6,9 @@ use super::group_commit::{Turn, Writer};
 use super::store_error::store_error;
 use crate::store::error::StoreError;
 use crate::store::idle::Lent;
-use crate::store::rows::{LeaseExpiry, Mode, RoundFilter, RoundRow, wide_row_written};
+use crate::store::rows::Mode;
 use crate::store::waiters::Waiters;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use std::sync::Arc;
 
 /// An open transaction. Dropped without [`Transaction::commit`], it rolls back. A read runs on a
@@ -27,28 +27,6 @@ enum Access {
     Read(Lent<Connection>),
     /// A write: the turn of its store object's writer (`None` once ended).
     Write(Arc<Writer>, Option<Turn>),
-}
-
-/// A round as the component sees it: the wide row (`r`) and its version row (`v`, migration 6).
-/// A left join, so that a wide row without its version row is an error, never a round missing.
-const SELECT: &str = "SELECT r.round_id, r.execution_id, r.status, v.version, r.owner_id, \
-                      v.lease_expires_at_ns, r.deadline_ns, r.created_at_ns, v.updated_at_ns, \
-                      r.document FROM managed_input_rounds r \
-                      LEFT JOIN managed_input_round_versions v ON v.round_id = r.round_id";
-
-fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRow> {
-    Ok(RoundRow {
-        round_id: r.get(0)?,
-        execution_id: r.get(1)?,
-        status: r.get(2)?,
-        version: r.get::<_, i64>(3)? as u64,
-        owner_id: r.get(4)?,
-        lease_expires_at_ns: r.get(5)?,
-        deadline_ns: r.get(6)?,
-        created_at_ns: r.get(7)?,
-        updated_at_ns: r.get(8)?,
-        document: r.get(9)?,
-    })
 }
 
 impl Transaction {
@@ -96,196 +74,9 @@ impl Transaction {
         }
     }
 
-    /// The row of `round_id`.
-    pub fn get(&self, round_id: &str) -> Result<Option<RoundRow>, StoreError> {
-        self.ensure_open()?;
-        self.connection()?
-            .prepare_cached(&format!("{SELECT} WHERE r.round_id = ?1"))
-            .and_then(|mut s| s.query_row([round_id], row_from_sql).optional())
-            .map_err(store_error)
-    }
-
-    /// Rows matching `filter`, oldest first.
-    pub fn list(&self, filter: &RoundFilter) -> Result<Vec<RoundRow>, StoreError> {
-        self.ensure_open()?;
-        let mut sql = format!("{SELECT} WHERE 1 = 1");
-        let mut args: Vec<rusqlite::types::Value> = Vec::new();
-        if let Some(execution_id) = &filter.execution_id {
-            args.push(execution_id.clone().into());
-            sql.push_str(&format!(" AND r.execution_id = ?{}", args.len()));
-        }
-        if let Some(status) = &filter.status {
-            args.push(status.clone().into());
-            sql.push_str(&format!(" AND r.status = ?{}", args.len()));
-        }
-        if let Some(after) = &filter.after {
-            args.push(after.created_at_ns.into());
-            let at = args.len();
-            args.push(after.id.clone().into());
-            sql.push_str(&format!(
-                " AND (r.created_at_ns > ?{at} OR (r.created_at_ns = ?{at} AND r.round_id > ?{}))",
-                args.len()
-            ));
-        }
-        sql.push_str(" ORDER BY r.created_at_ns, r.round_id");
-        if let Some(limit) = filter.limit {
-            args.push(i64::from(limit).into());
-            sql.push_str(&format!(" LIMIT ?{}", args.len()));
-        }
-        let mut statement = self
-            .connection()?
-            .prepare_cached(&sql)
-            .map_err(store_error)?;
-        let rows = statement
-            .query_map(rusqlite::params_from_iter(args), row_from_sql)
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(store_error)?;
-        Ok(rows)
-    }
-
-    /// Inserts `row` (its wide row and its version row); `false` if the round id exists.
-    pub fn insert(&self, row: &RoundRow) -> Result<bool, StoreError> {
-        self.ensure_open()?;
-        let connection = self.connection()?;
-        let changed = connection
-            .prepare_cached(
-                "INSERT INTO managed_input_rounds (round_id, execution_id, status, owner_id, \
-                 deadline_ns, created_at_ns, document) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-                 ON CONFLICT (round_id) DO NOTHING",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    row.round_id,
-                    row.execution_id,
-                    row.status,
-                    row.owner_id,
-                    row.deadline_ns,
-                    row.created_at_ns,
-                    row.document,
-                ])
-            })
-            .map_err(store_error)?;
-        if changed != 1 {
-            return Ok(false);
-        }
-        connection
-            .prepare_cached(
-                "INSERT INTO managed_input_round_versions (round_id, execution_id, version, \
-                 lease_expires_at_ns, updated_at_ns) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    row.round_id,
-                    row.execution_id,
-                    row.version as i64,
-                    row.lease_expires_at_ns,
-                    row.updated_at_ns,
-                ])
-            })
-            .map_err(store_error)?;
-        Ok(true)
-    }
-
-    /// Replaces the mutable columns of the row if its version is still `expected_version`: one
-    /// conditional `UPDATE` of the version row (checked by affected-row count), then the wide
-    /// row's status, owner and document. The round id, execution, creation time and deadline
-    /// never change; leaving them out of the `SET` lists keeps SQLite from rewriting the indexes
-    /// on them.
-    pub fn compare_and_set(
-        &self,
-        row: &RoundRow,
-        expected_version: u64,
-    ) -> Result<bool, StoreError> {
-        self.ensure_open()?;
-        let connection = self.connection()?;
-        let changed = connection
-            .prepare_cached(
-                "UPDATE managed_input_round_versions SET version = ?2, lease_expires_at_ns = ?3, \
-                 updated_at_ns = ?4 WHERE round_id = ?1 AND version = ?5 AND execution_id = ?6",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    row.round_id,
-                    row.version as i64,
-                    row.lease_expires_at_ns,
-                    row.updated_at_ns,
-                    expected_version as i64,
-                    row.execution_id,
-                ])
-            })
-            .map_err(store_error)?;
-        if changed != 1 {
-            return Ok(false);
-        }
-        let changed = connection
-            .prepare_cached(
-                "UPDATE managed_input_rounds SET status = ?2, owner_id = ?3, document = ?4 \
-                 WHERE round_id = ?1",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    row.round_id,
-                    row.status,
-                    row.owner_id,
-                    row.document,
-                ])
-            })
-            .map_err(store_error)?;
-        wide_row_written(changed, "round")
-    }
-
-    /// Sets the lease expiry and update time of an execution's row and, when given, of one of
-    /// its rounds' rows, moving each version on, only if each version is still the one expected:
-    /// both or neither (a savepoint undoes the first when the second does not match). Only the
-    /// two version rows are written; the wide rows and their documents are not touched.
-    pub fn set_lease_expiries(
-        &self,
-        execution: &LeaseExpiry,
-        round: Option<&LeaseExpiry>,
-        updated_at: i64,
-    ) -> Result<bool, StoreError> {
-        self.ensure_open()?;
-        let connection = self.connection()?;
-        connection
-            .execute_batch("SAVEPOINT lease_expiries")
-            .map_err(store_error)?;
-        let written = (|| {
-            let mut changed = connection
-                .prepare_cached(
-                    "UPDATE execution_versions SET lease_expires_at_ns = ?2, updated_at_ns = ?3, \
-                     version = version + 1 WHERE execution_id = ?1 AND version = ?4",
-                )?
-                .execute(params![
-                    execution.id,
-                    execution.expires_at_ns,
-                    updated_at,
-                    execution.expected_version as i64,
-                ])?;
-            if let Some(round) = round.filter(|_| changed == 1) {
-                changed = connection
-                    .prepare_cached(
-                        "UPDATE managed_input_round_versions SET lease_expires_at_ns = ?3, \
-                         updated_at_ns = ?4, version = version + 1 \
-                         WHERE round_id = ?1 AND version = ?5 AND execution_id = ?2",
-                    )?
-                    .execute(params![
-                        round.id,
-                        execution.id,
-                        round.expires_at_ns,
-                        updated_at,
-                        round.expected_version as i64,
-                    ])?;
-            }
-            Ok::<bool, rusqlite::Error>(changed == 1)
-        })();
-        let end = match written {
-            Ok(true) => "RELEASE lease_expiries",
-            _ => "ROLLBACK TO lease_expiries; RELEASE lease_expiries",
-        };
-        let ended = connection.execute_batch(end);
-        let written = written.map_err(store_error)?;
-        ended.map_err(store_error)?;
-        Ok(written)
+    /// Whether this is a write (a read cannot write).
+    pub(super) fn is_write(&self) -> bool {
+        matches!(self.access, Access::Write(..))
     }
 
     /// Stamps `execution_id`'s wake-up row; its waiters in this process are told on commit (those
@@ -343,8 +134,9 @@ impl Drop for Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::rows::ExecutionRow;
+    use crate::store::rows::{ExecutionRow, LeaseExpiry, RoundRow};
     use crate::store::sqlite::database::Synchronous;
+    use crate::store::statements::{executions, rounds};
     use std::time::Duration;
 
     /// A fresh database in `dir`.
@@ -362,7 +154,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir);
         let tx = Transaction::begin(&db, Mode::Read).unwrap();
-        tx.get("no-such-round").unwrap();
+        rounds::get(&tx, "no-such-round").unwrap();
         // A mark that lives with the connection (and nowhere else), outside any transaction.
         tx.connection()
             .unwrap()
@@ -387,31 +179,37 @@ mod tests {
         let db = open(&dir);
         let mut tx = Transaction::begin(&db, Mode::Write).unwrap();
         assert!(
-            tx.insert_execution(&ExecutionRow {
-                execution_id: "e".into(),
-                status: "running".into(),
-                version: 1,
-                owner_id: Some("w".into()),
-                lease_expires_at_ns: Some(10),
-                created_at_ns: 1,
-                updated_at_ns: 1,
-                document: "execution document".into(),
-            })
+            executions::insert(
+                &tx,
+                ExecutionRow {
+                    execution_id: "e".into(),
+                    status: "running".into(),
+                    version: 1,
+                    owner_id: Some("w".into()),
+                    lease_expires_at_ns: Some(10),
+                    created_at_ns: 1,
+                    updated_at_ns: 1,
+                    document: "execution document".into(),
+                }
+            )
             .unwrap()
         );
         assert!(
-            tx.insert(&RoundRow {
-                round_id: "r".into(),
-                execution_id: "e".into(),
-                status: "pending".into(),
-                version: 1,
-                owner_id: Some("w".into()),
-                lease_expires_at_ns: Some(10),
-                deadline_ns: None,
-                created_at_ns: 1,
-                updated_at_ns: 1,
-                document: "round document".into(),
-            })
+            rounds::insert(
+                &tx,
+                RoundRow {
+                    round_id: "r".into(),
+                    execution_id: "e".into(),
+                    status: "pending".into(),
+                    version: 1,
+                    owner_id: Some("w".into()),
+                    lease_expires_at_ns: Some(10),
+                    deadline_ns: None,
+                    created_at_ns: 1,
+                    updated_at_ns: 1,
+                    document: "round document".into(),
+                }
+            )
             .unwrap()
         );
         tx.commit().unwrap();
@@ -422,16 +220,16 @@ mod tests {
         };
         let rows = || {
             let tx = Transaction::begin(&db, Mode::Read).unwrap();
-            let execution = tx.get_execution("e").unwrap().unwrap();
-            let round = tx.get("r").unwrap().unwrap();
+            let execution = executions::get(&tx, "e").unwrap().unwrap();
+            let round = rounds::get(&tx, "r").unwrap().unwrap();
             (execution, round)
         };
 
         // Both versions as expected: both rows move, their documents kept.
         let mut tx = Transaction::begin(&db, Mode::Write).unwrap();
-        let written = tx
-            .set_lease_expiries(&expiry("e", 1, 20), Some(&expiry("r", 1, 30)), 5)
-            .unwrap();
+        let written =
+            rounds::set_lease_expiries(&tx, &expiry("e", 1, 20), Some(&expiry("r", 1, 30)), 5)
+                .unwrap();
         tx.commit().unwrap();
         assert!(written);
         let (execution, round) = rows();
@@ -456,18 +254,18 @@ mod tests {
 
         // The round's version moved: neither row is written, the transaction goes on.
         let mut tx = Transaction::begin(&db, Mode::Write).unwrap();
-        let written = tx
-            .set_lease_expiries(&expiry("e", 2, 40), Some(&expiry("r", 1, 40)), 6)
-            .unwrap();
+        let written =
+            rounds::set_lease_expiries(&tx, &expiry("e", 2, 40), Some(&expiry("r", 1, 40)), 6)
+                .unwrap();
         assert!(!written);
         // The execution's version moved: neither either.
         assert!(
-            !tx.set_lease_expiries(&expiry("e", 1, 40), Some(&expiry("r", 2, 40)), 6)
+            !rounds::set_lease_expiries(&tx, &expiry("e", 1, 40), Some(&expiry("r", 2, 40)), 6)
                 .unwrap()
         );
         // A round of another execution is not touched through this one.
         assert!(
-            !tx.set_lease_expiries(&expiry("x", 2, 40), Some(&expiry("r", 2, 40)), 6)
+            !rounds::set_lease_expiries(&tx, &expiry("x", 2, 40), Some(&expiry("r", 2, 40)), 6)
                 .unwrap()
         );
         tx.commit().unwrap();
@@ -480,7 +278,7 @@ mod tests {
 
         // The execution alone.
         let mut tx = Transaction::begin(&db, Mode::Write).unwrap();
-        assert!(tx.set_lease_expiries(&expiry("e", 2, 50), None, 7).unwrap());
+        assert!(rounds::set_lease_expiries(&tx, &expiry("e", 2, 50), None, 7).unwrap());
         tx.commit().unwrap();
         let (execution, round) = rows();
         assert_eq!(
