@@ -6,6 +6,7 @@
 
 use anyhow::{Context, Result, ensure};
 use m3::*;
+use m3_tests::fault_worker::Pending;
 use m3_tests::harnesses::wait_pending;
 use m3_tests::harnesses::{AgentHarness, environments_of, peer_binding};
 use m3_tests::*;
@@ -338,14 +339,10 @@ fn a_killed_worker_s_round_is_recovered_over_postgresql() -> Result<()> {
         .arg("claude-code")
         .stdout(std::process::Stdio::piped())
         .spawn()?;
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().context("stdout")?),
-        &mut line,
-    )?;
-    let mut words = line.split_whitespace().skip(1);
-    let round_id = words.next().context("a round id")?.to_string();
-    let execution_id = words.next().context("an execution id")?.to_string();
+    let Pending {
+        round_id,
+        execution_id,
+    } = Pending::read(&mut child)?;
     let server_pid: u32 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
     child.kill()?; // SIGKILL
     child.wait()?;

@@ -5,6 +5,7 @@
 use anyhow::{Context, Result, ensure};
 use m3::*;
 use m3_tests::fake_model;
+use m3_tests::fault_worker::Pending;
 use m3_tests::harnesses::environments_of;
 pub(crate) use m3_tests::harnesses::wait_pending;
 use m3_tests::*;
@@ -277,13 +278,7 @@ fn a_killed_codex_worker_s_round_is_recovered() -> Result<()> {
         .arg(format!("http://127.0.0.1:{port}/v1"))
         .stdout(std::process::Stdio::piped())
         .spawn()?;
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().context("stdout")?),
-        &mut line,
-    )?;
-    let mut words = line.split_whitespace().skip(1);
-    let round_id = words.next().context("a round id")?.to_string();
+    let round_id = Pending::read(&mut child)?.round_id;
     let record = db.store().get_round(&round_id)?.context("the round")?;
     assert!(
         record.harness.resume_token.is_some(),

@@ -7,6 +7,7 @@
 
 use anyhow::{Context, Result, ensure};
 use m3::*;
+use m3_tests::fault_worker::Pending;
 use m3_tests::peers::{self, PeerCommand};
 use m3_tests::*;
 use serde_json::json;
@@ -234,11 +235,10 @@ fn an_answer_committed_too_late_is_kept_but_never_delivered() -> Result<()> {
     let mut lines = std::io::BufReader::new(child.stdout.take().context("its stdout")?).lines();
     let mut next_line =
         move || -> Result<String> { Ok(lines.next().context("the worker process ended early")??) };
-    let pending = next_line()?;
-    let [_, round_id, execution_id] = pending.split_whitespace().collect::<Vec<_>>()[..] else {
-        anyhow::bail!("expected `pending ROUND EXECUTION`, got {pending:?}");
-    };
-    let (round_id, execution_id) = (round_id.to_string(), execution_id.to_string());
+    let Pending {
+        round_id,
+        execution_id,
+    } = Pending::parse(&next_line()?)?;
 
     // The server withdraws after its timeout; the worker stops holding its withdrawal.
     let until = Instant::now() + WAIT;
@@ -435,13 +435,7 @@ fn worker_waiting_on_a_round(db: &TempDb, lease: Duration) -> (std::process::Chi
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let round_id = line.split_whitespace().nth(1).unwrap().to_string();
+    let round_id = Pending::read(&mut child).unwrap().round_id;
     (child, round_id)
 }
 

@@ -10,6 +10,7 @@ use anyhow::{Context, Result, ensure};
 use m3::testing::internals::postgres::database::Database;
 use m3::*;
 use m3_tests::backends::Db;
+use m3_tests::fault_worker::Pending;
 use m3_tests::postgres_server::PostgresServer;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -250,15 +251,8 @@ fn waiting_worker(db: &Db, lease: Duration) -> Result<(std::process::Child, Stri
         ])
         .stdout(Stdio::piped())
         .spawn()?;
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().context("stdout")?),
-        &mut line,
-    )?;
-    let mut words = line.split_whitespace().skip(1);
-    let round_id = words.next().context("a round id")?.to_string();
-    let execution_id = words.next().context("an execution id")?.to_string();
-    Ok((child, round_id, execution_id))
+    let pending = Pending::read(&mut child)?;
+    Ok((child, pending.round_id, pending.execution_id))
 }
 
 struct Killed(std::process::Child);

@@ -71,6 +71,7 @@ pub mod backends;
 pub mod contention;
 pub mod fake_anthropic;
 pub mod fake_model;
+pub mod fault_worker;
 pub mod fixture;
 pub mod harnesses;
 pub mod http_probe;
