@@ -47,7 +47,8 @@
 //! - `fault_worker_main.rs`: `m3-test-fault-worker`, the worker process `tests/all/crash.rs` kills
 //!   at each named fault point (built with `fault-points`); its `kit` mode waits on a managed
 //!   round until killed, its `ask` mode runs one withdrawing server's round, for a worker paused at
-//!   a fault point (`M3_FAULT_PAUSE`).
+//!   a fault point (`M3_FAULT_PAUSE`). `fault_worker.rs` (a module) reads the line both modes
+//!   print once their round is pending, `pending ROUND EXECUTION` (`Pending`).
 //! - `fake_model_main.rs`: `m3-test-fake-model`, the loopback model of `fake_model.rs` as a binary,
 //!   for the Codex tests.
 //! - `fake_codex_main.rs`: `m3-test-fake-codex`, a fake Codex app-server that replays error paths
