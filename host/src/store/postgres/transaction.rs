@@ -128,12 +128,11 @@ impl Transaction {
 
     /// `step` on `execution_id`'s rows, its lock taken first in the same flight when needed.
     fn on_execution(&self, execution_id: &str, step: Step<'_>) -> Result<Answer, StoreError> {
-        let connection = self.connection()?;
         if !self.needs_lock(execution_id) {
-            let mut answers = connection.flight(vec![step]).map_err(store_error)?;
-            return answers.pop().ok_or_else(unanswered);
+            return self.alone(step);
         }
-        let mut answers = connection
+        let mut answers = self
+            .connection()?
             .flight(vec![
                 Step::Query(LOCK_EXECUTION, params![execution_id.to_string()]),
                 step,
