@@ -68,7 +68,7 @@ pub use policy::{
 #[cfg(feature = "engine")]
 mod engine;
 #[cfg(feature = "engine")]
-pub use engine::{mcp, probe, record, redaction, runtime, store_protocol, stored};
+pub use engine::{mcp, probe, record, record_cache, redaction, runtime, store_protocol, stored};
 
 /// Time: the pure arithmetic of the policy rules, and (in the engine) the host's clock.
 pub mod time {

@@ -741,7 +741,7 @@ fn validation_breakdown(
         });
         let validated = validated?.map_err(|e| format!("validation failed: {e:?}"))?;
         let (t_from, back) =
-            timed(|| m3::testing::internals::convert::responses_back(black_box(&validated)));
+            timed(|| m3::testing::internals::convert::responses_back(black_box(validated)));
         black_box(back.map_err(|e| e.to_string())?);
         let (t_empty, same) = timed(|| policy.call_same_responses(&mut store, &[], &[]));
         black_box(same?);

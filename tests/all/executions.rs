@@ -1051,10 +1051,12 @@ fn a_parked_worker_s_renewals_write_both_expiries_and_keep_both_documents() {
     assert!(result.succeeded(), "{:?}", result.outcome);
 }
 
-/// A parked worker's renewals write the narrow version rows alone (migration 6): once its first
-/// renewals are behind it, the wide rows of its execution and round, which hold the documents,
-/// are not updated at all (a trigger counts every `UPDATE`, whatever it writes), while both
-/// version rows move on. Answering the round does update them, so the count can see a write.
+/// A parked worker's renewals write the narrow version rows alone (migration 6): from the moment
+/// its round is pending, the first renewal (which reads both rows in full, their versions not
+/// yet known to it) included, the wide rows of its execution and round, which hold the
+/// documents, are not updated at all (a trigger counts every `UPDATE`, whatever it writes),
+/// while both version rows move on. Answering the round does update them, so the count can see
+/// a write.
 #[test]
 fn a_parked_worker_s_renewals_leave_the_wide_rows_unwritten() {
     let db = TempDb::new();
@@ -1083,7 +1085,6 @@ fn a_parked_worker_s_renewals_leave_the_wide_rows_unwritten() {
             }
         }
     };
-    let settled = after_renewals(versions(), 2);
     conn.execute_batch(
         "CREATE TABLE wide_row_updates (what TEXT NOT NULL);
          CREATE TRIGGER count_round_updates AFTER UPDATE ON managed_input_rounds
@@ -1096,10 +1097,11 @@ fn a_parked_worker_s_renewals_leave_the_wide_rows_unwritten() {
         conn.query_row("SELECT count(*) FROM wide_row_updates", [], |r| r.get(0))
             .unwrap()
     };
+    let settled = versions();
     let later = after_renewals(settled, 3);
     assert!(
         later.0 >= settled.0 + 3 && later.1 >= settled.1 + 3,
-        "both version rows renewed three more times: {settled:?} -> {later:?}"
+        "both version rows renewed three times: {settled:?} -> {later:?}"
     );
     assert_eq!(updates(), 0, "renewals wrote a wide row");
     handle

@@ -12,6 +12,8 @@
 //!   `round_protocol::decide`, write with compare-and-set (or nothing for an idempotent repeat).
 //! - `record.rs`: record <-> row (indexed columns + the round's stored document; the lease expiry
 //!   and update time read from the columns, which a renewal moves alone).
+//! - `record_cache.rs`: the rounds this instance decoded or wrote lately, each with its document's
+//!   text: the same text read again is cloned, not decoded (bounded in bytes).
 //! - `redaction.rs`: the diagnostic projection.
 //! - `probe.rs`: sandbox probes.
 
@@ -20,6 +22,7 @@ mod exports;
 pub mod mcp;
 pub mod probe;
 pub mod record;
+pub mod record_cache;
 pub mod redaction;
 pub mod runtime;
 pub mod store_protocol;

@@ -55,7 +55,7 @@ pub(crate) fn apply_in(
 pub(crate) struct RoundDecided {
     round_id: String,
     row: Option<crate::m3::managed_input::store::RoundRow>,
-    was: Option<Status>,
+    stored: Option<ManagedInputRecord>,
     decision: Decision,
 }
 
@@ -72,7 +72,7 @@ pub(crate) fn decide_in(
     let decision = round_protocol::decide_checked(round_id, stored.as_ref(), operation, now)?;
     Ok(RoundDecided {
         round_id: round_id.to_string(),
-        was: stored.as_ref().map(|r| r.status),
+        stored,
         row,
         decision,
     })
@@ -89,15 +89,37 @@ impl RoundDecided {
         }
     }
 
+    /// The round as decided.
+    pub(crate) fn next(&self) -> &ManagedInputRecord {
+        &self.decision.next
+    }
+
+    /// When the decision moves the round's lease expiry (and its update time) and nothing else,
+    /// as a renewal does: the row's version and the new expiry, which the row's columns alone
+    /// can hold (`record::from_row` reads both from them), the document kept as it is.
+    pub(crate) fn lease_move(&self) -> Option<(u64, Timestamp)> {
+        let (Write::Update, Some(row), Some(stored)) =
+            (&self.decision.write, &self.row, &self.stored)
+        else {
+            return None;
+        };
+        let expires_at = self.decision.next.lease.as_ref()?.expires_at;
+        let mut unmoved = self.decision.next.clone();
+        unmoved.lease.as_mut()?.expires_at = stored.lease.as_ref()?.expires_at;
+        unmoved.timestamps.updated_at = stored.timestamps.updated_at;
+        (unmoved == *stored).then_some((row.version, expires_at))
+    }
+
     /// Writes what the decision says with compare-and-set; the caller commits. Returns the
     /// round as decided and whether anything was written.
     pub(crate) fn write(self, tx: &Transaction) -> Result<(ManagedInputRecord, bool)> {
         let RoundDecided {
             round_id,
             row,
-            was,
+            stored,
             decision,
         } = self;
+        let was = stored.map(|r| r.status);
         match (decision.write, row) {
             (Write::Unchanged, _) => return Ok((decision.next, false)),
             (Write::Insert, _) => {

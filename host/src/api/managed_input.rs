@@ -443,7 +443,7 @@ impl DatabaseStore {
         self.call(
             point,
             |b, s| f(b.m3_managed_input_managed_input(), s),
-            |r| convert::record_back(&r),
+            convert::record_back,
         )
     }
 
@@ -574,7 +574,7 @@ impl ManagedInputStore for DatabaseStore {
                 b.m3_managed_input_managed_input()
                     .call_get_round(s, round_id)
             },
-            |r| r.as_ref().map(convert::record_back).transpose(),
+            |r| r.map(convert::record_back).transpose(),
         )
     }
 
@@ -597,7 +597,7 @@ impl ManagedInputStore for DatabaseStore {
                     b.m3_managed_input_managed_input()
                         .call_list_rounds(s, &wit_filter)
                 },
-                |rows| rows.iter().map(convert::record_back).collect(),
+                |rows| rows.into_iter().map(convert::record_back).collect(),
             )?;
             let full = page.len() as u32 == wanted;
             wit_filter.after = page
@@ -618,7 +618,7 @@ impl ManagedInputStore for DatabaseStore {
                 b.m3_managed_input_managed_input()
                     .call_claim_round(s, round_id, &wit_claim)
             },
-            |l| convert::lease_back(&l),
+            convert::lease_back,
         )
     }
 
@@ -636,7 +636,7 @@ impl ManagedInputStore for DatabaseStore {
                 b.m3_managed_input_managed_input()
                     .call_renew(s, round_id, &wit_lease, ttl)
             },
-            |l| convert::lease_back(&l),
+            convert::lease_back,
         )
     }
 

@@ -155,7 +155,7 @@ impl Policy {
             Ok((instance, prepared, validated)) => {
                 *kept = Kept::Ready(Box::new(instance), prepared);
                 drop(kept);
-                convert::responses_back(&validated.map_err(|e| convert::error_back(&e))?)
+                convert::responses_back(validated.map_err(|e| convert::error_back(&e))?)
             }
             Err(error) => {
                 // A trap may have left the instance in any state: drop it with the resource in
@@ -217,7 +217,7 @@ impl Policy {
                     .call_validate_responses(s, round, &responses)
             })?
             .map_err(|e| convert::error_back(&e))?;
-        convert::responses_back(&validated)
+        convert::responses_back(validated)
     }
 
     /// Whether two answers are the same after canonicalisation.

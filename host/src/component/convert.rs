@@ -149,13 +149,13 @@ fn context(c: &RequestContext) -> wit::RequestContext {
     }
 }
 
-fn context_back(c: &wit::RequestContext) -> Converted<RequestContext> {
+fn context_back(c: wit::RequestContext) -> Converted<RequestContext> {
     Ok(RequestContext {
         meta: c.meta.as_deref().map(|m| parse(m, "meta")).transpose()?,
         task: c.task.as_deref().map(|t| parse(t, "task")).transpose()?,
-        server: c.server.clone(),
+        server: c.server,
         operation_kind: c.operation_kind.map(operation_kind_back),
-        operation_name: c.operation_name.clone(),
+        operation_name: c.operation_name,
     })
 }
 
@@ -176,18 +176,18 @@ pub fn request(r: &ElicitationRequest) -> wit::ElicitationRequest {
     }
 }
 
-fn request_back(r: &wit::ElicitationRequest) -> Converted<ElicitationRequest> {
+fn request_back(r: wit::ElicitationRequest) -> Converted<ElicitationRequest> {
     Ok(match r {
         wit::ElicitationRequest::Form(f) => ElicitationRequest::Form(FormElicitationRequest {
-            message: f.message.clone(),
             requested_schema: parse(&f.requested_schema, "schema")?,
-            context: context_back(&f.context)?,
+            message: f.message,
+            context: context_back(f.context)?,
         }),
         wit::ElicitationRequest::Url(u) => ElicitationRequest::Url(UrlElicitationRequest {
-            message: u.message.clone(),
-            url: u.url.clone(),
-            elicitation_id: u.elicitation_id.clone(),
-            context: context_back(&u.context)?,
+            message: u.message,
+            url: u.url,
+            elicitation_id: u.elicitation_id,
+            context: context_back(u.context)?,
         }),
     })
 }
@@ -213,22 +213,22 @@ pub fn pending_round(p: &PendingElicitationRound) -> wit::PendingRound {
 }
 
 /// WIT -> public pending round.
-pub fn pending_round_back(p: &wit::PendingRound) -> Converted<PendingElicitationRound> {
+pub fn pending_round_back(p: wit::PendingRound) -> Converted<PendingElicitationRound> {
     Ok(PendingElicitationRound {
-        round_id: p.round_id.clone(),
-        execution_id: p.execution_id.clone(),
-        logical_operation_id: p.logical_operation_id.clone(),
-        server: p.server.clone(),
+        created_at: datetime(&p.created_at)?,
+        deadline: opt_datetime(&p.deadline)?,
+        round_id: p.round_id,
+        execution_id: p.execution_id,
+        logical_operation_id: p.logical_operation_id,
+        server: p.server,
         operation_kind: operation_kind_back(p.operation_kind),
-        operation_name: p.operation_name.clone(),
+        operation_name: p.operation_name,
         requests: p
             .requests
-            .iter()
-            .map(|(k, r)| Ok((k.clone(), request_back(r)?)))
+            .into_iter()
+            .map(|(k, r)| Ok((k, request_back(r)?)))
             .collect::<Converted<_>>()?,
-        created_at: datetime(&p.created_at)?,
-        request_state: p.request_state.clone(),
-        deadline: opt_datetime(&p.deadline)?,
+        request_state: p.request_state,
     })
 }
 
@@ -242,23 +242,23 @@ pub fn lease(l: &ManagedInputLease) -> wit::Lease {
 }
 
 /// WIT -> public lease.
-pub fn lease_back(l: &wit::Lease) -> Converted<ManagedInputLease> {
+pub fn lease_back(l: wit::Lease) -> Converted<ManagedInputLease> {
     Ok(ManagedInputLease {
-        owner_id: l.owner_id.clone(),
-        lease_token: l.lease_token.clone(),
         expires_at: datetime(&l.expires_at)?,
+        owner_id: l.owner_id,
+        lease_token: l.lease_token,
     })
 }
 
 /// WIT -> public responses.
 pub fn responses_back(
-    responses: &[(String, wit::ElicitationResponse)],
+    responses: Vec<(String, wit::ElicitationResponse)>,
 ) -> Converted<std::collections::BTreeMap<String, ElicitationResponse>> {
     responses
-        .iter()
+        .into_iter()
         .map(|(k, r)| {
             Ok((
-                k.clone(),
+                k,
                 ElicitationResponse {
                     action: action_back(r.action),
                     content: r
@@ -354,24 +354,24 @@ pub fn filter(f: &RoundFilter) -> wit_mi::ListFilter {
 }
 
 /// WIT -> public record.
-pub fn record_back(r: &wit::ManagedInputRecord) -> Converted<ManagedInputRecord> {
+pub fn record_back(r: wit::ManagedInputRecord) -> Converted<ManagedInputRecord> {
     let parameters = match parse(&r.operation_parameters, "operation parameters")? {
         Value::Object(map) => map,
         _ => return Err(corrupt("operation parameters")),
     };
     Ok(ManagedInputRecord {
-        pending: pending_round_back(&r.pending)?,
+        pending: pending_round_back(r.pending)?,
         round_index: r.round_index,
         round_limit: r.round_limit,
         status: status_back(r.status),
-        lease: r.lease.as_ref().map(lease_back).transpose()?,
-        responses: r.responses.as_deref().map(responses_back).transpose()?,
-        idempotency_key: r.idempotency_key.clone(),
-        delivery_idempotency_key: r.delivery_idempotency_key.clone(),
+        lease: r.lease.map(lease_back).transpose()?,
+        responses: r.responses.map(responses_back).transpose()?,
+        idempotency_key: r.idempotency_key,
+        delivery_idempotency_key: r.delivery_idempotency_key,
         harness: HarnessMetadata {
-            session_id: r.harness.session_id.clone(),
-            resume_token: r.harness.resume_token.clone(),
-            turn_id: r.harness.turn_id.clone(),
+            session_id: r.harness.session_id,
+            resume_token: r.harness.resume_token,
+            turn_id: r.harness.turn_id,
         },
         operation_parameters: parameters,
         delivery_attempts: r.delivery_attempts,
@@ -384,9 +384,9 @@ pub fn record_back(r: &wit::ManagedInputRecord) -> Converted<ManagedInputRecord>
             resolved_at: opt_datetime(&r.timestamps.resolved_at)?,
             failed_at: opt_datetime(&r.timestamps.failed_at)?,
         },
-        failure: r.failure.as_ref().map(|f| RoundFailure {
+        failure: r.failure.map(|f| RoundFailure {
             code: failure_code_back(f.code),
-            message: f.message.clone(),
+            message: f.message,
         }),
     })
 }

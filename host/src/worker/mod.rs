@@ -274,7 +274,7 @@ impl Executions {
                     .call_pending_elicitation(s, execution_id)
             })?
             .map_err(|e| convert::error_back(&e))?;
-        round.map(|r| convert::pending_round_back(&r)).transpose()
+        round.map(convert::pending_round_back).transpose()
     }
 
     /// Validates and commits answers (a JSON response map) to a round of this execution.

@@ -437,6 +437,25 @@ pub fn decide_head_in(
 }
 
 impl HeadDecided {
+    /// When the decision moves the execution's lease expiry and nothing else (its status, owner,
+    /// token and cancel flag as they were, nothing ended): the row's version and the new expiry.
+    fn lease_move(&self) -> Option<(u64, Timestamp)> {
+        let decision = &self.decision;
+        if decision.write != ExecutionWrite::Update
+            || decision.ended.is_some()
+            || decision.fail_rounds_of.is_some()
+        {
+            return None;
+        }
+        let (next, before) = (&decision.next, &self.before);
+        let (lease, held) = (next.lease.as_ref()?, before.lease.as_ref()?);
+        let unmoved = next.status == before.status
+            && next.cancel_requested == before.cancel_requested
+            && lease.owner_id == held.owner_id
+            && lease.lease_token == held.lease_token;
+        unmoved.then_some((self.row.version, lease.expires_at))
+    }
+
     /// Writes the decision: when it changes only what the row's columns hold (the expiry, the
     /// owner, the status) and ends nothing, the row alone, its document kept as it is; else the
     /// whole execution, read again, as [`Decided::write`] does.
@@ -687,21 +706,32 @@ fn renew_one(
         None => None,
     };
     let cancel_requested = decided.decision.next.cancel_requested;
-    let renewed = decided.decision.next.lease.clone();
-    let mut wrote = decided.decision.write == ExecutionWrite::Update;
-    entry.version = decided.write(tx, *now)?.version;
-    if let Some(renewed) = renewed {
-        entry.lease.expires_at = renewed.expires_at;
-    }
-    let mut attention = cancel_requested;
-    if let (Some(held), Some(round)) = (entry.round.as_mut(), round) {
-        held.version = round.version_after();
-        let (record, round_wrote) = round.write(tx)?;
-        wrote |= round_wrote;
-        attention |= held.awaiting_answer && record.status != Status::Pending;
-        if let Some(granted) = record.lease {
-            held.lease = granted;
+    let (wrote, round_status) = match expiries_alone(tx, &mut entry, &decided, round.as_ref(), now)?
+    {
+        Some(round_status) => (true, round_status),
+        None => {
+            let renewed = decided.decision.next.lease.clone();
+            let mut wrote = decided.decision.write == ExecutionWrite::Update;
+            entry.version = decided.write(tx, *now)?.version;
+            if let Some(renewed) = renewed {
+                entry.lease.expires_at = renewed.expires_at;
+            }
+            let mut round_status = None;
+            if let (Some(held), Some(round)) = (entry.round.as_mut(), round) {
+                held.version = round.version_after();
+                let (record, round_wrote) = round.write(tx)?;
+                wrote |= round_wrote;
+                round_status = Some(record.status);
+                if let Some(granted) = record.lease {
+                    held.lease = granted;
+                }
+            }
+            (wrote, round_status)
         }
+    };
+    let mut attention = cancel_requested;
+    if let (Some(held), Some(status)) = (entry.round.as_ref(), round_status) {
+        attention |= held.awaiting_answer && status != Status::Pending;
     }
     entry.renew_at = time::add_millis(now, entry.renew_every_ms);
     let renewal = if attention {
@@ -715,6 +745,66 @@ fn renew_one(
         HeldRenewal::Renewed(entry)
     };
     Ok(Ok((renewal, wrote)))
+}
+
+/// Writes a renewal read and decided in full (`renew_one`) as the two expiries alone, when that
+/// is all it moves: the execution's lease expiry (its status, owner, token and cancel flag as
+/// they were, nothing ended) and the round's (`RoundDecided::lease_move`), so that neither
+/// document is rewritten. Returns the round's status (`Some(None)`: no round) once written and
+/// `entry` updated, or `None` (nothing written) when the decision moves anything else.
+fn expiries_alone(
+    tx: &Transaction,
+    entry: &mut HeldLeases,
+    decided: &HeadDecided,
+    round: Option<&crate::store_protocol::RoundDecided>,
+    now: &Timestamp,
+) -> Result<Option<Option<Status>>> {
+    let Some((execution_version, execution_expiry)) = decided.lease_move() else {
+        return Ok(None);
+    };
+    let round_move = match (&entry.round, round) {
+        (Some(held), Some(round)) => match round.lease_move() {
+            Some((version, expires_at)) => Some((held.round_id.clone(), version, expires_at)),
+            None => return Ok(None),
+        },
+        (None, None) => None,
+        _ => return Ok(None),
+    };
+    let execution = LeaseExpiry {
+        id: entry.execution_id.clone(),
+        expected_version: execution_version,
+        expires_at: execution_expiry,
+    };
+    let round_expiry = round_move
+        .as_ref()
+        .map(|(id, version, expires_at)| LeaseExpiry {
+            id: id.clone(),
+            expected_version: *version,
+            expires_at: *expires_at,
+        });
+    if !tx
+        .set_lease_expiries(&execution, round_expiry.as_ref(), *now)
+        .map_err(store_error)?
+    {
+        // Both rows were read in this write transaction: neither can have moved since.
+        return Err(crate::errors::conflict(
+            ErrorCode::ConcurrentUpdate,
+            format!("execution {} changed concurrently", entry.execution_id),
+        ));
+    }
+    entry.version = execution_version + 1;
+    entry.lease.expires_at = execution_expiry;
+    let mut round_status = None;
+    if let (Some(held), Some(round), Some((_, version, _))) =
+        (entry.round.as_mut(), round, round_move)
+    {
+        held.version = version + 1;
+        if let Some(granted) = &round.next().lease {
+            held.lease = granted.clone();
+        }
+        round_status = Some(round.next().status);
+    }
+    Ok(Some(round_status))
 }
 
 /// The renewal of an entry whose rows are unchanged since its last renewal (both versions known

@@ -175,6 +175,24 @@ pub struct ToolResultItem {
     pub result: ToolResult,
 }
 
+impl super::Document for ExecutionDocument {
+    fn format(&self) -> u32 {
+        self.format
+    }
+}
+
+impl super::Document for ExecutionHeadDocument {
+    fn format(&self) -> u32 {
+        self.format
+    }
+}
+
+impl super::Document for ToolResultItem {
+    fn format(&self) -> u32 {
+        self.format
+    }
+}
+
 /// The item kind of a tool result.
 pub const TOOL_RESULT_ITEM: &str = "tool-result";
 

@@ -132,6 +132,12 @@ fn wit_ts(t: Option<Timestamp>) -> Option<wit::Timestamp> {
     t.map(wit::Timestamp::from)
 }
 
+impl super::Document for RoundDocument {
+    fn format(&self) -> u32 {
+        self.format
+    }
+}
+
 impl From<&wit::ManagedInputRecord> for RoundDocument {
     fn from(r: &wit::ManagedInputRecord) -> Self {
         let p = &r.pending;
