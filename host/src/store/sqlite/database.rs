@@ -6,6 +6,7 @@ pub use super::synchronous::Synchronous;
 use crate::store::error::OpenFailure;
 use crate::store::idle::Idle;
 use crate::store::waiters::Waiters;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -147,6 +148,12 @@ fn connect_raw(
     conn.busy_timeout(busy_timeout)?;
     conn.pragma_update(None, "synchronous", synchronous.pragma())?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // The query planner's stability guarantee: a statement is planned once, not again whenever
+    // a value bound to it might change its plan. With SQLite's default every statement that
+    // joins a wide row to its version row was planned again at each execution, whatever was
+    // bound (a quarter of a read's time; BENCHMARKS.md, section 5, "Reads through the
+    // component"). The store's statements are written for their indexes, not for values.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     conn.pragma_update(None, "cache_size", CACHE_KIB)?;
     Ok(conn)
 }

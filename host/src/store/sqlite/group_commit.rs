@@ -16,6 +16,7 @@
 //!
 //! Reads keep their own connections and see only what groups have committed.
 
+use super::control::control;
 use super::store_error::{is_busy, store_error};
 use crate::store::error::StoreError;
 use crate::store::idle::Lent;
@@ -158,7 +159,7 @@ impl Writer {
                 }
             },
         };
-        if let Err(e) = group.conn.execute_batch("SAVEPOINT m3_write") {
+        if let Err(e) = control(&group.conn, "SAVEPOINT m3_write") {
             let e = store_error(e);
             self.settle_failed(group, "a savepoint could not be opened");
             return Err(e);
@@ -198,7 +199,7 @@ impl Writer {
         let Some(mut group) = turn.group.take() else {
             return Err(StoreError::Failure("the write has already ended".into()));
         };
-        if let Err(e) = group.conn.execute_batch("RELEASE m3_write") {
+        if let Err(e) = control(&group.conn, "RELEASE m3_write") {
             let e = store_error(e);
             self.settle_failed(group, "a write could not be kept");
             return Err(e);
@@ -268,7 +269,7 @@ impl Writer {
     /// Commits `group` (the caller holding the turn) and tells its waiting members; when the
     /// caller is a member too (`caller_is_member`), its outcome is returned rather than stored.
     fn commit_group(&self, group: Group, caller_is_member: bool) -> Result<(), StoreError> {
-        let outcome = group.conn.execute_batch("COMMIT").map_err(store_error);
+        let outcome = control(&group.conn, "COMMIT").map_err(store_error);
         if outcome.is_err() {
             let _ = group.conn.execute_batch("ROLLBACK");
         }

@@ -16,7 +16,8 @@
 //! store writes nothing), `migrations.rs` (`user_version`, `application_id`, six migrations),
 //! `transaction.rs` (the `transaction` resource: a read on its own connection, a write in its
 //! group's turn; wake-ups told on commit), `adapter.rs` (the statements written once,
-//! `store/statements/`, run as cached prepared statements on the transaction's connection), `wakeups.rs` (targeted wake-ups: `wake-execution` stamps the execution's row of
+//! `store/statements/`, run as cached prepared statements on the transaction's connection), `control.rs` (`BEGIN`,
+//! `COMMIT`, `ROLLBACK` and savepoints from the connection's statement cache), `wakeups.rs` (targeted wake-ups: `wake-execution` stamps the execution's row of
 //! `execution_wakeups` with the next number in the writing transaction; a commit tells this
 //! process's waiters on that execution at once, the watcher tells the others), `synchronous.rs`
 //! (`Synchronous`, how hard a commit is made durable), `health.rs` (what `m3 doctor` reads of a
@@ -24,6 +25,7 @@
 //! and processes are noticed in one place, the worker's `host/src/worker/changes.rs`.
 
 pub(crate) mod adapter;
+pub(crate) mod control;
 pub mod database;
 pub(crate) mod group_commit;
 pub mod health;

@@ -18,7 +18,8 @@ macro_rules! select {
     };
 }
 
-const GET: &str = concat!(select!(), " WHERE r.round_id = ?1");
+/// A round's two rows by its id.
+pub(crate) const GET: &str = concat!(select!(), " WHERE r.round_id = ?1");
 
 const INSERT: &str = "INSERT INTO managed_input_rounds (round_id, execution_id, status, \
                       owner_id, deadline_ns, created_at_ns, document) \
