@@ -130,6 +130,12 @@ pub mod internals {
         pub use crate::worker::*;
     }
 
+    /// The database behind `store` (either backend), for tests that run the store's own
+    /// transactions on it.
+    pub fn backend_of(store: &crate::DatabaseStore) -> &crate::store::Backend {
+        store.backend()
+    }
+
     /// [`crate::SqliteManagedInputStore::open`] on `runtime`.
     pub fn open_with_runtime(
         path: impl AsRef<std::path::Path>,

@@ -263,6 +263,37 @@ fn an_unreadable_record_is_a_storage_error_and_is_left_as_it_is() {
 // ---------------------------------------------------------------------------------------------
 
 m3_tests::on_both_backends! {
+    /// A read transaction writes nothing: a round's insert and an execution's wake-up are both
+    /// refused, typed, and the database stays as it was (until 2026-12-07 SQLite's read
+    /// transaction stamped a wake-up row; PostgreSQL refused both).
+    fn a_read_transaction_refuses_every_write(db) {
+        use m3::testing::internals::backend::rows::{Mode, RoundRow};
+        use m3::testing::internals::backend::{StoreError, Transaction};
+        let store = db.store();
+        fn refused<T>(result: Result<T, StoreError>) -> bool {
+            matches!(result, Err(StoreError::Failure(m)) if m == "a read transaction cannot write")
+        }
+        let mut tx =
+            Transaction::begin(m3::testing::internals::backend_of(&store), Mode::Read).unwrap();
+        let row = RoundRow {
+            round_id: "r1".into(),
+            execution_id: "exec-1".into(),
+            status: "pending".into(),
+            version: 1,
+            owner_id: None,
+            lease_expires_at_ns: None,
+            deadline_ns: None,
+            created_at_ns: 1,
+            updated_at_ns: 1,
+            document: "{}".into(),
+        };
+        assert!(refused(tx.insert(row)), "a read inserted a round");
+        assert!(refused(tx.wake_execution("exec-1")), "a read woke an execution");
+        drop(tx);
+        assert!(store.get_round("r1").unwrap().is_none());
+        assert_eq!(m3_tests::backends::integrity(db), "ok");
+    }
+
     fn a_new_store_object_on_the_same_path_reads_rounds_written_by_another(db) {
         let written = {
             let writer = db.store();

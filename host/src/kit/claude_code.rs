@@ -98,6 +98,16 @@ pub fn sign_in(dir: &Path) -> ClaudeCodeSignIn {
 mod tests {
     use super::*;
 
+    /// The host gives the model's key to Claude Code under these names and the component has the
+    /// MCP server see the same names empty: the two lists are one.
+    #[test]
+    fn the_key_variables_are_the_ones_the_component_empties_for_the_server() {
+        assert_eq!(
+            KEY_VARIABLES,
+            m3_guest::runtime::claude_code::CREDENTIAL_VARIABLES
+        );
+    }
+
     #[test]
     fn sign_ins_are_told_apart_without_their_values() {
         let dir = tempfile::tempdir().unwrap();

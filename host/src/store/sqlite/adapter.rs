@@ -65,13 +65,7 @@ impl Sql for Connection {
 /// A transaction runs the statements on its connection; a read transaction refuses writes.
 impl Sql for Transaction {
     fn writable(&self) -> Result<(), StoreError> {
-        if self.is_write() {
-            self.connection().map(drop)
-        } else {
-            Err(StoreError::Failure(
-                "a read transaction cannot write".into(),
-            ))
-        }
+        Transaction::writable(self)
     }
 
     fn execute(&self, on: On<'_>, sql: &str, args: Vec<Value>) -> Result<u64, StoreError> {

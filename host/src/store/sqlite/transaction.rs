@@ -75,15 +75,20 @@ impl Transaction {
         }
     }
 
-    /// Whether this is a write (a read cannot write).
-    pub(super) fn is_write(&self) -> bool {
-        matches!(self.access, Access::Write(..))
+    /// Refuses a read transaction: a read cannot write. Else the connection is open.
+    pub(super) fn writable(&self) -> Result<(), StoreError> {
+        match self.access {
+            Access::Write(..) => self.connection().map(drop),
+            Access::Read(_) => Err(StoreError::Failure(
+                "a read transaction cannot write".into(),
+            )),
+        }
     }
 
     /// Stamps `execution_id`'s wake-up row; its waiters in this process are told on commit (those
-    /// elsewhere read the row).
+    /// elsewhere read the row). A read transaction refuses, as it refuses every write.
     pub fn wake_execution(&mut self, execution_id: &str) -> Result<(), StoreError> {
-        self.ensure_open()?;
+        self.writable()?;
         super::wakeups::record(self.connection()?, execution_id).map_err(store_error)?;
         if !self.woken.iter().any(|id| id == execution_id) {
             self.woken.push(execution_id.to_string());
