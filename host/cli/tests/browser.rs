@@ -567,15 +567,27 @@ async fn two_sessions_answering_one_round_one_wins_the_other_sees_the_conflict()
     }
     let one = find(&first, "#submit").await;
     let two = find(&second, "#submit").await;
+    // The two clicks race: a page that hears of the other answer before its own click lands has
+    // already swapped its form for the conflict notice, so that click finds its button gone. At
+    // most one click can miss so (some answer was taken first), and the notices below still
+    // hold for both pages.
     let (a, b) = tokio::join!(one.click(), two.click());
-    a.unwrap();
-    b.unwrap();
+    let mut missed = 0;
+    for click in [a, b] {
+        match click {
+            Ok(()) => {}
+            Err(error) if error.is_stale_element_reference() => missed += 1,
+            Err(error) => panic!("clicking submit: {error}"),
+        }
+    }
+    assert!(
+        missed <= 1,
+        "both pages lost their form before either answer was taken"
+    );
     let mut taken = Vec::new();
     let mut conflicts = 0;
     for (browser, city) in [(&first, CITY), (&second, "Shelbyville")] {
-        let notice = find(browser, "#notice .notice.ok, #notice .notice.conflict").await;
-        let class = notice.attr("class").await.unwrap().unwrap_or_default();
-        let text = notice.text().await.unwrap();
+        let (class, text) = notice_of(browser).await;
         if class.contains("ok") {
             assert!(text.contains("Answer taken"), "{text}");
             taken.push(city);
@@ -609,6 +621,25 @@ async fn two_sessions_answering_one_round_one_wins_the_other_sees_the_conflict()
     assert_eq!(delivered, 1, "delivered exactly once: {events}");
     first.close().await.unwrap();
     second.close().await.unwrap();
+}
+
+/// The class and text of the page's answer notice (taken or conflict). A page that hears of the
+/// other answer while its own is in flight writes its notice twice, so a notice that goes stale
+/// while being read is looked up again.
+async fn notice_of(client: &Client) -> (String, String) {
+    let until = Instant::now() + PAGE_TIMEOUT;
+    loop {
+        let notice = find(client, "#notice .notice.ok, #notice .notice.conflict").await;
+        let read = async {
+            let class = notice.attr("class").await?.unwrap_or_default();
+            Ok::<_, fantoccini::error::CmdError>((class, notice.text().await?))
+        };
+        match read.await {
+            Ok(read) => return read,
+            Err(error) if error.is_stale_element_reference() && Instant::now() < until => {}
+            Err(error) => panic!("reading the notice: {error}"),
+        }
+    }
 }
 
 /// A static web server on another origin (Python's `http.server` on `host:port`), serving `dir`.
