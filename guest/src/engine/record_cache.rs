@@ -108,51 +108,11 @@ pub fn forget(round_id: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::m3::managed_input::types as wit;
 
     fn record(round_id: &str) -> ManagedInputRecord {
-        let at = wit::Timestamp {
-            seconds: 1,
-            nanoseconds: 0,
-        };
-        ManagedInputRecord {
-            pending: wit::PendingRound {
-                round_id: round_id.into(),
-                execution_id: "e".into(),
-                logical_operation_id: "op".into(),
-                server: "s".into(),
-                operation_kind: wit::OperationKind::Tool,
-                operation_name: "t".into(),
-                requests: Vec::new(),
-                created_at: at,
-                request_state: None,
-                deadline: None,
-            },
-            round_index: 0,
-            round_limit: 1,
-            status: wit::Status::Pending,
-            lease: None,
-            responses: None,
-            idempotency_key: None,
-            delivery_idempotency_key: None,
-            harness: wit::HarnessMetadata {
-                session_id: None,
-                resume_token: None,
-                turn_id: None,
-            },
-            operation_parameters: "{}".into(),
-            delivery_attempts: 0,
-            timestamps: wit::LifecycleTimestamps {
-                created_at: at,
-                updated_at: at,
-                response_validated_at: None,
-                delivery_started_at: None,
-                delivered_at: None,
-                resolved_at: None,
-                failed_at: None,
-            },
-            failure: None,
-        }
+        let mut record = crate::stored::tests::record();
+        record.pending.round_id = round_id.into();
+        record
     }
 
     #[test]

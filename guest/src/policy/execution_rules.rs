@@ -138,6 +138,20 @@ pub fn check_acknowledged(round: &ManagedInputRecord) -> Result<()> {
     })
 }
 
+/// Whether `decision`, taken on `before`, updates the execution and changes only what its row's
+/// columns hold (its status, lease owner and expiry): nothing ended, no rounds to fail, its
+/// cancel flag and lease token as they were. Such a write keeps the execution's document.
+pub fn keeps_the_document(decision: &ExecutionDecision, before: &ExecutionHead) -> bool {
+    fn token(head: &ExecutionHead) -> Option<&str> {
+        head.lease.as_ref().map(|l| l.lease_token.as_str())
+    }
+    decision.write == ExecutionWrite::Update
+        && decision.ended.is_none()
+        && decision.fail_rounds_of.is_none()
+        && decision.next.cancel_requested == before.cancel_requested
+        && token(&decision.next) == token(before)
+}
+
 /// `execution-rules.decide`: the execution state machine. Given execution `execution_id`'s
 /// stored head (none: it does not exist), one operation and the time, decides the next head or
 /// the typed error. Arguments are checked before the stored head.
@@ -392,6 +406,34 @@ mod tests {
         assert_eq!(done.next.lease, None);
         assert_eq!(done.ended, Some(ExecutionEnding::ByWorker));
         assert_eq!(done.fail_rounds_of.as_deref(), Some("worker"));
+    }
+
+    /// A renewal changes only the row's columns; a claim (a new token), a cancel request and a
+    /// finish change the document.
+    #[test]
+    fn only_a_decision_on_the_columns_keeps_the_document() {
+        let lease = held("worker", 50);
+        let running = head(ExecutionStatus::Running, Some(lease.clone()));
+        let keeps = |operation| {
+            let decision = decide("exec-1", Some(&running), operation, &at(10)).unwrap();
+            keeps_the_document(&decision, &running)
+        };
+        assert!(keeps(ExecutionOperation::Renew(ExecutionRenewal {
+            lease: lease.clone(),
+            lease_ttl_ms: 30_000,
+        })));
+        assert!(!keeps(ExecutionOperation::RequestCancel));
+        assert!(!keeps(ExecutionOperation::Finish(lease.clone())));
+        let queued = head(ExecutionStatus::Queued, Some(held("submitter", 50)));
+        let claim = ExecutionOperation::Claim(ExecutionClaim {
+            owner_id: "worker".into(),
+            lease_ttl_ms: 30_000,
+        });
+        let claimed = decide("exec-1", Some(&queued), claim, &at(10)).unwrap();
+        assert!(
+            !keeps_the_document(&claimed, &queued),
+            "a claim hands out a new token"
+        );
     }
 
     #[test]

@@ -440,19 +440,12 @@ impl HeadDecided {
     /// When the decision moves the execution's lease expiry and nothing else (its status, owner,
     /// token and cancel flag as they were, nothing ended): the row's version and the new expiry.
     fn lease_move(&self) -> Option<(u64, Timestamp)> {
-        let decision = &self.decision;
-        if decision.write != ExecutionWrite::Update
-            || decision.ended.is_some()
-            || decision.fail_rounds_of.is_some()
-        {
+        let (next, before) = (&self.decision.next, &self.before);
+        if !execution_rules::keeps_the_document(&self.decision, before) {
             return None;
         }
-        let (next, before) = (&decision.next, &self.before);
         let (lease, held) = (next.lease.as_ref()?, before.lease.as_ref()?);
-        let unmoved = next.status == before.status
-            && next.cancel_requested == before.cancel_requested
-            && lease.owner_id == held.owner_id
-            && lease.lease_token == held.lease_token;
+        let unmoved = next.status == before.status && lease.owner_id == held.owner_id;
         unmoved.then_some((self.row.version, lease.expires_at))
     }
 
@@ -460,17 +453,12 @@ impl HeadDecided {
     /// owner, the status) and ends nothing, the row alone, its document kept as it is; else the
     /// whole execution, read again, as [`Decided::write`] does.
     fn write(self, tx: &Transaction, now: Timestamp) -> Result<ExecutionRow> {
-        let next = &self.decision.next;
-        let token = |head: &ExecutionHead| head.lease.as_ref().map(|l| l.lease_token.clone());
-        let columns_only = self.decision.ended.is_none()
-            && self.decision.fail_rounds_of.is_none()
-            && next.cancel_requested == self.before.cancel_requested
-            && token(next) == token(&self.before);
+        let columns_only = execution_rules::keeps_the_document(&self.decision, &self.before);
         match self.decision.write {
             ExecutionWrite::Unchanged => Ok(self.row),
             ExecutionWrite::Update if columns_only => {
                 let mut row = self.row;
-                set_row_head(&mut row, next);
+                set_row_head(&mut row, &self.decision.next);
                 put_row(tx, row, now)
             }
             ExecutionWrite::Update => {
@@ -833,12 +821,10 @@ fn renew_unchanged(
     else {
         return Ok(None);
     };
-    let Some(execution_lease) = decision.next.lease.filter(|_| {
-        decision.write == ExecutionWrite::Update
-            && decision.ended.is_none()
-            && decision.fail_rounds_of.is_none()
-            && !decision.next.cancel_requested
-    }) else {
+    if !execution_rules::keeps_the_document(&decision, &before) {
+        return Ok(None);
+    }
+    let Some(execution_lease) = decision.next.lease else {
         return Ok(None);
     };
     let round_lease = match &entry.round {

@@ -109,7 +109,7 @@ pub fn encode<T: serde::Serialize>(document: &T) -> Result<String, Unreadable> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::execution::ExecutionDocument;
     use super::round::RoundDocument;
     use super::*;
@@ -134,7 +134,8 @@ mod tests {
     }
 
     /// A record using every field and variant.
-    fn record() -> wit::ManagedInputRecord {
+    /// A round with every field set (the other tests of the component use it too).
+    pub(crate) fn record() -> wit::ManagedInputRecord {
         wit::ManagedInputRecord {
             pending: wit::PendingRound {
                 round_id: "r1".into(),
