@@ -9,9 +9,9 @@
 //! binary again, `M3_BENCH_ROLE=parked`), started once the component is in the cache, so that
 //! neither a first compilation nor another count's freed memory shows. The parent raises the
 //! hard limit of open files to what the largest count needs where it may (as root), and that
-//! process raises its soft limit to the hard limit (each execution holds the three pipes of its
-//! server child; the parent caps the count at what the hard limits of open files and processes
-//! allow, and says so), runs one warm-up execution to its end, then reads its memory, submits
+//! process raises its soft limit to the hard limit (each execution holds one descriptor, the
+//! socket of its server child's stdin and stdout: decision 82; the parent caps the count at what
+//! the hard limits of open files and processes allow, and says so), runs one warm-up execution to its end, then reads its memory, submits
 //! the executions (one task each, at most 100 calls in flight: see below), waits until every one
 //! has a pending round, leaves them idle for two lease-renewal periods (5 s each; 1 s in a smoke
 //! pass) and reads its memory again:
@@ -121,9 +121,9 @@ const DEFAULT_CONCURRENCY: usize = 100;
 /// Open files the parked process needs beyond its executions' (database, runtime, libraries).
 const FD_RESERVE: u64 = 256;
 
-/// Open files one parked execution holds in the host process: its server child's three pipes
-/// (plus slack for the pidfd and the scratch directory).
-const FDS_PER_EXECUTION: u64 = 5;
+/// Open files one parked execution holds in the host process: the socket of its server child's
+/// stdin and stdout (decision 82; the benchmark reports the count it measures).
+const FDS_PER_EXECUTION: u64 = 1;
 
 // ---------------------------------------------------------------------------------------------
 // Run configuration

@@ -90,6 +90,54 @@ async fn a_child_sees_exactly_the_environment_it_is_given() {
     );
 }
 
+/// What the host holds in its own process for a running child (decision 82): the child's stdin
+/// and stdout are one socket, its stderr a file in its scratch directory, and the host holds no
+/// pidfd for it, nor any descriptor on its scratch directory or stderr file, until it is waited
+/// for. Closing stdin still ends the child's input while its output reads on, and what it wrote
+/// to stderr is its tail.
+#[tokio::test]
+async fn a_running_child_costs_the_host_its_stdio_socket_alone() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let script = "echo to-stderr >&2; cat; echo after-eof";
+    let (mut child, mut events) =
+        ChildProcess::spawn(&spec("/bin/sh", &["-c", script], &[]), &scratch).unwrap();
+    let pid = child.pid();
+    let link = |fd: &str| std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap();
+    let (stdin, stdout) = (link("0"), link("1"));
+    assert!(stdin.to_string_lossy().starts_with("socket:["), "{stdin:?}");
+    assert_eq!(stdin, stdout, "stdin and stdout are one socket");
+    assert_eq!(link("2"), scratch.path().join(".m3-stderr"));
+    child.write_line("hello").await.unwrap();
+    let mut pending = Vec::new();
+    assert_eq!(next_line(&mut events, &mut pending).await, "hello");
+    // Nothing else of the child's is open in this process.
+    let scratch_path = scratch.path().to_string_lossy().into_owned();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Ok(target) = std::fs::read_link(entry.path()) {
+            assert!(
+                !target.to_string_lossy().starts_with(&scratch_path),
+                "the host holds {target:?} open"
+            );
+        }
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{name}")).unwrap_or_default();
+        assert!(
+            !info
+                .lines()
+                .any(|l| l.split_whitespace().eq(["Pid:", &pid.to_string()])),
+            "the host holds a pidfd for the running child"
+        );
+    }
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !String::from_utf8_lossy(&child.stderr_tail()).contains("to-stderr") {
+        assert!(std::time::Instant::now() < until, "no stderr tail");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    child.close_stdin();
+    assert_eq!(next_line(&mut events, &mut pending).await, "after-eof");
+    assert_eq!(child.wait().await.unwrap(), ProcessEvent::Exited(Some(0)));
+}
+
 #[tokio::test]
 async fn dropping_a_child_kills_its_process_group_and_it_is_reaped() {
     let scratch = ScratchDir::create("m3-test").unwrap();
@@ -207,8 +255,12 @@ async fn the_scratch_directory_is_private_the_working_directory_and_removed_afte
         std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
         0o700
     );
-    scratch.dir().create_dir("work").unwrap();
-    scratch.dir().write("work/config.toml", b"x = 1\n").unwrap();
+    scratch.dir().unwrap().create_dir("work").unwrap();
+    scratch
+        .dir()
+        .unwrap()
+        .write("work/config.toml", b"x = 1\n")
+        .unwrap();
     let mut in_work = spec("/bin/sh", &["-c", "pwd; cat config.toml"], &[]);
     in_work.cwd = Some("work".into());
     let (_child, mut events) = ChildProcess::spawn(&in_work, &scratch).unwrap();
@@ -219,7 +271,7 @@ async fn the_scratch_directory_is_private_the_working_directory_and_removed_afte
     );
     assert_eq!(next_line(&mut events, &mut pending).await, "x = 1");
     // The capability cannot reach outside the scratch directory.
-    assert!(scratch.dir().write("../escape", b"no").is_err());
+    assert!(scratch.dir().unwrap().write("../escape", b"no").is_err());
     for escape in ["../", "work/../.."] {
         let mut outside = spec("/bin/true", &[], &[]);
         outside.cwd = Some(escape.into());

@@ -100,6 +100,21 @@ const SOCKET_APIS: &[&str] = &[
 /// `connect(` is a database's, and a socket needs one of [`SOCKET_APIS`] first).
 const CONNECTING: &str = "connect(";
 
+/// Whether a `file: api` socket use is a child's stdio socket in `host/src/process/child.rs`:
+/// the host's end of the socket pair the child was started with (`launch.rs`), wrapped for
+/// tokio, never a connecting socket or call.
+fn child_stdio_only(usage: &str) -> bool {
+    let child = Path::new("host")
+        .join("src")
+        .join("process")
+        .join("child.rs");
+    let Some((file, api)) = usage.split_once(": ") else {
+        return false;
+    };
+    file.ends_with(&child.display().to_string())
+        && matches!(api, "tokio::net" | "os::unix::net" | "UnixStream")
+}
+
 /// Whether a `file: api` socket use is `m3 serve` listening: the listener and address types
 /// under `host/cli/src/serve/` (`TcpSocket` builds a listener with its buffer sizes set), never
 /// a connecting socket or call.
@@ -114,8 +129,11 @@ fn listens_only(usage: &str) -> bool {
 
 /// The socket APIs `code` (comments left out) uses, and [`CONNECTING`] if it uses any.
 fn socket_apis_in(code: &str) -> Vec<&'static str> {
-    // Tokio's pipes (a child's stdio) live under `tokio::net` but are no sockets.
-    let code = code.replace("tokio::net::unix::pipe", "tokio pipe");
+    // Tokio's pipes live under `tokio::net` but are no sockets; a socket pair (a child's stdin
+    // and stdout, decision 82) is connected to itself alone.
+    let code = code
+        .replace("tokio::net::unix::pipe", "tokio pipe")
+        .replace("libc::socketpair", "socket pair");
     let mut apis: Vec<&'static str> = SOCKET_APIS
         .iter()
         .copied()
@@ -160,7 +178,8 @@ fn direct_dependents(package: &str, dependency: &str) -> Result<Vec<String>> {
 /// depend on `hyper` (the server side under axum) and code under `host/cli/src/serve/` may bind
 /// a listener (`TcpListener`, or `TcpSocket` to set its buffers first), but nothing there may
 /// connect out (`TcpStream`, `UdpSocket`, `UnixStream`, a `connect(` call, libc's `connect`,
-/// client crates). Each check is shown able to fail: the same scan finds the sockets of the
+/// client crates); and a child's stdin and stdout are a socket pair (libc's `socketpair`, whose
+/// host end `process/child.rs` alone wraps as a `UnixStream`, connecting nothing). Each check is shown able to fail: the same scan finds the sockets of the
 /// test suite's loopback model and a planted connecting line for each name, and the same filter
 /// finds a client in a listing.
 #[test]
@@ -196,6 +215,7 @@ fn nothing_shipped_can_fetch_a_url() -> Result<()> {
 
     let root = workspace_root();
     let mut serve_uses = Vec::new();
+    let mut stdio_uses = Vec::new();
     for shipped in [
         "host/src",
         "host/cli/src",
@@ -204,9 +224,26 @@ fn nothing_shipped_can_fetch_a_url() -> Result<()> {
     ] {
         let all = socket_uses(&root.join(shipped))?;
         serve_uses.extend(all.iter().filter(|u| listens_only(u)).cloned());
-        let uses: Vec<_> = all.into_iter().filter(|u| !listens_only(u)).collect();
+        stdio_uses.extend(all.iter().filter(|u| child_stdio_only(u)).cloned());
+        let uses: Vec<_> = all
+            .into_iter()
+            .filter(|u| !listens_only(u) && !child_stdio_only(u))
+            .collect();
         ensure!(uses.is_empty(), "shipped code opens sockets: {uses:?}");
     }
+    ensure!(
+        stdio_uses.iter().any(|u| u.ends_with(": UnixStream")),
+        "the scan should find the child's stdio socket; is it broken? {stdio_uses:?}"
+    );
+    ensure!(
+        !child_stdio_only("host/src/process/child.rs: connect(")
+            && !child_stdio_only("host/src/process/child.rs: libc::connect")
+            && !child_stdio_only("host/src/process/child.rs: TcpStream")
+            && !child_stdio_only("host/src/process/child.rs: libc::socket")
+            && !child_stdio_only("host/src/imports/process.rs: UnixStream")
+            && child_stdio_only("host/src/process/child.rs: UnixStream"),
+        "the child stdio exception is wider than the host's end of a socket pair"
+    );
     ensure!(
         serve_uses.iter().any(|u| u.ends_with(": TcpListener")),
         "the scan should find `m3 serve`'s listener; is it broken? {serve_uses:?}"

@@ -132,10 +132,11 @@ impl ExecutionIo {
         if !home_env.is_empty() {
             // A private home for the child (e.g. CODEX_HOME), made through the capability.
             let home = "home";
-            if !scratch.dir().exists(home) {
-                scratch.dir().create_dir(home).map_err(|e| e.to_string())?;
+            let scratch_dir = scratch.dir().map_err(|e| e.to_string())?;
+            if !scratch_dir.exists(home) {
+                scratch_dir.create_dir(home).map_err(|e| e.to_string())?;
             }
-            let dir = scratch.dir().open_dir(home).map_err(|e| e.to_string())?;
+            let dir = scratch_dir.open_dir(home).map_err(|e| e.to_string())?;
             home::copy_files(&dir, &spec.home_files)?;
             match &spec.server_env {
                 Some(ServerEnvFile::CodexConfig(server)) => {

@@ -1,12 +1,13 @@
 //! One child process on tokio, with exactly the environment it is given.
 
 use super::scratch::ScratchDir;
+use super::stderr_log::StderrLog;
 use std::collections::BTreeMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::pipe;
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
 /// How to start a child.
@@ -58,31 +59,32 @@ pub enum ProcessError {
 /// also its process group's, stays reserved, so the group can still be signalled safely once
 /// the child itself has exited, and what it started (a daemonised helper with its own stdio
 /// included) ends with it.
+///
+/// While it runs the host holds one descriptor for it: the socket that is its stdin and stdout.
+/// Its stderr goes to a file (`stderr_log.rs`), and its exit is watched through a pidfd opened
+/// only when it is waited for.
 #[derive(Debug)]
 pub struct ChildProcess {
-    stdin: Option<pipe::Sender>,
+    /// The host's writing half of the child's stdio socket (shut down for writing when closed).
+    stdin: Option<OwnedWriteHalf>,
     pid: u32,
-    /// Readable once the child has exited (taken by the background reaper on drop).
+    /// Readable once the child has exited: opened at the first wait (taken by the background
+    /// reaper on drop).
     pidfd: Option<AsyncFd<OwnedFd>>,
     /// How it exited, once it has (`None` inside: killed by a signal). Seen without reaping:
     /// the zombie keeps the group's id reserved until `drop` signals the group and reaps it.
     exit: Option<Option<i32>>,
-    stderr_tail: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    /// The task reading stderr (until it ends).
-    stderr_task: Option<tokio::task::JoinHandle<()>>,
+    /// Where its stderr goes.
+    stderr: StderrLog,
 }
 
-/// How long an exited child's stderr is still read before its exit is reported.
-const STDERR_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// How much of a child's stderr is kept (the tail), for diagnostics only.
-pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
+pub use super::stderr_log::STDERR_TAIL_BYTES;
 
 /// The largest stdout chunk read at once.
 pub const STDOUT_CHUNK_BYTES: usize = 64 * 1024;
 
 /// How many stdout chunks wait for the execution to read them (at most 1 MiB); past that the
-/// child's writes block on its pipe.
+/// child's writes block on its socket.
 pub const STDOUT_CHUNKS_BUFFERED: usize = 16;
 
 fn resolve(command: &str, env: &BTreeMap<String, String>) -> Result<PathBuf, ProcessError> {
@@ -116,16 +118,15 @@ impl ChildProcess {
             }
         };
         let program = resolve(&spec.command, &spec.env)?;
+        let (stderr, stderr_fd) = StderrLog::create(scratch)?;
         // Started without copying this process (`launch.rs`): a fork would copy the page
         // tables of every parked execution's instance, once per server started.
-        let launched =
-            super::launch::launch(&program, &spec.args, &spec.env, &cwd).map_err(|e| {
-                match e.kind() {
-                    std::io::ErrorKind::NotFound => {
-                        ProcessError::NotFound(program.display().to_string())
-                    }
-                    _ => ProcessError::Io(e),
+        let launched = super::launch::launch(&program, &spec.args, &spec.env, &cwd, stderr_fd)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    ProcessError::NotFound(program.display().to_string())
                 }
+                _ => ProcessError::Io(e),
             })?;
         let pid = launched.pid;
         // From here the child runs: whatever fails below drops it, which kills and reaps it.
@@ -134,19 +135,14 @@ impl ChildProcess {
             pid,
             pidfd: None,
             exit: None,
-            stderr_tail: std::sync::Arc::new(std::sync::Mutex::new(Vec::new())),
-            stderr_task: None,
+            stderr,
         };
-        // SAFETY: an `OwnedFd` stays open and names the same pidfd until the `AsyncFd` drops it.
-        let pidfd = unsafe {
-            AsyncFd::register_with_interest(launched.pidfd, tokio::io::Interest::READABLE)
-        };
-        child.pidfd = Some(pidfd.map_err(std::io::Error::from)?);
-        child.stdin = Some(pipe::Sender::from_owned_fd(launched.stdin)?);
-        let mut stdout = pipe::Receiver::from_owned_fd(launched.stdout)?;
-        let mut stderr = pipe::Receiver::from_owned_fd(launched.stderr)?;
+        let stdio = std::os::unix::net::UnixStream::from(launched.stdio);
+        stdio.set_nonblocking(true)?;
+        let (mut stdout, stdin) = tokio::net::UnixStream::from_std(stdio)?.into_split();
+        child.stdin = Some(stdin);
         // Bounded: a child that writes faster than its execution reads is held back by its
-        // pipe, so a flooding server cannot grow this process's memory.
+        // socket, so a flooding server cannot grow this process's memory.
         let (events, receiver) = mpsc::channel(STDOUT_CHUNKS_BUFFERED);
         {
             let events = events.clone();
@@ -169,21 +165,6 @@ impl ChildProcess {
                 let _ = events.send(ProcessEvent::StdoutClosed).await;
             });
         }
-        {
-            let tail = child.stderr_tail.clone();
-            child.stderr_task = Some(tokio::spawn(async move {
-                let mut buffer = vec![0u8; 16 * 1024];
-                while let Ok(n) = stderr.read(&mut buffer).await {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-                    tail.extend_from_slice(&buffer[..n]);
-                    let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-                    tail.drain(..excess);
-                }
-            }));
-        }
         Ok((child, receiver))
     }
 
@@ -203,21 +184,15 @@ impl ChildProcess {
         Ok(())
     }
 
-    /// Closes the child's stdin (an MCP server ends its session on EOF).
+    /// Closes the child's stdin (an MCP server ends its session on EOF): the socket is shut
+    /// down for writing, its stdout still reads.
     pub fn close_stdin(&mut self) {
         self.stdin = None;
     }
 
     /// Waits for the child to exit (it is reaped when dropped).
     pub async fn wait(&mut self) -> Result<ProcessEvent, ProcessError> {
-        let code = self.reaped().await?;
-        // What it wrote to stderr before it exited is read before the exit is reported (a
-        // descendant that keeps the pipe open costs at most the grace).
-        if let Some(task) = self.stderr_task.as_mut() {
-            let _ = tokio::time::timeout(STDERR_GRACE, task).await;
-            self.stderr_task = None;
-        }
-        Ok(ProcessEvent::Exited(code))
+        Ok(ProcessEvent::Exited(self.reaped().await?))
     }
 
     /// Waits for the child to exit, leaving it unreaped: its exit code (`None`: a signal
@@ -226,7 +201,14 @@ impl ChildProcess {
         if let Some(exit) = self.exit {
             return Ok(exit);
         }
-        // Taken only by `drop`.
+        if self.pidfd.is_none() {
+            // Exited already, or not: no descriptor is spent on a child that is not waited for.
+            if let Some(exit) = exit_status(self.pid)? {
+                self.exit = Some(exit);
+                return Ok(exit);
+            }
+            self.pidfd = Some(watch(self.pid)?);
+        }
         let Some(pidfd) = self.pidfd.as_ref() else {
             return Ok(None);
         };
@@ -242,12 +224,10 @@ impl ChildProcess {
     }
 
     /// The last [`STDERR_TAIL_BYTES`] the child wrote to stderr (diagnostics; may hold anything
-    /// the child printed, so never logged by the host).
+    /// the child printed, so never logged by the host). Empty if the child removed or replaced
+    /// its stderr file.
     pub fn stderr_tail(&self) -> Vec<u8> {
-        self.stderr_tail
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.stderr.tail(STDERR_TAIL_BYTES)
     }
 
     /// SIGKILL to the child's process group at once, and to the rest of its session (what it
@@ -283,19 +263,40 @@ impl Drop for ChildProcess {
         // Reaped in the background: on this runtime once its pidfd says it exited, or on a
         // thread of its own when there is no runtime (or the runtime cannot watch it).
         let pid = self.pid;
-        match (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
-            (Some(pidfd), Ok(runtime)) => {
-                runtime.spawn(async move {
-                    if reap_when_exited(&pidfd, pid).await.is_err() {
-                        tokio::task::spawn_blocking(move || reap_blocking(pid));
-                    }
-                });
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            std::thread::spawn(move || reap_blocking(pid));
+            return;
+        };
+        let pidfd = self.pidfd.take();
+        runtime.spawn(async move {
+            let pidfd = match pidfd {
+                Some(pidfd) => Ok(pidfd),
+                None => watch(pid),
+            };
+            let reaped = match pidfd {
+                Ok(pidfd) => reap_when_exited(&pidfd, pid).await.is_ok(),
+                Err(_) => false,
+            };
+            if !reaped {
+                tokio::task::spawn_blocking(move || reap_blocking(pid));
             }
-            _ => {
-                std::thread::spawn(move || reap_blocking(pid));
-            }
-        }
+        });
     }
+}
+
+/// A pidfd for child `pid`, registered with the runtime: readable once the child has exited.
+/// The child is this process's and unreaped, so its id cannot name another process yet.
+fn watch(pid: u32) -> Result<AsyncFd<OwnedFd>, ProcessError> {
+    // SAFETY: pidfd_open(2) with no flags; it returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(ProcessError::Io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel just created this descriptor and nobody else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+    // SAFETY: an `OwnedFd` stays open and names the same pidfd until the `AsyncFd` drops it.
+    let registered = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
+    registered.map_err(|e| ProcessError::Io(std::io::Error::from(e)))
 }
 
 /// Waits until `pidfd` (child `pid`'s) says the child exited, without reaping it: its exit

@@ -12,8 +12,12 @@
 //! default, and none is blocked (as `std::process::Command` leaves them); it leads a new session
 //! (and so a new process group); it gets `SIGKILL` when the thread that launched it ends (this process killed
 //! included), and gives up if that already happened; it moves to its working directory; its
-//! stdin, stdout and stderr are the three pipes. A failure before `execve` is reported back
-//! (its `errno`) through a close-on-exec pipe.
+//! stdin and stdout are one end of a socket pair (the host keeps the other: one descriptor per
+//! child, issue 43) and its stderr the file it is given. A failure before `execve` is reported
+//! back (its `errno`) through a close-on-exec pipe.
+//!
+//! No pidfd is kept: the host watches a child's exit only once its output has ended, and opens a
+//! pidfd then (`child.rs`); the child, unreaped until the host reaps it, keeps its id meanwhile.
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, c_int, c_void};
@@ -25,19 +29,13 @@ use std::path::Path;
 /// The stack the child runs on until `execve` (it calls a handful of system calls only).
 const CHILD_STACK_BYTES: usize = 64 * 1024;
 
-/// A launched child: its id, a pidfd naming it, and the host's ends of its three pipes.
+/// A launched child: its id, and the host's end of the socket that is its stdin and stdout.
 #[derive(Debug)]
 pub(crate) struct Launched {
     /// The child's process id (also its process group and session id).
     pub pid: u32,
-    /// Readable once the child has exited (Linux pidfd).
-    pub pidfd: OwnedFd,
-    /// The write end of the child's stdin.
-    pub stdin: OwnedFd,
-    /// The read end of the child's stdout.
-    pub stdout: OwnedFd,
-    /// The read end of the child's stderr.
-    pub stderr: OwnedFd,
+    /// The host's end of the child's stdin and stdout (a Unix stream socket, close-on-exec).
+    pub stdio: OwnedFd,
 }
 
 /// What the child reads, prepared before the clone (the child allocates nothing).
@@ -46,7 +44,7 @@ struct ChildPlan {
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     cwd: *const libc::c_char,
-    /// The child's ends of its stdin, stdout and stderr pipes (all above 2).
+    /// The child's stdin, stdout and stderr (all above 2; stdin and stdout the same socket).
     stdio: [RawFd; 3],
     /// The write end of the error pipe (close-on-exec).
     report: RawFd,
@@ -74,8 +72,27 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// A close-on-exec Unix stream socket pair: (host's end, child's end).
+fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: socketpair(2) writes two descriptors into the array it is given.
+    let made = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if made == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 /// `fd` moved above the standard descriptors (a host started with one of them closed hands out
-/// 0, 1 or 2 for new pipes, which the child's `dup2`s would overwrite).
+/// 0, 1 or 2 for new descriptors, which the child's `dup2`s would overwrite).
 fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
@@ -89,12 +106,14 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(moved) })
 }
 
-/// Launches `program` (a path) with `args`, exactly the environment `env`, in `cwd`.
+/// Launches `program` (a path) with `args`, exactly the environment `env`, in `cwd`, with
+/// `stderr` (closed here once the child has it) as its stderr.
 pub(crate) fn launch(
     program: &Path,
     args: &[String],
     env: &BTreeMap<String, String>,
     cwd: &Path,
+    stderr: OwnedFd,
 ) -> io::Result<Launched> {
     let program_c = c_string(program.as_os_str().as_bytes())?;
     let mut argv_c = vec![program_c.clone()];
@@ -123,15 +142,9 @@ pub(crate) fn launch(
         .chain(std::iter::once(std::ptr::null()))
         .collect();
 
-    let (stdin_read, stdin_write) = pipe()?;
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
+    let (host_end, child_end) = socket_pair()?;
     let (report_read, report_write) = pipe()?;
-    let child_ends = [
-        above_stdio(stdin_read)?,
-        above_stdio(stdout_write)?,
-        above_stdio(stderr_write)?,
-    ];
+    let child_ends = [above_stdio(child_end)?, above_stdio(stderr)?];
     let plan = ChildPlan {
         program: program_c.as_ptr(),
         argv: argv.as_ptr(),
@@ -139,8 +152,8 @@ pub(crate) fn launch(
         cwd: cwd_c.as_ptr(),
         stdio: [
             child_ends[0].as_raw_fd(),
+            child_ends[0].as_raw_fd(),
             child_ends[1].as_raw_fd(),
-            child_ends[2].as_raw_fd(),
         ],
         report: report_write.as_raw_fd(),
         // SAFETY: getpid(2) has no preconditions.
@@ -162,18 +175,15 @@ pub(crate) fn launch(
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
     }
-    let mut pidfd: c_int = -1;
     // SAFETY: `child_main` runs on `stack` (alive until the clone returns: CLONE_VFORK holds
     // this thread until the child has called `execve` or exited) and reads `plan` and the
-    // strings it points to, which live until the end of this function. CLONE_PIDFD writes the
-    // pidfd into `pidfd`.
+    // strings it points to, which live until the end of this function.
     let pid = unsafe {
         libc::clone(
             child_main,
             top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             &plan as *const ChildPlan as *mut c_void,
-            &mut pidfd as *mut c_int,
         )
     };
     let clone_error = io::Error::last_os_error();
@@ -186,8 +196,6 @@ pub(crate) fn launch(
     if pid == -1 {
         return Err(clone_error);
     }
-    // SAFETY: the kernel created the pidfd for this child and nobody else owns it.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
 
     // Empty: `execve` closed the child's end. Four bytes: the child's errno, and it exited.
     let mut errno = [0u8; 4];
@@ -221,10 +229,7 @@ pub(crate) fn launch(
     }
     Ok(Launched {
         pid: pid as u32,
-        pidfd,
-        stdin: stdin_write,
-        stdout: stdout_read,
-        stderr: stderr_read,
+        stdio: host_end,
     })
 }
 

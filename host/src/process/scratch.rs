@@ -1,16 +1,22 @@
 //! Private scratch directories, handed out as cap-std capabilities: the host touches a scratch
-//! directory only through its [`cap_std::fs::Dir`] handle, never through ambient paths.
+//! directory only through a [`cap_std::fs::Dir`] handle, never through ambient paths.
+//!
+//! The handle is opened when the host writes, not held: a parked execution's scratch directory
+//! costs no descriptor (issue 43). Each opening checks that the path still names the directory
+//! created (its device and inode), so a child that moved its scratch directory away and put
+//! something else (a link elsewhere) in its place gets no write of the host redirected.
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// A directory created for one execution (mode 0700), removed when dropped.
 #[derive(Debug)]
 pub struct ScratchDir {
     path: PathBuf,
-    dir: Dir,
+    /// The directory's device and inode, as created.
+    identity: (u64, u64),
 }
 
 impl ScratchDir {
@@ -22,8 +28,11 @@ impl ScratchDir {
         let name = format!("{name_prefix}-{}", hex::encode(bytes));
         let path = parent.join(name);
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        let dir = Dir::open_ambient_dir(&path, ambient_authority())?;
-        Ok(Self { path, dir })
+        let created = std::fs::symlink_metadata(&path)?;
+        Ok(Self {
+            path,
+            identity: (created.dev(), created.ino()),
+        })
     }
 
     /// Creates a fresh private directory under the system's temporary directory.
@@ -31,10 +40,19 @@ impl ScratchDir {
         Self::create_in(&std::env::temp_dir(), name_prefix)
     }
 
-    /// The capability: every file operation of the host inside the scratch directory goes
-    /// through it (it cannot reach outside the directory).
-    pub fn dir(&self) -> &Dir {
-        &self.dir
+    /// The capability, opened now: every file operation of the host inside the scratch
+    /// directory goes through it (it cannot reach outside the directory). An error if the path
+    /// no longer names the directory created.
+    pub fn dir(&self) -> std::io::Result<Dir> {
+        let dir = Dir::open_ambient_dir(&self.path, ambient_authority())?;
+        let opened = dir.dir_metadata()?;
+        use cap_std::fs::MetadataExt as _;
+        if (opened.dev(), opened.ino()) != self.identity {
+            return Err(std::io::Error::other(
+                "the scratch directory was replaced after it was created",
+            ));
+        }
+        Ok(dir)
     }
 
     /// The path, for a child's working directory.
