@@ -10,7 +10,6 @@ use crate::component::bindings::exports::m3::managed_input::runtime::HeldRenewal
 use crate::component::bindings::m3::managed_input::events::Event;
 use crate::component::bindings::m3::managed_input::types::{HeldLeases, Timestamp};
 use crate::component::convert;
-use chrono::TimeDelta;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,6 +42,10 @@ struct Parked {
 
 struct Entry {
     held: HeldLeases,
+    /// `held.renew_at` in microseconds since the epoch (`i64::MIN`: no representable time,
+    /// due at once), converted once when the leases are set, so that a scan of thousands of
+    /// parked workers compares integers.
+    renew_at: i64,
     /// A renewal of it is under way.
     in_flight: bool,
     /// What the worker is woken with, once set.
@@ -74,6 +77,7 @@ impl Parking {
             parked.entries.insert(
                 id,
                 Entry {
+                    renew_at: micros(&held.renew_at),
                     held,
                     in_flight: false,
                     signal: None,
@@ -108,6 +112,7 @@ impl Parking {
     /// distance apart meet at the first renewal of one of them).
     pub fn take_due(&self) -> (Vec<(u64, HeldLeases)>, Duration) {
         let mut parked = self.lock();
+        let now = self.clock.now().timestamp_micros();
         let mut wait = IDLE_LOOK;
         let mut triggered = false;
         let mut candidates = Vec::new();
@@ -116,7 +121,7 @@ impl Parking {
                 continue;
             }
             let period = Duration::from_millis(entry.held.renew_every_ms);
-            let left = until(&entry.held.renew_at, 0, &self.clock);
+            let left = left_until(entry.renew_at, 0, now);
             let window = (period / 4).min(COALESCE);
             if left <= window {
                 triggered = true;
@@ -151,9 +156,9 @@ impl Parking {
             };
             entry.in_flight = false;
             match results.as_ref().and_then(|r| r.get(index)) {
-                Some(HeldRenewal::Renewed(held)) => entry.held = held.clone(),
+                Some(HeldRenewal::Renewed(held)) => entry.set(held.clone()),
                 Some(HeldRenewal::Attention(held)) => {
-                    entry.held = held.clone();
+                    entry.set(held.clone());
                     entry.signal = Some(Event::Wake);
                     entry.notify.notify_one();
                 }
@@ -163,6 +168,14 @@ impl Parking {
                 }
             }
         }
+    }
+}
+
+impl Entry {
+    /// The leases as a renewal left them.
+    fn set(&mut self, held: HeldLeases) {
+        self.renew_at = micros(&held.renew_at);
+        self.held = held;
     }
 }
 
@@ -186,11 +199,8 @@ impl Holding {
                 if let Some(signal) = &entry.signal {
                     return signal.clone();
                 }
-                until(
-                    &entry.held.renew_at,
-                    entry.held.renew_every_ms,
-                    &self.parking.clock,
-                )
+                let now = self.parking.clock.now().timestamp_micros();
+                left_until(entry.renew_at, entry.held.renew_every_ms, now)
             };
             if late_in.is_zero() {
                 return Event::Timeout;
@@ -216,14 +226,54 @@ impl Drop for Holding {
     }
 }
 
-/// How long from the clock's now until `after_ms` milliseconds past `at` (zero when that has
-/// passed, or when `at` is no representable time).
-fn until(at: &Timestamp, after_ms: u64, clock: &Arc<dyn Clock>) -> Duration {
-    let after = TimeDelta::try_milliseconds(i64::try_from(after_ms).unwrap_or(i64::MAX));
-    convert::datetime(at)
-        .ok()
-        .zip(after)
-        .and_then(|(at, after)| at.checked_add_signed(after))
-        .and_then(|due| (due - clock.now()).to_std().ok())
-        .unwrap_or(Duration::ZERO)
+/// `at` in microseconds since the epoch; `i64::MIN` when it is no representable time.
+fn micros(at: &Timestamp) -> i64 {
+    convert::datetime(at).map_or(i64::MIN, |at| at.timestamp_micros())
+}
+
+/// How long from `now` until `after_ms` milliseconds past `at` (both in microseconds since the
+/// epoch): zero when that has passed, or when `at` is no representable time.
+fn left_until(at: i64, after_ms: u64, now: i64) -> Duration {
+    if at == i64::MIN {
+        return Duration::ZERO;
+    }
+    let after = i64::try_from(after_ms)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000);
+    let left = at.saturating_add(after).saturating_sub(now);
+    Duration::from_micros(u64::try_from(left).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64, nanoseconds: u32) -> Timestamp {
+        Timestamp {
+            seconds,
+            nanoseconds,
+        }
+    }
+
+    /// The time left is counted in microseconds from one reading of the clock: a renewal time
+    /// ahead, one passed, one a period ahead, and one that is no time at all (due at once).
+    #[test]
+    fn the_time_left_is_counted_from_one_reading_of_the_clock() {
+        let renew_at = micros(&at(100, 500_000_000));
+        assert_eq!(renew_at, 100_500_000);
+        let now = micros(&at(100, 0));
+        assert_eq!(left_until(renew_at, 0, now), Duration::from_millis(500));
+        assert_eq!(left_until(renew_at, 0, now + 600_000), Duration::ZERO);
+        assert_eq!(
+            left_until(renew_at, 5_000, now + 600_000),
+            Duration::from_millis(4_900)
+        );
+        let unrepresentable = micros(&at(i64::MAX, 0));
+        assert_eq!(unrepresentable, i64::MIN);
+        assert_eq!(left_until(unrepresentable, 5_000, now), Duration::ZERO);
+        assert_eq!(
+            left_until(renew_at, u64::MAX, now),
+            Duration::from_micros(i64::MAX as u64 - now as u64)
+        );
+    }
 }

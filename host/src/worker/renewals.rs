@@ -110,9 +110,9 @@ async fn renewer(store: Arc<DatabaseStore>, parking: Arc<Parking>, crew: Arc<Mut
             }
             continue;
         }
-        for group in due.chunks(MAX_HELD) {
-            let ids: Vec<u64> = group.iter().map(|(id, _)| *id).collect();
-            let held: Vec<HeldLeases> = group.iter().map(|(_, h)| h.clone()).collect();
+        let mut due = due.into_iter().peekable();
+        while due.peek().is_some() {
+            let (ids, held): (Vec<u64>, Vec<HeldLeases>) = due.by_ref().take(MAX_HELD).unzip();
             let store = store.clone();
             let outcome = tokio::task::spawn_blocking(move || {
                 store
