@@ -32,8 +32,9 @@ pub const STDERR_FILE: &str = ".m3-stderr";
 /// The most children whose stderr files one scratch directory holds.
 const FILES_PER_DIRECTORY: usize = 1000;
 
-/// How often the trimmer looks at every live log.
-pub const TRIM_PERIOD: Duration = Duration::from_secs(10);
+/// How often the trimmer looks at every live log (a look is one `stat` of its path: the path
+/// walks of looking every 10 s showed in the idle profile of 10,000 parked executions).
+pub const TRIM_PERIOD: Duration = Duration::from_secs(30);
 
 /// A log holding more disk than this is trimmed to its tail.
 pub const TRIM_ABOVE: u64 = 1024 * 1024;

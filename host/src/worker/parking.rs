@@ -4,6 +4,13 @@
 //! results of a renewal, and wakes a worker only when it must look: `wake` (a renewal found its
 //! cancel flag set or its round answered or failed) or `timeout` (a renewal refused, failed, or
 //! late by a whole period: the worker renews by itself, and ends if it cannot).
+//!
+//! Lateness is watched by one task for all parked workers (the watcher), not by a timer per
+//! worker: a parked worker's task is resumed only when it must look, never once a period to find
+//! that its leases were renewed meanwhile (at 10,000 parked that was 2,000 resumptions of a
+//! component instance a second). The watcher sleeps until the earliest lateness (at most
+//! [`IDLE_LOOK`]), and is independent of the renewer, so a renewer stuck in the store still
+//! leaves its workers woken in time.
 
 use crate::api::clock::Clock;
 use crate::component::bindings::exports::m3::managed_input::runtime::HeldRenewal;
@@ -17,8 +24,10 @@ use tokio::sync::Notify;
 
 /// The most a renewal is made early to share a transaction with others.
 pub const COALESCE: Duration = Duration::from_millis(250);
-/// How long the renewer sleeps at most before looking again.
+/// How long the renewer, and the watcher of lateness, sleep at most before looking again.
 const IDLE_LOOK: Duration = Duration::from_secs(1);
+/// The shortest sleep of the watcher of lateness.
+const LATENESS_FLOOR: Duration = Duration::from_millis(5);
 
 /// The parked workers of one [`Executions`](super::Executions).
 pub struct Parking {
@@ -26,6 +35,8 @@ pub struct Parking {
     parked: Mutex<Parked>,
     /// A worker parked (the renewer may need to wake earlier).
     arrived: Notify,
+    /// A worker parked (the watcher of lateness may need to wake earlier).
+    parked_one: Notify,
 }
 
 impl std::fmt::Debug for Parking {
@@ -38,6 +49,8 @@ impl std::fmt::Debug for Parking {
 struct Parked {
     entries: HashMap<u64, Entry>,
     next_id: u64,
+    /// The watcher of lateness runs.
+    watching: bool,
 }
 
 struct Entry {
@@ -60,6 +73,7 @@ impl Parking {
             clock,
             parked: Mutex::new(Parked::default()),
             arrived: Notify::new(),
+            parked_one: Notify::new(),
         }
     }
 
@@ -72,6 +86,12 @@ impl Parking {
         let notify = Arc::new(Notify::new());
         let id = {
             let mut parked = self.lock();
+            if !parked.watching
+                && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            {
+                parked.watching = true;
+                runtime.spawn(watch_lateness(self.clone()));
+            }
             let id = parked.next_id;
             parked.next_id += 1;
             parked.entries.insert(
@@ -87,6 +107,7 @@ impl Parking {
             id
         };
         self.wake_renewer();
+        self.parked_one.notify_one();
         Holding {
             parking: self.clone(),
             id,
@@ -150,15 +171,17 @@ impl Parking {
     /// failed, and every one of them renews by itself).
     pub fn settle(&self, ids: &[u64], results: Option<Vec<HeldRenewal>>) {
         let mut parked = self.lock();
-        for (index, id) in ids.iter().enumerate() {
+        let mut results = results.map(Vec::into_iter);
+        for id in ids {
+            let result = results.as_mut().and_then(Iterator::next);
             let Some(entry) = parked.entries.get_mut(id) else {
                 continue;
             };
             entry.in_flight = false;
-            match results.as_ref().and_then(|r| r.get(index)) {
-                Some(HeldRenewal::Renewed(held)) => entry.set(held.clone()),
+            match result {
+                Some(HeldRenewal::Renewed(held)) => entry.set(held),
                 Some(HeldRenewal::Attention(held)) => {
-                    entry.set(held.clone());
+                    entry.set(held);
                     entry.signal = Some(Event::Wake);
                     entry.notify.notify_one();
                 }
@@ -168,6 +191,56 @@ impl Parking {
                 }
             }
         }
+    }
+}
+
+/// The watcher of lateness: wakes, with [`Event::Timeout`], every parked worker whose leases are
+/// late by a whole period (not renewed: the renewer failed, is stuck, or is gone), then sleeps
+/// until the next lateness. Ends when no worker is parked (the next to park starts another).
+async fn watch_lateness(parking: Arc<Parking>) {
+    /// Marks the watcher gone however its task ends (its runtime shut down included).
+    struct Watching(Arc<Parking>);
+    impl Drop for Watching {
+        fn drop(&mut self) {
+            self.0.lock().watching = false;
+        }
+    }
+    let watching = Watching(parking);
+    let parking = &watching.0;
+    loop {
+        let sleep = {
+            let mut parked = parking.lock();
+            if parked.entries.is_empty() {
+                return;
+            }
+            parking.signal_late(&mut parked)
+        };
+        tokio::select! {
+            () = tokio::time::sleep(sleep) => {}
+            () = parking.parked_one.notified() => {}
+        }
+    }
+}
+
+impl Parking {
+    /// Signals every parked worker late by a whole period; returns how long until the next
+    /// one would be (at most [`IDLE_LOOK`], at least [`LATENESS_FLOOR`]).
+    fn signal_late(&self, parked: &mut Parked) -> Duration {
+        let now = self.clock.now().timestamp_micros();
+        let mut next = IDLE_LOOK;
+        for entry in parked.entries.values_mut() {
+            if entry.signal.is_some() {
+                continue;
+            }
+            let late_in = left_until(entry.renew_at, entry.held.renew_every_ms, now);
+            if late_in.is_zero() {
+                entry.signal = Some(Event::Timeout);
+                entry.notify.notify_one();
+            } else {
+                next = next.min(late_in);
+            }
+        }
+        next.max(LATENESS_FLOOR)
     }
 }
 
@@ -188,10 +261,10 @@ pub struct Holding {
 
 impl Holding {
     /// Resolves when the worker must look: `wake` (its cancel flag, its round) or `timeout` (a
-    /// renewal refused or failed, or late by a whole period).
+    /// renewal refused or failed, or late by a whole period: the watcher of lateness says so).
     pub async fn signalled(&self) -> Event {
         loop {
-            let late_in = {
+            {
                 let parked = self.parking.lock();
                 let Some(entry) = parked.entries.get(&self.id) else {
                     return Event::Timeout;
@@ -199,16 +272,8 @@ impl Holding {
                 if let Some(signal) = &entry.signal {
                     return signal.clone();
                 }
-                let now = self.parking.clock.now().timestamp_micros();
-                left_until(entry.renew_at, entry.held.renew_every_ms, now)
-            };
-            if late_in.is_zero() {
-                return Event::Timeout;
             }
-            tokio::select! {
-                () = self.notify.notified() => {}
-                () = tokio::time::sleep(late_in.max(Duration::from_millis(5))) => {}
-            }
+            self.notify.notified().await;
         }
     }
 
@@ -247,6 +312,86 @@ fn left_until(at: i64, after_ms: u64, now: i64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::clock::ManualClock;
+    use crate::component::bindings::m3::managed_input::types::Lease;
+
+    fn held(renew_at: Timestamp, renew_every_ms: u64) -> HeldLeases {
+        HeldLeases {
+            execution_id: "exec-1".into(),
+            lease: Lease {
+                owner_id: "worker".into(),
+                lease_token: "0123456789abcdef0123456789abcdef".into(),
+                expires_at: renew_at,
+            },
+            version: 1,
+            round: None,
+            ttl_ms: 3 * renew_every_ms,
+            renew_at,
+            renew_every_ms,
+        }
+    }
+
+    fn timestamp(at: chrono::DateTime<chrono::Utc>) -> Timestamp {
+        Timestamp {
+            seconds: at.timestamp(),
+            nanoseconds: at.timestamp_subsec_nanos(),
+        }
+    }
+
+    /// One watcher for every parked worker: a worker whose leases nobody renews is woken with
+    /// `timeout` once they are late by a whole period, and one whose leases a renewal moved on
+    /// is left parked; the watcher ends when nobody is parked, and the next to park starts
+    /// another.
+    #[tokio::test]
+    async fn a_worker_is_woken_when_its_leases_are_late_by_a_period_and_not_before() {
+        let start = chrono::Utc::now();
+        let clock = Arc::new(ManualClock::new(start));
+        let parking = Arc::new(Parking::new(clock.clone()));
+        let renewed = parking.park(held(timestamp(start), 50));
+        let forgotten = parking.park(held(timestamp(start), 50));
+        let (due, _) = parking.take_due();
+        assert_eq!(due.len(), 2, "both are due at once");
+        // The first is renewed for a day; the second's renewal is lost.
+        let mut later = held(timestamp(start + chrono::TimeDelta::days(1)), 50);
+        later.version = 2;
+        parking.settle(&[due[0].0], Some(vec![HeldRenewal::Renewed(later)]));
+        let (renewed, forgotten) = if due[0].0 == renewed.id {
+            (renewed, forgotten)
+        } else {
+            (forgotten, renewed)
+        };
+        clock.advance(chrono::TimeDelta::milliseconds(100));
+        let woken = tokio::time::timeout(Duration::from_secs(10), forgotten.signalled()).await;
+        assert!(
+            matches!(woken, Ok(Event::Timeout)),
+            "the worker whose renewal was lost was not woken"
+        );
+        // The renewed one is not late: its watcher looks at least once a second, and it stays
+        // parked through two of those looks.
+        let still = tokio::time::timeout(
+            2 * IDLE_LOOK + Duration::from_millis(200),
+            renewed.signalled(),
+        )
+        .await;
+        assert!(still.is_err(), "a renewed worker was woken: {still:?}");
+        clock.advance(chrono::TimeDelta::days(2));
+        let woken = tokio::time::timeout(Duration::from_secs(10), renewed.signalled()).await;
+        assert!(matches!(woken, Ok(Event::Timeout)), "late after two days");
+        drop((renewed, forgotten));
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while parking.lock().watching {
+            assert!(
+                std::time::Instant::now() < until,
+                "the watcher outlived its workers"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let again = parking.park(held(timestamp(clock.now()), 50));
+        assert!(parking.lock().watching, "parking again starts a watcher");
+        clock.advance(chrono::TimeDelta::milliseconds(100));
+        let woken = tokio::time::timeout(Duration::from_secs(10), again.signalled()).await;
+        assert!(matches!(woken, Ok(Event::Timeout)));
+    }
 
     fn at(seconds: i64, nanoseconds: u32) -> Timestamp {
         Timestamp {

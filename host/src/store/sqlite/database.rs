@@ -155,6 +155,12 @@ fn connect_raw(
     // component"). The store's statements are written for their indexes, not for values.
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     conn.pragma_update(None, "cache_size", CACHE_KIB)?;
+    // The statement journal of the write's savepoint (and any temporary table or sort) in
+    // memory: a renewal of hundreds of parked workers modifies more pages than the journal
+    // keeps in memory by default, and its spill to a temporary file was a tenth of the idle
+    // CPU of 10,000 parked executions (BENCHMARKS.md, section 5). What it holds is bounded by
+    // the pages one transaction touches.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(conn)
 }
 

@@ -176,6 +176,23 @@ mod tests {
         assert_eq!(marked, -777, "the next read got the same connection");
     }
 
+    /// A write's statement journal, and every temporary table or sort, stays in memory on a
+    /// store connection (`temp_store`, `database.rs`), for writes and reads alike.
+    #[test]
+    fn a_store_connection_keeps_its_temporary_data_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        for mode in [Mode::Read, Mode::Write] {
+            let tx = Transaction::begin(&db, mode).unwrap();
+            let temp_store: i64 = tx
+                .connection()
+                .unwrap()
+                .query_row("PRAGMA temp_store", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(temp_store, 2, "MEMORY");
+        }
+    }
+
     /// A statement is planned once per connection, whatever is bound to it (the query planner's
     /// stability guarantee, `database.rs`). The control: on a connection with SQLite's defaults
     /// the same statement, a round's wide row joined to its version row, is planned again at
