@@ -80,6 +80,9 @@ pub struct ChildProcess {
 
 pub use super::stderr_log::STDERR_TAIL_BYTES;
 
+/// How often a child waited for without a pidfd is looked at.
+const EXIT_LOOK: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The largest stdout chunk read at once.
 pub const STDOUT_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -201,18 +204,24 @@ impl ChildProcess {
         if let Some(exit) = self.exit {
             return Ok(exit);
         }
-        if self.pidfd.is_none() {
-            // Exited already, or not: no descriptor is spent on a child that is not waited for.
-            if let Some(exit) = exit_status(self.pid)? {
-                self.exit = Some(exit);
-                return Ok(exit);
-            }
-            self.pidfd = Some(watch(self.pid)?);
+        // No descriptor is spent on a child until it is waited for.
+        if self.pidfd.is_none()
+            && exit_status(self.pid)?.is_none()
+            && let Ok(pidfd) = watch(self.pid)
+        {
+            self.pidfd = Some(pidfd);
         }
-        let Some(pidfd) = self.pidfd.as_ref() else {
-            return Ok(None);
+        let exit = match self.pidfd.as_ref() {
+            Some(pidfd) => exited(pidfd, self.pid).await?,
+            // Exited already, or no pidfd could be opened (no descriptor left): looked at
+            // until it has exited, so its exit is still reported exactly.
+            None => loop {
+                if let Some(exit) = exit_status(self.pid)? {
+                    break exit;
+                }
+                tokio::time::sleep(EXIT_LOOK).await;
+            },
         };
-        let exit = exited(pidfd, self.pid).await?;
         self.exit = Some(exit);
         Ok(exit)
     }
