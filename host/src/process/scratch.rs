@@ -102,6 +102,30 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// The capability is opened only on the directory created: one moved away and replaced by
+    /// a link to another directory (or by another directory) is refused.
+    #[test]
+    fn a_replaced_scratch_directory_is_refused() {
+        let parent = tempfile::tempdir().unwrap();
+        let scratch = ScratchDir::create_in(parent.path(), EXECUTION_PREFIX).unwrap();
+        scratch.dir().unwrap().write("mine", b"x").unwrap();
+        let moved = parent.path().join("moved");
+        std::fs::rename(scratch.path(), &moved).unwrap();
+        let elsewhere = parent.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, scratch.path()).unwrap();
+        assert!(scratch.dir().is_err(), "a link in its place was opened");
+        std::fs::remove_file(scratch.path()).unwrap();
+        std::fs::create_dir(scratch.path()).unwrap();
+        assert!(
+            scratch.dir().is_err(),
+            "another directory in its place was opened"
+        );
+        std::fs::remove_dir(scratch.path()).unwrap();
+        std::fs::rename(&moved, scratch.path()).unwrap();
+        assert_eq!(scratch.dir().unwrap().read("mine").unwrap(), b"x");
+    }
+
     #[test]
     fn only_plain_scratch_directories_are_removed_wherever_they_are() {
         let parent = tempfile::tempdir().unwrap();
