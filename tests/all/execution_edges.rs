@@ -943,3 +943,77 @@ fn a_modern_server_that_dies_while_its_round_waits_ends_the_round() {
         "while the round was open",
     );
 }
+
+/// A legacy-era server that asks for a long note and then never reads its input again (it
+/// sleeps, its stdin and stdout still open): the answer's delivery fills its socket and makes no
+/// progress, and the worker, instead of waiting in that write for ever (deaf to deadlines and
+/// cancels), fails the round and the execution `server_error` within seconds, saying the server
+/// stopped reading. The answer is delivered at most once: never whole, never again.
+#[test]
+fn an_answer_to_a_server_that_stopped_reading_fails_its_round_instead_of_hanging() {
+    const DEAF_SERVER: &str = r#"
+import json, sys, time
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    message = json.loads(line)
+    method = message.get("method")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": message["id"], "result": {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}}, "serverInfo": {"name": "deaf", "version": "1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [
+            {"name": "take_note", "inputSchema": {"type": "object"}}]}})
+    elif method == "tools/call":
+        send({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create", "params": {
+            "message": "A long note, please",
+            "requestedSchema": {"type": "object", "properties": {"note": {"type": "string"}},
+                                "required": ["note"]}}})
+        time.sleep(600)
+"#;
+    let db = TempDb::new();
+    let (_store, kit) = kit_on(&db, KitOptions::default());
+    let python = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("python3"))
+        .find(|candidate| candidate.is_file())
+        .expect("python3 on the PATH");
+    let server = StdioServer::new("deaf", python.to_str().expect("UTF-8 path"))
+        .args(["-c", DEAF_SERVER])
+        .era(McpEra::Legacy);
+    let handle = submit(&kit, Script::call("deaf:take_note", json!({})), server);
+    let round = first_round(&db, handle.execution_id());
+    assert_eq!(round.status, ManagedInputStatus::Pending, "{round:?}");
+    let key = round.pending.requests.keys().next().unwrap().clone();
+    // Larger than the socket's buffers, within the answer's size limit.
+    let note = "n".repeat(900 * 1024);
+    handle
+        .respond_elicitation(
+            &round.pending.round_id,
+            BTreeMap::from([(key, ElicitationResponse::accept(json!({ "note": note })))]),
+            "deaf-1",
+        )
+        .unwrap();
+    // Within `result`'s wait, far short of the round's deadline (24 hours) that was all that
+    // ended it before.
+    let ended = result(&handle);
+    assert_eq!(ended.outcome.kind, OutcomeKind::Failed, "{}", ended.outcome);
+    let failure = ended.outcome.failure.as_ref().unwrap();
+    assert_eq!(failure.kind, FailureKind::ServerError, "{}", ended.outcome);
+    assert!(
+        failure.message.contains("stopped reading its input"),
+        "{}",
+        failure.message
+    );
+    let record = db
+        .store()
+        .get_round(&round.pending.round_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, ManagedInputStatus::Failed, "{record:?}");
+    assert!(
+        handle.pending_elicitation().unwrap().is_none(),
+        "nothing is left to answer"
+    );
+}

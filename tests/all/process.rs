@@ -439,3 +439,84 @@ async fn a_program_that_cannot_be_run_is_an_error() {
     elsewhere.cwd = Some(dir.path().join("no-such-directory"));
     assert!(ChildProcess::spawn(&elsewhere, &scratch).is_err());
 }
+
+/// A child that closes its stdin but keeps running with its stdout open (the same socket, so a
+/// write never meets `EPIPE`): the host's writes fill the socket and then, taking no byte for
+/// the stall limit, fail with `StdinStalled` instead of waiting for ever; the child is still
+/// running, so it was the stall and not its end.
+#[tokio::test]
+async fn a_write_to_a_child_that_reads_nothing_fails_once_it_stalls() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let (mut child, mut events) = ChildProcess::spawn(
+        &spec(
+            "/bin/sh",
+            &["-c", "exec 0<&-; echo closed; exec sleep 60"],
+            &[],
+        ),
+        &scratch,
+    )
+    .unwrap();
+    let mut pending = Vec::new();
+    assert_eq!(next_line(&mut events, &mut pending).await, "closed");
+    let limit = Duration::from_millis(300);
+    child.set_stall_limit(limit);
+    let line = "x".repeat(64 * 1024);
+    let mut accepted = 0usize;
+    let failure = loop {
+        match timeout(Duration::from_secs(20), child.write_line(&line))
+            .await
+            .expect("a stalled write ends by itself")
+        {
+            Ok(()) => accepted += line.len() + 1,
+            Err(e) => break e,
+        }
+        assert!(accepted < 64 * 1024 * 1024, "the socket never filled");
+    };
+    assert!(
+        matches!(failure, ProcessError::StdinStalled(l) if l == limit),
+        "{failure:?}"
+    );
+    assert!(accepted > 0, "the socket's buffer took the first lines");
+    assert!(is_running(child.pid()), "the child still runs");
+}
+
+/// A slow reader is not a stalled one: a child that takes its input a piece at a time, with
+/// pauses shorter than the stall limit, gets a line that takes longer than the limit to write,
+/// whole.
+#[tokio::test]
+async fn a_slow_reader_gets_a_long_line_whole() {
+    let scratch = ScratchDir::create("m3-test").unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let script = "import sys, time\n\
+                  total = 0\n\
+                  while True:\n\
+                  \x20   chunk = sys.stdin.buffer.read1(256 * 1024)\n\
+                  \x20   if not chunk: break\n\
+                  \x20   total += len(chunk)\n\
+                  \x20   if chunk.endswith(b'\\n'): break\n\
+                  \x20   time.sleep(0.25)\n\
+                  print(total, flush=True)\n";
+    let (mut child, mut events) = ChildProcess::spawn(
+        &spec("python3", &["-c", script], &[("PATH", &path)]),
+        &scratch,
+    )
+    .unwrap();
+    let limit = Duration::from_millis(1_500);
+    child.set_stall_limit(limit);
+    let line = "y".repeat(4 * 1024 * 1024);
+    let started = std::time::Instant::now();
+    timeout(Duration::from_secs(60), child.write_line(&line))
+        .await
+        .expect("the write ends")
+        .expect("a slow reader's line is written whole");
+    let mut pending = Vec::new();
+    assert_eq!(
+        next_line(&mut events, &mut pending).await,
+        (line.len() + 1).to_string(),
+        "the child read the whole line"
+    );
+    // The child's pauses alone (a quarter of a second after each 256 KiB it reads, and the write
+    // ends only once all but the socket's buffer is read) make the write outlast the limit: the
+    // limit bounds a pause, not the write.
+    assert!(started.elapsed() > limit, "{:?}", started.elapsed());
+}

@@ -51,6 +51,10 @@ pub enum ProcessError {
     /// The child's stdin is closed.
     #[error("the child's stdin is closed")]
     StdinClosed,
+    /// The child took none of a line written to it for [`STDIN_STALL_LIMIT`]: it stopped
+    /// reading its input (or closed it while its stdout, the same socket, stays open).
+    #[error("the child has read none of its input for {0:?}")]
+    StdinStalled(std::time::Duration),
 }
 
 /// A running child. Dropping it kills its whole process group; it is reaped in the background.
@@ -67,6 +71,8 @@ pub enum ProcessError {
 pub struct ChildProcess {
     /// The host's writing half of the child's stdio socket (shut down for writing when closed).
     stdin: Option<OwnedWriteHalf>,
+    /// How long a write may make no progress ([`STDIN_STALL_LIMIT`] unless a test shortens it).
+    stall_limit: std::time::Duration,
     pid: u32,
     /// Readable once the child has exited: opened at the first wait (taken by the background
     /// reaper on drop).
@@ -82,6 +88,11 @@ pub use super::stderr_log::STDERR_TAIL_BYTES;
 
 /// How often a child waited for without a pidfd is looked at.
 const EXIT_LOOK: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How long a write to a child's stdin may make no progress before it fails: its socket's buffer
+/// is full and the child reads nothing (a server that stopped reading, or closed its stdin but not
+/// its stdout, which is the same socket and so never gives `EPIPE`).
+pub const STDIN_STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The largest stdout chunk read at once.
 pub const STDOUT_CHUNK_BYTES: usize = 64 * 1024;
@@ -135,6 +146,7 @@ impl ChildProcess {
         // From here the child runs: whatever fails below drops it, which kills and reaps it.
         let mut child = Self {
             stdin: None,
+            stall_limit: STDIN_STALL_LIMIT,
             pid,
             pidfd: None,
             exit: None,
@@ -176,15 +188,33 @@ impl ChildProcess {
         self.pid
     }
 
-    /// Writes one line (a newline is appended) to the child's stdin.
+    /// Writes one line (a newline is appended) to the child's stdin. A child that takes none of
+    /// it for the stall limit fails the write with [`ProcessError::StdinStalled`] (a slow reader
+    /// that keeps taking bytes is waited for).
     pub async fn write_line(&mut self, line: &str) -> Result<(), ProcessError> {
+        let limit = self.stall_limit;
         let stdin = self.stdin.as_mut().ok_or(ProcessError::StdinClosed)?;
         let mut bytes = Vec::with_capacity(line.len() + 1);
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');
-        stdin.write_all(&bytes).await?;
+        let mut written = 0;
+        while written < bytes.len() {
+            match tokio::time::timeout(limit, stdin.write(&bytes[written..])).await {
+                Ok(Ok(0)) => return Err(ProcessError::StdinClosed),
+                Ok(Ok(n)) => written += n,
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => return Err(ProcessError::StdinStalled(limit)),
+            }
+        }
         stdin.flush().await?;
         Ok(())
+    }
+
+    /// Shortens the stall limit of [`ChildProcess::write_line`] (tests of a child that stopped
+    /// reading).
+    #[cfg(any(test, feature = "internals"))]
+    pub fn set_stall_limit(&mut self, limit: std::time::Duration) {
+        self.stall_limit = limit;
     }
 
     /// Closes the child's stdin (an MCP server ends its session on EOF): the socket is shut
