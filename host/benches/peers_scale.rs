@@ -14,8 +14,9 @@
 //! the hard limits of open files and processes allow, and says so), runs one warm-up execution to
 //! its end, then reads its memory, submits the executions (one task each, at most 100 calls in
 //! flight: see below), waits until every one has a pending round, leaves them idle for two
-//! windows of three lease-renewal periods each (15 s; 1 s in a smoke pass) and reads its memory
-//! again:
+//! windows, the first of three lease-renewal periods (15 s) and the second a parked worker's
+//! longest wait (60 s: every worker is resumed once in it, looks and parks again; 1 s each in a
+//! smoke pass), and reads its memory again:
 //!
 //! - `VmRSS` (`/proc/self/status`) and `Pss` (`/proc/self/smaps_rollup`, shared pages split
 //!   between the processes that map them) of the host process: `(parked - before) / n`;
@@ -116,6 +117,13 @@ const BUILD_BATCH: usize = 50_000;
 const IDLE_WINDOW_FULL: Duration = Duration::from_secs(15);
 const IDLE_WINDOW_SMOKE: Duration = Duration::from_secs(1);
 const IDLE_VAR: &str = "M3_BENCH_IDLE_MS";
+/// The steady (second) idle period of a full run is at least a parked worker's longest single
+/// wait (the component's `MAX_WAIT_MS`): every parked worker is resumed once within it, looks at
+/// its state and parks again, which a shorter window right after parking would miss (the parks
+/// all fall in the minute after the last one parked).
+const LONGEST_WAIT: Duration = Duration::from_secs(60);
+/// The steady period's length, for the parked process (milliseconds).
+const STEADY_VAR: &str = "M3_BENCH_STEADY_MS";
 
 /// Submissions and answer calls of 5a in flight at once, unless `--concurrency=N` says otherwise
 /// (0: all at once; see the module's documentation).
@@ -148,6 +156,8 @@ struct Plan {
     concurrency: usize,
     /// The idle window of 5a.
     idle_window: Duration,
+    /// The steady idle window of 5a (the second).
+    steady_window: Duration,
     /// Counts were overridden on the command line.
     custom: bool,
 }
@@ -197,6 +207,11 @@ impl Plan {
             } else {
                 IDLE_WINDOW_SMOKE
             }),
+            steady_window: match (idle_arg, full) {
+                (Some(idle), _) => idle,
+                (None, true) => IDLE_WINDOW_FULL.max(LONGEST_WAIT),
+                (None, false) => IDLE_WINDOW_SMOKE,
+            },
             calls,
             warmup_calls,
             custom,
@@ -219,6 +234,7 @@ impl Plan {
             "custom_counts": self.custom,
             "calls_in_flight_at_once": self.concurrency,
             "idle_window_seconds": self.idle_window.as_secs_f64(),
+            "steady_window_seconds": self.steady_window.as_secs_f64(),
         })
     }
 }
@@ -615,7 +631,17 @@ fn parked_main() -> BenchResult<()> {
         .ok()
         .and_then(|ms| ms.parse::<u64>().ok())
         .map_or(IDLE_WINDOW_FULL, Duration::from_millis);
-    let mut result = park(&server, executions, concurrency, idle_window, &database)?;
+    let steady_window = std::env::var(STEADY_VAR)
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map_or(idle_window, Duration::from_millis);
+    let mut result = park(
+        &server,
+        executions,
+        concurrency,
+        (idle_window, steady_window),
+        &database,
+    )?;
     result.open_files_limit_before = limit_before;
     result.open_files_limit = limit;
     println!("{}", serde_json::to_string(&result)?);
@@ -669,7 +695,7 @@ fn park(
     server: &Path,
     executions: usize,
     concurrency: usize,
-    idle_window: Duration,
+    (idle_window, steady_window): (Duration, Duration),
     database: &Path,
 ) -> BenchResult<ParkedResult> {
     let gate = Arc::new(tokio::sync::Semaphore::new(if concurrency == 0 {
@@ -734,7 +760,7 @@ fn park(
         let idle_started = Instant::now();
         let first_idle_cpu_share = (idle_start.cpu_seconds - first_start.cpu_seconds)
             / (idle_started - first_started).as_secs_f64();
-        tokio::time::sleep(idle_window).await;
+        tokio::time::sleep(steady_window).await;
         let parked = ProcStatus::read();
         let idle_cpu_share =
             (parked.cpu_seconds - idle_start.cpu_seconds) / idle_started.elapsed().as_secs_f64();
@@ -805,10 +831,11 @@ fn parked_run(
     server: &Path,
     executions: usize,
     concurrency: usize,
-    idle_window: Duration,
+    (idle_window, steady_window): (Duration, Duration),
 ) -> BenchResult<ParkedResult> {
     let output = Command::new(std::env::current_exe()?)
         .env(IDLE_VAR, idle_window.as_millis().to_string())
+        .env(STEADY_VAR, steady_window.as_millis().to_string())
         .arg(server)
         .arg(executions.to_string())
         .arg(concurrency.to_string())
@@ -858,7 +885,7 @@ fn parked_part(
             server,
             executions,
             plan.concurrency,
-            plan.idle_window,
+            (plan.idle_window, plan.steady_window),
         )
         .map_err(|e| e.to_string());
         if let Err(e) = &result {

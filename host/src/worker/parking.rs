@@ -11,6 +11,11 @@
 //! component instance a second). The watcher sleeps until the earliest lateness (at most
 //! [`IDLE_LOOK`]), and is independent of the renewer, so a renewer stuck in the store still
 //! leaves its workers woken in time.
+//!
+//! Parking wakes neither the renewer nor the watcher unless the new entry needs them sooner than
+//! they already planned to look: a parked worker is resumed at least once a minute (its longest
+//! wait) and parks again with the same leases, and each look is a scan of every entry, so a
+//! wake-up per park made the idle cost grow with the square of the parked workers.
 
 use crate::api::clock::Clock;
 use crate::component::bindings::exports::m3::managed_input::runtime::HeldRenewal;
@@ -45,12 +50,42 @@ impl std::fmt::Debug for Parking {
     }
 }
 
-#[derive(Default)]
 struct Parked {
     entries: HashMap<u64, Entry>,
     next_id: u64,
     /// The watcher of lateness runs.
     watching: bool,
+    /// When the renewer looks next (microseconds since the epoch; `i64::MAX`: not known, so a
+    /// park wakes it).
+    renewer_looks_at: i64,
+    /// When the watcher of lateness looks next (the same way).
+    watcher_looks_at: i64,
+}
+
+impl Default for Parked {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            next_id: 0,
+            watching: false,
+            renewer_looks_at: i64::MAX,
+            watcher_looks_at: i64::MAX,
+        }
+    }
+}
+
+/// Whether a worker parking with `held` needs the renewer and the watcher of lateness to look
+/// sooner than they plan to: its renewal is due (less its coalescing window), or it would be
+/// late, before their next look.
+fn wakes(parked: &Parked, held: &HeldLeases) -> (bool, bool) {
+    let renew_at = micros(&held.renew_at);
+    let period = Duration::from_millis(held.renew_every_ms);
+    let window = i64::try_from((period / 4).min(COALESCE).as_micros()).unwrap_or(i64::MAX);
+    let period = i64::try_from(period.as_micros()).unwrap_or(i64::MAX);
+    (
+        renew_at.saturating_sub(window) < parked.renewer_looks_at,
+        renew_at.saturating_add(period) < parked.watcher_looks_at,
+    )
 }
 
 struct Entry {
@@ -84,14 +119,17 @@ impl Parking {
     /// Parks `held` until the returned guard is finished or dropped.
     pub fn park(self: &Arc<Self>, held: HeldLeases) -> Holding {
         let notify = Arc::new(Notify::new());
-        let id = {
+        let (id, (renewer, watcher)) = {
             let mut parked = self.lock();
             if !parked.watching
                 && let Ok(runtime) = tokio::runtime::Handle::try_current()
             {
                 parked.watching = true;
+                // It looks at every entry when it starts.
+                parked.watcher_looks_at = i64::MIN;
                 runtime.spawn(watch_lateness(self.clone()));
             }
+            let wakes = wakes(&parked, &held);
             let id = parked.next_id;
             parked.next_id += 1;
             parked.entries.insert(
@@ -104,10 +142,14 @@ impl Parking {
                     notify: notify.clone(),
                 },
             );
-            id
+            (id, wakes)
         };
-        self.wake_renewer();
-        self.parked_one.notify_one();
+        if renewer {
+            self.wake_renewer();
+        }
+        if watcher {
+            self.parked_one.notify_one();
+        }
         Holding {
             parking: self.clone(),
             id,
@@ -154,8 +196,11 @@ impl Parking {
             }
         }
         if !triggered {
+            parked.renewer_looks_at = now.saturating_add(micros_of(wait));
             return (Vec::new(), wait);
         }
+        // The renewer looks again as soon as this renewal is done.
+        parked.renewer_looks_at = now;
         let due = candidates
             .into_iter()
             .filter_map(|id| {
@@ -240,7 +285,9 @@ impl Parking {
                 next = next.min(late_in);
             }
         }
-        next.max(LATENESS_FLOOR)
+        let next = next.max(LATENESS_FLOOR);
+        parked.watcher_looks_at = now.saturating_add(micros_of(next));
+        next
     }
 }
 
@@ -294,6 +341,11 @@ impl Drop for Holding {
 /// `at` in microseconds since the epoch; `i64::MIN` when it is no representable time.
 fn micros(at: &Timestamp) -> i64 {
     convert::datetime(at).map_or(i64::MIN, |at| at.timestamp_micros())
+}
+
+/// `duration` in microseconds (saturating).
+fn micros_of(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// How long from `now` until `after_ms` milliseconds past `at` (both in microseconds since the
@@ -391,6 +443,52 @@ mod tests {
         clock.advance(chrono::TimeDelta::milliseconds(100));
         let woken = tokio::time::timeout(Duration::from_secs(10), again.signalled()).await;
         assert!(matches!(woken, Ok(Event::Timeout)));
+    }
+
+    /// A worker that parks again with the leases it had wakes neither the renewer nor the
+    /// watcher of lateness (each look is a scan of every parked worker); one whose renewal is due
+    /// before the renewer's next look wakes the renewer, and one that would be late before the
+    /// watcher's next look wakes the watcher.
+    #[test]
+    fn a_park_wakes_the_renewer_and_the_watcher_only_when_they_must_look_sooner() {
+        let start = chrono::Utc::now();
+        let clock = Arc::new(ManualClock::new(start));
+        let parking = Arc::new(Parking::new(clock.clone()));
+        let in_a_minute = held(timestamp(start + chrono::TimeDelta::minutes(1)), 5_000);
+        assert_eq!(
+            wakes(&parking.lock(), &in_a_minute),
+            (true, true),
+            "before either has looked, a park wakes both"
+        );
+        let _parked = parking.park(in_a_minute.clone());
+        let (due, wait) = parking.take_due();
+        assert!(due.is_empty());
+        assert_eq!(wait, IDLE_LOOK, "the renewer looks again within a second");
+        let next = {
+            let mut parked = parking.lock();
+            parking.signal_late(&mut parked)
+        };
+        assert_eq!(next, IDLE_LOOK, "so does the watcher");
+        let parked = parking.lock();
+        assert_eq!(
+            wakes(&parked, &in_a_minute),
+            (false, false),
+            "the same leases parked again"
+        );
+        // Due at half a second (less a quarter of a second's coalescing), late only after five.
+        let due_soon = held(
+            timestamp(start + chrono::TimeDelta::milliseconds(500)),
+            5_000,
+        );
+        assert_eq!(wakes(&parked, &due_soon), (true, false));
+        // Late by a whole period half a second from now.
+        let late_soon = held(
+            timestamp(start - chrono::TimeDelta::milliseconds(4_500)),
+            5_000,
+        );
+        assert_eq!(wakes(&parked, &late_soon), (true, true));
+        // No representable renewal time: due at once.
+        assert_eq!(wakes(&parked, &held(at(i64::MAX, 0), 5_000)), (true, true));
     }
 
     fn at(seconds: i64, nanoseconds: u32) -> Timestamp {
