@@ -14,9 +14,8 @@
 //! the hard limits of open files and processes allow, and says so), runs one warm-up execution to
 //! its end, then reads its memory, submits the executions (one task each, at most 100 calls in
 //! flight: see below), waits until every one has a pending round, leaves them idle for two
-//! windows, the first of three lease-renewal periods (15 s) and the second a parked worker's
-//! longest wait (60 s: every worker is resumed once in it, looks and parks again; 1 s each in a
-//! smoke pass), and reads its memory again:
+//! windows, the first of three lease-renewal periods (15 s) and the second of a minute (1 s
+//! each in a smoke pass), and reads its memory again:
 //!
 //! - `VmRSS` (`/proc/self/status`) and `Pss` (`/proc/self/smaps_rollup`, shared pages split
 //!   between the processes that map them) of the host process: `(parked - before) / n`;
@@ -117,10 +116,10 @@ const BUILD_BATCH: usize = 50_000;
 const IDLE_WINDOW_FULL: Duration = Duration::from_secs(15);
 const IDLE_WINDOW_SMOKE: Duration = Duration::from_secs(1);
 const IDLE_VAR: &str = "M3_BENCH_IDLE_MS";
-/// The steady (second) idle period of a full run is at least a parked worker's longest single
-/// wait (the component's `MAX_WAIT_MS`): every parked worker is resumed once within it, looks at
-/// its state and parks again, which a shorter window right after parking would miss (the parks
-/// all fall in the minute after the last one parked).
+/// The steady (second) idle period of a full run: a minute, a running worker's longest single
+/// wait (the component's `MAX_WAIT_MS`). A parked worker waits up to ten minutes (`MAX_PARK_MS`)
+/// before it looks by itself, which this window does not reach; BENCHMARKS.md section 13 gives
+/// what such a look costs (measured with a one-minute wait).
 const LONGEST_WAIT: Duration = Duration::from_secs(60);
 /// The steady period's length, for the parked process (milliseconds).
 const STEADY_VAR: &str = "M3_BENCH_STEADY_MS";

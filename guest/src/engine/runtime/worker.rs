@@ -57,6 +57,14 @@ pub const DEFAULT_DELIVERY_TIMEOUT_MS: u64 = 30_000;
 pub const MAX_DELIVERY_TIMEOUT_MS: u64 = 60 * 60 * 1000;
 /// The longest single wait (the worker re-checks its state at least this often).
 pub const MAX_WAIT_MS: u64 = 60_000;
+/// The longest a parked worker waits when no timer of its own is due sooner. Parked, it needs no
+/// look of its own to learn anything: the host wakes it for an answer or a cancel (in this
+/// process, or another's commit), its renewals bring the same from the store and wake it when
+/// refused or failed, and the watcher of lateness wakes it when its leases are late by a period
+/// (a wall clock set forward included). Each look past those costs a read of its rows and a
+/// renewal that reads them again, for every parked worker (BENCHMARKS.md section 13 measures it
+/// at 10,000 parked).
+pub const MAX_PARK_MS: u64 = 10 * 60_000;
 /// While the child keeps writing (events never time out), the worker still checks its state
 /// (leases, timers, deadlines, cancel requests, answers) at least this often.
 pub const BUSY_CHECK_MS: u64 = 1_000;
@@ -908,7 +916,7 @@ impl Worker {
     /// How long to wait parked: until the next timer or deadline, renewals being the host's
     /// while the worker waits (`events.next-holding`).
     fn park_ms(&self) -> u64 {
-        self.wait_for(&time::now(), false).clamp(1, MAX_WAIT_MS)
+        self.wait_for(&time::now(), false).clamp(1, MAX_PARK_MS)
     }
 
     /// Milliseconds from `now` until the next renewal, timer or deadline (0: one is due).
