@@ -13,9 +13,9 @@
 //! leaves its workers woken in time.
 //!
 //! Parking wakes neither the renewer nor the watcher unless the new entry needs them sooner than
-//! they already planned to look: a parked worker is resumed at least once a minute (its longest
-//! wait) and parks again with the same leases, and each look is a scan of every entry, so a
-//! wake-up per park made the idle cost grow with the square of the parked workers.
+//! they already planned to look: a parked worker is resumed by its own longest wait and parks again
+//! with the same leases, and each look is a scan of every entry, so a wake-up per park made the
+//! idle cost grow with the square of the parked workers.
 
 use crate::api::clock::Clock;
 use crate::component::bindings::exports::m3::managed_input::runtime::HeldRenewal;
@@ -80,11 +80,10 @@ impl Default for Parked {
 fn wakes(parked: &Parked, held: &HeldLeases) -> (bool, bool) {
     let renew_at = micros(&held.renew_at);
     let period = Duration::from_millis(held.renew_every_ms);
-    let window = i64::try_from((period / 4).min(COALESCE).as_micros()).unwrap_or(i64::MAX);
-    let period = i64::try_from(period.as_micros()).unwrap_or(i64::MAX);
+    let window = micros_of((period / 4).min(COALESCE));
     (
         renew_at.saturating_sub(window) < parked.renewer_looks_at,
-        renew_at.saturating_add(period) < parked.watcher_looks_at,
+        renew_at.saturating_add(micros_of(period)) < parked.watcher_looks_at,
     )
 }
 
