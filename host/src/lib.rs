@@ -109,6 +109,9 @@ pub use api::managed_input::{
     StoreOptions, StoreResult,
 };
 pub use api::migrate::{MigrateError, MigratedTable, MigrationReport, migrate_sqlite_to_postgres};
+pub use api::notifications::{
+    ClaimedNotification, NotificationEvent, NotificationOutcome, NotificationTargetReport,
+};
 pub use api::policy::{POLICY_COMPONENT, Policy, PreparedRound};
 pub use api::record::{
     FailureCode, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord, ManagedInputStatus,

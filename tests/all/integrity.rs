@@ -322,7 +322,7 @@ fn plants(db: &Db, ids: &Populated) -> Vec<Plant> {
             undo: "CREATE INDEX managed_input_rounds_by_status \
                    ON managed_input_rounds (status, created_at_ns)"
                 .into(),
-            expected: "amcheck found 10 btree indexes",
+            expected: "amcheck found 13 btree indexes",
             subject: "amcheck".into(),
         });
     }

@@ -8,6 +8,10 @@
 //!   whatever the backend run on both (`on_both_backends!`: `store_contract::sqlite::*` on a SQLite
 //!   file, `store_contract::postgres::*` on a PostgreSQL database), the rest (paths, files,
 //!   SQLite's own schema) on SQLite.
+//! - `notification_ledger.rs`: the notification ledger of `m3 serve --notify` on both backends:
+//!   a target's start kept, an event queued once per target, claims exclusive until their lease
+//!   ends, a round's events in order, settled by the claimer alone, retries after their backoff,
+//!   pruned events never queued again, the report.
 //! - `benchmarks.rs`: every benchmark runs its smoke pass in the README's test command (`test =
 //!   true`, a bare run is a smoke pass through `m3_bench::RunArgs`) and is in a `just` recipe.
 //! - `clock_skew.rs`: on PostgreSQL, workers whose clocks are 5 s ahead and behind agree on leases
@@ -213,6 +217,7 @@ mod lease_fencing;
 mod lifecycle_model;
 mod malformed_input;
 mod mutations;
+mod notification_ledger;
 mod peers;
 mod postgres_faults;
 mod postgres_races;

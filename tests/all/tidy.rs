@@ -127,6 +127,24 @@ fn listens_only(usage: &str) -> bool {
     in_serve && matches!(api, "std::net" | "tokio::net" | "TcpListener" | "TcpSocket")
 }
 
+/// Whether a `file: api` socket use is `m3 serve --notify` posting a notification: a TCP
+/// connection to a configured target from `host/cli/src/serve/notify/post.rs` alone (its
+/// targets checked by `notify/target.rs`; `notify::*`), never a listener, a UDP or Unix socket
+/// or one made by hand.
+fn notifies_only(usage: &str) -> bool {
+    let post = Path::new("host")
+        .join("cli")
+        .join("src")
+        .join("serve")
+        .join("notify")
+        .join("post.rs");
+    let Some((file, api)) = usage.split_once(": ") else {
+        return false;
+    };
+    file.ends_with(&post.display().to_string())
+        && matches!(api, "tokio::net" | "TcpStream" | CONNECTING)
+}
+
 /// The socket APIs `code` (comments left out) uses, and [`CONNECTING`] if it uses any.
 fn socket_apis_in(code: &str) -> Vec<&'static str> {
     // Tokio's pipes live under `tokio::net` but are no sockets; a socket pair (a child's stdin
@@ -178,7 +196,9 @@ fn direct_dependents(package: &str, dependency: &str) -> Result<Vec<String>> {
 /// depend on `hyper` (the server side under axum) and code under `host/cli/src/serve/` may bind
 /// a listener (`TcpListener`, or `TcpSocket` to set its buffers first), but nothing there may
 /// connect out (`TcpStream`, `UdpSocket`, `UnixStream`, a `connect(` call, libc's `connect`,
-/// client crates); and a child's stdin and stdout are a socket pair (libc's `socketpair`, whose
+/// client crates) except the notifier, whose one file `serve/notify/post.rs` connects over TCP
+/// to the targets `m3 serve --notify` was given (https, or loopback http unless
+/// `--notify-insecure`; through hyper's client, which `m3-cli`'s `hyper` exception covers); and a child's stdin and stdout are a socket pair (libc's `socketpair`, whose
 /// host end `process/child.rs` alone wraps as a `UnixStream`, connecting nothing). Each check is shown able to fail: the same scan finds the sockets of the
 /// test suite's loopback model and a planted connecting line for each name, and the same filter
 /// finds a client in a listing.
@@ -216,6 +236,7 @@ fn nothing_shipped_can_fetch_a_url() -> Result<()> {
     let root = workspace_root();
     let mut serve_uses = Vec::new();
     let mut stdio_uses = Vec::new();
+    let mut notify_uses = Vec::new();
     for shipped in [
         "host/src",
         "host/cli/src",
@@ -225,12 +246,28 @@ fn nothing_shipped_can_fetch_a_url() -> Result<()> {
         let all = socket_uses(&root.join(shipped))?;
         serve_uses.extend(all.iter().filter(|u| listens_only(u)).cloned());
         stdio_uses.extend(all.iter().filter(|u| child_stdio_only(u)).cloned());
+        notify_uses.extend(all.iter().filter(|u| notifies_only(u)).cloned());
         let uses: Vec<_> = all
             .into_iter()
-            .filter(|u| !listens_only(u) && !child_stdio_only(u))
+            .filter(|u| !listens_only(u) && !child_stdio_only(u) && !notifies_only(u))
             .collect();
         ensure!(uses.is_empty(), "shipped code opens sockets: {uses:?}");
     }
+    ensure!(
+        notify_uses.iter().any(|u| u.ends_with(": TcpStream")),
+        "the scan should find the notifier's connection; is it broken? {notify_uses:?}"
+    );
+    ensure!(
+        notifies_only("host/cli/src/serve/notify/post.rs: TcpStream")
+            && !notifies_only("host/cli/src/serve/notify/post.rs: UdpSocket")
+            && !notifies_only("host/cli/src/serve/notify/post.rs: UnixStream")
+            && !notifies_only("host/cli/src/serve/notify/post.rs: libc::connect")
+            && !notifies_only("host/cli/src/serve/notify/post.rs: TcpListener")
+            && !notifies_only("host/cli/src/serve/notify/event.rs: TcpStream")
+            && !notifies_only("host/cli/src/serve/api.rs: TcpStream")
+            && !notifies_only("host/src/process/child.rs: TcpStream"),
+        "the notifier's exception is wider than its one file's TCP connection"
+    );
     ensure!(
         stdio_uses.iter().any(|u| u.ends_with(": UnixStream")),
         "the scan should find the child's stdio socket; is it broken? {stdio_uses:?}"

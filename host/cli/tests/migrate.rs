@@ -27,7 +27,7 @@ const I: bool = false;
 /// A table: its name, its columns (name, whether text) and its primary key.
 type Table = (&'static str, &'static [(&'static str, bool)], &'static str);
 
-/// The six tables as the digest covers them, written out here again: name, columns (name, text?)
+/// The eight tables as the digest covers them, written out here again: name, columns (name, text?)
 /// and the primary key, in the order the module documentation of `m3 migrate` gives.
 const TABLES: &[Table] = &[
     (
@@ -89,6 +89,30 @@ const TABLES: &[Table] = &[
         "execution_wakeups",
         &[("execution_id", T), ("seq", I)],
         "execution_id",
+    ),
+    (
+        "notification_targets",
+        &[("target_id", T), ("label", T), ("since_ns", I)],
+        "target_id",
+    ),
+    (
+        "notifications",
+        &[
+            ("target_id", T),
+            ("event_id", T),
+            ("seq", I),
+            ("round_id", T),
+            ("status", T),
+            ("attempts", I),
+            ("due_at_ns", I),
+            ("claimed_by", T),
+            ("claimed_until_ns", I),
+            ("created_at_ns", I),
+            ("updated_at_ns", I),
+            ("last_error", T),
+            ("document", T),
+        ],
+        "target_id, event_id",
     ),
 ];
 
@@ -249,7 +273,7 @@ fn postgres_digest(database: &PostgresDatabase) -> String {
     server().psql(&database.name, &sql).trim().to_string()
 }
 
-/// How many rows of the six tables the target holds, and whether it has them at all.
+/// How many rows of the eight tables the target holds, and whether it has them at all.
 fn target_rows(database: &PostgresDatabase) -> Option<u64> {
     let tables = server().psql(
         &database.name,

@@ -1,5 +1,5 @@
 //! Copies a SQLite database's rounds and executions into an empty PostgreSQL one (`m3 migrate`):
-//! every row of the six tables, verbatim, in one PostgreSQL transaction that is committed only
+//! every row of the eight tables, verbatim, in one PostgreSQL transaction that is committed only
 //! once the copy reads back the same as the source.
 //!
 //! The host knows tables and columns here as everywhere, never what a row means: nothing is
@@ -23,7 +23,7 @@
 //! every row's cells in column order, where a cell is `0x00` for NULL, `0x01` and the value as 8
 //! bytes big-endian for an integer, `0x02`, the length as 8 bytes big-endian and the UTF-8 bytes
 //! for text. A table's digest is the SHA-256 of its stream; the database's digest is the SHA-256
-//! of the six streams one after the other.
+//! of the eight streams one after the other.
 
 use crate::store::postgres::connection::{Connection, Param, params};
 use crate::store::postgres::store_error::{describe, is_busy};
@@ -740,7 +740,7 @@ impl Drop for Writing {
     }
 }
 
-/// Refuses a target that holds any row of the six tables.
+/// Refuses a target that holds any row of the eight tables.
 fn refuse_rows(conn: &Connection, shown: &str) -> Result<(), MigrateError> {
     let mut counts = Vec::new();
     for table in TABLES {

@@ -25,7 +25,7 @@
 //!   `McpEra`.
 //! - `round.rs`, `response.rs`, `record.rs`: public record types with the spec's names; `Debug`
 //!   hides answers, lease tokens and idempotency keys.
-//! - `migrate.rs`: `m3 migrate`: `migrate_sqlite_to_postgres` copies the six tables of a SQLite
+//! - `migrate.rs`: `m3 migrate`: `migrate_sqlite_to_postgres` copies the eight tables of a SQLite
 //!   file at the current schema version into an empty PostgreSQL database, every column verbatim
 //!   (text, integer, NULL), the source read-only in one read snapshot, the target in one
 //!   transaction holding its write lock exclusively; refused (`MigrateError`, nothing written)
@@ -33,6 +33,10 @@
 //!   the rows are read back and compared, per table, by count and by a SHA-256 over a canonical
 //!   encoding of each cell in primary-key order, any difference rolling back; `MigrationReport`:
 //!   counts and digests.
+//! - `notifications.rs`: the notification ledger of `m3 serve --notify` on a `DatabaseStore`:
+//!   targets by id with the time their events start, events queued once per target by id,
+//!   claimed by one server for a lease (a round's events in order), settled (delivered, due
+//!   again after a backoff, abandoned), pruned, reported for `m3 doctor`.
 //! - `server_clock.rs`: a PostgreSQL store's clock, the server's time: the local clock plus its
 //!   measured offset from the server's.
 //! - `error.rs`: `ManagedInputValidationError`, `ManagedInputConflict`, `ManagedInputStateError`,
@@ -46,6 +50,7 @@ pub mod execution_store;
 pub mod health;
 pub mod managed_input;
 pub mod migrate;
+pub mod notifications;
 pub mod policy;
 pub mod record;
 pub mod response;

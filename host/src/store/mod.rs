@@ -37,7 +37,7 @@ pub mod waiters;
 pub use error::{OpenFailure, StoreError};
 
 use rows::{Cursor, ExecutionRow, LeaseExpiry, Mode, RoundFilter, RoundRow};
-use statements::{executions, ids, rounds};
+use statements::{executions, ids, notifications, rounds};
 use std::sync::Arc;
 use waiters::Waiters;
 
@@ -258,5 +258,87 @@ impl Backend {
     /// The ids of every execution, oldest first, read without decoding the rows.
     pub fn execution_ids(&self) -> Result<Vec<String>, StoreError> {
         on_connection!(self, conn => ids::execution_ids(conn))
+    }
+
+    /// Runs `call` with the notification ledger's statements on a connection of this database,
+    /// outside any transaction (each statement commits on its own).
+    pub(crate) fn on_ledger<T>(
+        &self,
+        call: impl FnOnce(&dyn LedgerSql) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        on_connection!(self, conn => call(conn))
+    }
+}
+
+/// The notification ledger's statements on one connection of either backend.
+pub(crate) trait LedgerSql {
+    fn register(&self, target_id: &str, label: &str, now_ns: i64) -> Result<i64, StoreError>;
+    fn enqueue(
+        &self,
+        target_id: &str,
+        row: &notifications::QueuedRow,
+        now_ns: i64,
+    ) -> Result<bool, StoreError>;
+    fn claim(
+        &self,
+        target_id: &str,
+        owner: &str,
+        now_ns: i64,
+        until_ns: i64,
+        limit: u32,
+    ) -> Result<Vec<notifications::ClaimedRow>, StoreError>;
+    fn settle(
+        &self,
+        target_id: &str,
+        event_id: &str,
+        owner: &str,
+        settled: notifications::Settled<'_>,
+        now_ns: i64,
+    ) -> Result<bool, StoreError>;
+    fn next_due(&self, target_id: &str) -> Result<Option<i64>, StoreError>;
+    fn prune(&self, target_id: &str, before_ns: i64) -> Result<u64, StoreError>;
+    fn report(&self) -> Result<Vec<notifications::TargetRow>, StoreError>;
+}
+
+impl<S: statements::Sql> LedgerSql for S {
+    fn register(&self, target_id: &str, label: &str, now_ns: i64) -> Result<i64, StoreError> {
+        notifications::register(self, target_id, label, now_ns)
+    }
+    fn enqueue(
+        &self,
+        target_id: &str,
+        row: &notifications::QueuedRow,
+        now_ns: i64,
+    ) -> Result<bool, StoreError> {
+        notifications::enqueue(self, target_id, row, now_ns)
+    }
+    fn claim(
+        &self,
+        target_id: &str,
+        owner: &str,
+        now_ns: i64,
+        until_ns: i64,
+        limit: u32,
+    ) -> Result<Vec<notifications::ClaimedRow>, StoreError> {
+        notifications::claim(self, target_id, owner, now_ns, until_ns, limit)
+    }
+    fn settle(
+        &self,
+        target_id: &str,
+        event_id: &str,
+        owner: &str,
+        settled: notifications::Settled<'_>,
+        now_ns: i64,
+    ) -> Result<bool, StoreError> {
+        notifications::settle(self, target_id, event_id, owner, settled, now_ns)
+    }
+    fn next_due(&self, target_id: &str) -> Result<Option<i64>, StoreError> {
+        notifications::next_due(self, target_id)
+    }
+    fn prune(&self, target_id: &str, before_ns: i64) -> Result<u64, StoreError> {
+        notifications::prune(self, target_id, before_ns)
+    }
+    fn report(&self) -> Result<Vec<notifications::TargetRow>, StoreError> {
+        notifications::report(self)
     }
 }

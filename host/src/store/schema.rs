@@ -148,6 +148,39 @@ pub const TABLES: &[Table] = &[
         key: &["execution_id"],
         without_rowid: false,
     },
+    Table {
+        name: "notification_targets",
+        columns: &[
+            id("target_id"),
+            text("label", false),
+            integer("since_ns", false),
+        ],
+        key: &["target_id"],
+        without_rowid: true,
+    },
+    Table {
+        name: "notifications",
+        columns: &[
+            id("target_id"),
+            id("event_id"),
+            integer("seq", false),
+            Column {
+                nullable: true,
+                ..id("round_id")
+            },
+            id("status"),
+            integer("attempts", false),
+            integer("due_at_ns", false),
+            text("claimed_by", true),
+            integer("claimed_until_ns", true),
+            integer("created_at_ns", false),
+            integer("updated_at_ns", false),
+            text("last_error", true),
+            text("document", false),
+        ],
+        key: &["target_id", "event_id"],
+        without_rowid: true,
+    },
 ];
 
 /// The secondary indexes.
@@ -178,6 +211,11 @@ pub const INDEXES: &[Index] = &[
         table: "execution_wakeups",
         columns: &["seq"],
     },
+    Index {
+        name: "notifications_by_status",
+        table: "notifications",
+        columns: &["target_id", "status", "seq"],
+    },
 ];
 
 /// The statuses a round's row holds (`managed_input_rounds.status`), in lifecycle order; the
@@ -191,6 +229,10 @@ pub const ROUND_STATUSES: &[&str] = &[
     "resolved",
     "failed",
 ];
+
+/// The statuses a notification's row holds (`notifications.status`).
+#[cfg(any(test, feature = "internals"))]
+pub const NOTIFICATION_STATUSES: &[&str] = &["queued", "delivered", "abandoned"];
 
 /// The statuses an execution's row holds (`executions.status`), in lifecycle order.
 #[cfg(any(test, feature = "internals"))]

@@ -46,7 +46,7 @@ struct Seen {
 }
 
 /// The store as the watcher sees it now.
-fn look(executions: &m3::Executions) -> anyhow::Result<(Vec<m3::ManagedInputRecord>, Seen)> {
+fn look(executions: &m3::Executions) -> anyhow::Result<(Looked, Seen)> {
     // Executions first, rounds second (two reads, not one snapshot): a worker ends an
     // execution's rounds before the execution, so a finished execution read here has its
     // rounds' ends in the later read, and `execution_finished` never comes before them.
@@ -58,13 +58,23 @@ fn look(executions: &m3::Executions) -> anyhow::Result<(Vec<m3::ManagedInputReco
     for r in &records {
         seen.rounds.insert(r.pending.round_id.clone(), r.status);
     }
-    for state in states {
+    for state in &states {
         if state.lifecycle == ExecutionStatus::Finished {
-            let outcome = state.outcome.map(|o| o.kind.as_str().to_string());
-            seen.finished.insert(state.execution_id, outcome);
+            let outcome = state.outcome.as_ref().map(|o| o.kind.as_str().to_string());
+            seen.finished.insert(state.execution_id.clone(), outcome);
         }
     }
-    Ok((records, seen))
+    Ok(((records, states), seen))
+}
+
+/// What one look read: every round's record and every execution's state.
+type Looked = (Vec<m3::ManagedInputRecord>, Vec<m3::ExecutionState>);
+
+/// Hands a look to the notifier, if the server has one (on the blocking pool).
+fn notify(shared: &Shared, looked: &Looked) {
+    if let Some(notifier) = &shared.notifier {
+        notifier.observe(&looked.0, &looked.1);
+    }
 }
 
 /// The changes from `before` to `now` (rounds first, then finished executions).
@@ -127,8 +137,12 @@ fn diff(before: &Seen, records: &[m3::ManagedInputRecord], now: &Seen) -> Vec<Ch
 /// watcher task: every change after this returns is streamed.
 pub async fn watch(shared: Arc<Shared>) {
     let executions = shared.executions.clone();
+    let first_shared = shared.clone();
     let first = tokio::task::spawn_blocking(move || {
-        Ok::<_, anyhow::Error>((executions.data_version()?, look(&executions)?.1))
+        let version = executions.data_version()?;
+        let (looked, seen) = look(&executions)?;
+        notify(&first_shared, &looked);
+        Ok::<_, anyhow::Error>((version, seen))
     })
     .await;
     let (mut version, mut seen) = match first {
@@ -145,12 +159,15 @@ pub async fn watch(shared: Arc<Shared>) {
                 () = shared.nudge.notified() => true,
             };
             let executions = shared.executions.clone();
+            let notifying = shared.clone();
             let looked = tokio::task::spawn_blocking(move || {
                 let now = executions.data_version()?;
                 if version == Some(now) && !forced {
                     return Ok(None);
                 }
-                Ok::<_, anyhow::Error>(Some((now, look(&executions)?)))
+                let (looked, seen) = look(&executions)?;
+                notify(&notifying, &looked);
+                Ok::<_, anyhow::Error>(Some((now, (looked.0, seen))))
             })
             .await;
             let Ok(Ok(Some((now, (records, current))))) = looked else {

@@ -71,6 +71,7 @@ mod connections;
 mod events;
 mod extract;
 mod local_path;
+mod notify;
 mod page;
 mod problem;
 
@@ -126,6 +127,57 @@ pub struct ServeArgs {
     /// system's, which grows to megabytes), so a stalled reader's buffers fill quickly.
     #[arg(long, hide = true, value_name = "BYTES")]
     send_buffer_bytes: Option<u32>,
+    /// POST an event to URL when a round starts waiting for an answer (repeatable; https, or
+    /// http to a loopback host). An address that holds a secret (a Slack webhook's) is better
+    /// in --notify-file: a command line is visible to other users of the machine.
+    #[arg(long = "notify", value_name = "URL")]
+    notify: Vec<String>,
+    /// Read notification targets from FILE: one per line, `URL` or `json URL` or `slack URL`;
+    /// blank lines and lines starting with # are skipped.
+    #[arg(long, value_name = "FILE")]
+    notify_file: Option<PathBuf>,
+    /// The body --notify targets get: the event's JSON document, or a Slack incoming-webhook
+    /// message with a button to the round's form.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "json")]
+    notify_format: notify::target::Format,
+    /// Which events are sent (comma-separated): waiting (a round starts waiting), failed (a
+    /// round failed), finished (an execution finished).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "EVENTS",
+        value_delimiter = ',',
+        default_value = "waiting"
+    )]
+    notify_on: Vec<notify::event::Kind>,
+    /// Sign each notification with the secret on FILE's first line (at least 16 bytes):
+    /// `X-M3-Signature: v1=HEX`, an HMAC-SHA256 of `TIMESTAMP.BODY`, with `X-M3-Timestamp`.
+    #[arg(long, value_name = "FILE")]
+    notify_secret_file: Option<PathBuf>,
+    /// The address people reach this inbox at, which notification links start with (default:
+    /// the listening address).
+    #[arg(long, value_name = "URL")]
+    public_url: Option<String>,
+    /// Allow notification targets on plain http to hosts other than loopback ones (events
+    /// then travel in clear).
+    #[arg(long)]
+    notify_insecure: bool,
+    /// Test knob (hidden): seconds one notification's POST may take.
+    #[arg(long, hide = true, value_name = "SECS", default_value_t = 10.0)]
+    notify_timeout_secs: f64,
+    /// Test knob (hidden): seconds before a failed notification's first retry (doubled each
+    /// time, at most five minutes).
+    #[arg(long, hide = true, value_name = "SECS", default_value_t = 1.0)]
+    notify_retry_secs: f64,
+    /// Test knob (hidden): how many tries a notification gets before it is abandoned.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "N",
+        default_value_t = 30,
+        value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(1..=1000)
+    )]
+    notify_attempts: u32,
 }
 
 /// What every request handler shares.
@@ -149,6 +201,8 @@ pub struct Shared {
     /// Set when the server stops: open event streams end (a graceful stop waits for every
     /// response to end, and a stream's never would).
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// The notifier, with `--notify` or `--notify-file`.
+    pub notifier: Option<Arc<notify::Notifier>>,
 }
 
 /// The environment variable `--token` is read from when the flag is not given.
@@ -193,6 +247,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
         KNOB_RANGE,
     )
     .map_err(crate::invalid_input)?;
+    let notify = notify_settings(args)?;
     let executions = crate::recovered_executions(cli)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -207,22 +262,123 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
         keep_alive,
         request_timeout,
         stopping: tokio::sync::watch::Sender::new(false),
+        notifier: None,
     };
-    runtime.block_on(run(shared, args.listen, args.send_buffer_bytes))?;
+    runtime.block_on(run(shared, args.listen, args.send_buffer_bytes, notify))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The notification settings of the flags, if any target is given; every refusal says which
+/// flag and never quotes a target's address or the secret.
+fn notify_settings(args: &ServeArgs) -> Result<Option<notify::Settings>> {
+    let insecure = args.notify_insecure;
+    let mut targets = Vec::new();
+    for address in &args.notify {
+        let target = notify::target::Target::parse(address, args.notify_format, insecure)
+            .map_err(|e| crate::invalid_input(format!("--notify: {e}")))?;
+        targets.push(target);
+    }
+    if let Some(file) = &args.notify_file {
+        let text = crate::read_input(file).map_err(crate::invalid_input)?;
+        targets.extend(
+            notify::target::parse_file(&text, args.notify_format, insecure)
+                .map_err(crate::invalid_input)?,
+        );
+    }
+    let mut seen = std::collections::HashSet::new();
+    targets.retain(|t| seen.insert(t.id.clone()));
+    let public_url = match &args.public_url {
+        None => String::new(),
+        Some(url) => public_url(url).map_err(crate::invalid_input)?,
+    };
+    if targets.is_empty() && args.notify_secret_file.is_some() {
+        return Err(crate::invalid_input(
+            "--notify-secret-file signs notifications, but no --notify or --notify-file \
+             target is given",
+        ));
+    }
+    let secret = match &args.notify_secret_file {
+        None => None,
+        Some(file) => {
+            let text = crate::read_input(file).map_err(crate::invalid_input)?;
+            Some(notify::signature::parse_secret(&text).map_err(crate::invalid_input)?)
+        }
+    };
+    if targets.is_empty() {
+        return Ok(None);
+    }
+    let range = crate::seconds::Range {
+        min: 0.01,
+        max: 3600.0,
+    };
+    let timeout = crate::seconds::seconds("--notify-timeout-secs", args.notify_timeout_secs, range)
+        .map_err(crate::invalid_input)?;
+    let retry = crate::seconds::seconds("--notify-retry-secs", args.notify_retry_secs, range)
+        .map_err(crate::invalid_input)?;
+    let mut kinds = args.notify_on.clone();
+    kinds.dedup();
+    Ok(Some(notify::Settings {
+        targets,
+        kinds,
+        secret,
+        public_url,
+        timeout,
+        retry,
+        attempts: args.notify_attempts,
+    }))
+}
+
+/// `--public-url`: an http or https address without spaces, control characters, query or
+/// fragment; its trailing `/` dropped (links add `/rounds/ID`).
+fn public_url(url: &str) -> std::result::Result<String, String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    let valid = rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/'))
+        && !url
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || c == '?' || c == '#');
+    if !valid {
+        return Err(
+            "--public-url must be an http:// or https:// address without a query or fragment"
+                .into(),
+        );
+    }
+    Ok(url.trim_end_matches('/').to_string())
 }
 
 /// Binds, takes the watcher's first look (every change after the address is printed is
 /// streamed), says where, and serves until Ctrl-C or SIGTERM.
-async fn run(shared: Shared, listen: SocketAddr, send_buffer: Option<u32>) -> Result<()> {
+async fn run(
+    mut shared: Shared,
+    listen: SocketAddr,
+    send_buffer: Option<u32>,
+    notify: Option<notify::Settings>,
+) -> Result<()> {
     let listener = bind(listen, send_buffer).await.map_err(|e| {
         anyhow!("ManagedInputValidationError: cannot listen on {listen}: {e} (listen_failed)")
     })?;
     let bound = listener
         .local_addr()
         .map_err(|e| anyhow!("EngineError: the bound address is unknown: {e}"))?;
+    if let Some(mut settings) = notify {
+        if settings.public_url.is_empty() {
+            settings.public_url = format!("http://{bound}");
+        }
+        let executions = shared.executions.clone();
+        let count = settings.targets.len();
+        let notifier =
+            tokio::task::spawn_blocking(move || notify::Notifier::new(executions, settings))
+                .await
+                .map_err(|e| anyhow!("EngineError: {e}"))??;
+        shared.notifier = Some(Arc::new(notifier));
+        eprintln!("m3 serve: notifying {count} target(s)");
+    }
     let shared = Arc::new(shared);
     events::watch(shared.clone()).await;
+    if let Some(notifier) = &shared.notifier {
+        notifier.start();
+    }
     let app = api::router(shared.clone());
     println!("{bound}");
     eprintln!("m3 serve: listening on http://{bound} (Ctrl-C to stop)");

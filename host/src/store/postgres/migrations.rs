@@ -1,6 +1,6 @@
 //! Versioned schema migrations of a PostgreSQL database, tracked in the table `m3_schema`.
 //!
-//! The tables are those of the SQLite schema at its version 6 (`store/sqlite/migrations.rs`): wide
+//! The tables are those of the SQLite schema at its version 7 (migration 3 adds what its 7 did) (`store/sqlite/migrations.rs`): wide
 //! rows with the indexed columns and the component's document, narrow version rows with the
 //! columns every write changes, wake-up rows and execution items. Ids and statuses compare
 //! byte by byte (`COLLATE "C"`), as SQLite's do, so listings and cursors order alike on both.
@@ -69,6 +69,31 @@ const MIGRATIONS: &[&str] = &[
     r#"CREATE SEQUENCE IF NOT EXISTS execution_wakeup_numbers AS BIGINT;
     SELECT setval('execution_wakeup_numbers', coalesce(max(seq), 0) + 1, false)
         FROM execution_wakeups;"#,
+    // 3: the notification ledger of `m3 serve --notify`, as SQLite's migration 7 (`IF NOT
+    // EXISTS`, as 2).
+    r#"CREATE TABLE IF NOT EXISTS notification_targets (
+        target_id TEXT COLLATE "C" PRIMARY KEY,
+        label     TEXT NOT NULL,
+        since_ns  BIGINT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS notifications (
+        target_id        TEXT COLLATE "C" NOT NULL,
+        event_id         TEXT COLLATE "C" NOT NULL,
+        seq              BIGINT NOT NULL,
+        round_id         TEXT COLLATE "C",
+        status           TEXT COLLATE "C" NOT NULL,
+        attempts         BIGINT NOT NULL,
+        due_at_ns        BIGINT NOT NULL,
+        claimed_by       TEXT,
+        claimed_until_ns BIGINT,
+        created_at_ns    BIGINT NOT NULL,
+        updated_at_ns    BIGINT NOT NULL,
+        last_error       TEXT,
+        document         TEXT NOT NULL,
+        PRIMARY KEY (target_id, event_id)
+    );
+    CREATE INDEX IF NOT EXISTS notifications_by_status
+        ON notifications (target_id, status, seq);"#,
 ];
 
 /// Moves the wake-up sequence past every number in `execution_wakeups` (after rows were copied

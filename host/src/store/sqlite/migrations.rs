@@ -88,6 +88,32 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE executions DROP COLUMN version;
     ALTER TABLE executions DROP COLUMN lease_expires_at_ns;
     ALTER TABLE executions DROP COLUMN updated_at_ns;",
+    // 7: the notification ledger of `m3 serve --notify` (`statements/notifications.rs`): each
+    // target (by a digest of its address, which may hold a secret) with the time its events
+    // start from, and each event's delivery to it, so that a restart resumes where it left off
+    // and several servers on one database deliver each event once between them.
+    "CREATE TABLE notification_targets (
+        target_id TEXT PRIMARY KEY NOT NULL,
+        label     TEXT NOT NULL,
+        since_ns  INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE notifications (
+        target_id        TEXT NOT NULL,
+        event_id         TEXT NOT NULL,
+        seq              INTEGER NOT NULL,
+        round_id         TEXT,
+        status           TEXT NOT NULL,
+        attempts         INTEGER NOT NULL,
+        due_at_ns        INTEGER NOT NULL,
+        claimed_by       TEXT,
+        claimed_until_ns INTEGER,
+        created_at_ns    INTEGER NOT NULL,
+        updated_at_ns    INTEGER NOT NULL,
+        last_error       TEXT,
+        document         TEXT NOT NULL,
+        PRIMARY KEY (target_id, event_id)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX notifications_by_status ON notifications (target_id, status, seq);",
 ];
 
 /// The schema version this build writes.

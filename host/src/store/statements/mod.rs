@@ -11,10 +11,12 @@
 //! `mod.rs` (the adapter's trait [`Sql`], parameters [`Value`], what a statement's rows belong
 //! to [`On`], a row's cells [`Cells`], listings built by filter, versions as stored),
 //! `rounds.rs` (a round's wide row and version row), `executions.rs` (an execution's rows and
-//! its items), `ids.rs` (ids read without decoding rows, in full or by prefix).
+//! its items), `ids.rs` (ids read without decoding rows, in full or by prefix), `notifications.rs` (the
+//! notification ledger of `m3 serve --notify`: targets, queued events, claims, settling).
 
 pub(crate) mod executions;
 pub(crate) mod ids;
+pub(crate) mod notifications;
 pub(crate) mod rounds;
 
 use crate::store::error::StoreError;
