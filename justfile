@@ -30,9 +30,11 @@ bench:
     cargo bench -p m3-tests --bench http_rounds
 
 # `m3 serve` under load: answers through the API by 50 clients, the event stream fanned out to
-# 200 subscribers; writes target/bench/serve.json (a release build of the command; see BENCHMARKS.md)
+# 200 subscribers, and notifications to a local receiver; writes
+# target/bench/{serve,notify}.json (a release build of the command; see BENCHMARKS.md)
 bench-serve:
     cargo bench -p m3-cli --bench serve
+    cargo bench -p m3-cli --bench notify
 
 # Scale on its own: a burst of 1,000 answers from 16 processes, and a 1,000-step script; writes
 # target/bench/{burst,long_script}.json (see BENCHMARKS.md)

@@ -32,10 +32,10 @@ on_both_backends! {
             chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
         ));
         let store = db.store_with_clock(clock.clone());
-        let since = store.register_notification_target("t1", "http://a:1").unwrap();
+        let since = store.register_notification_target("t1", "http://a:1", clock.now()).unwrap();
         clock.advance(TimeDelta::seconds(5));
         // A second registration keeps the start, takes the new label.
-        assert_eq!(store.register_notification_target("t1", "http://b:2").unwrap(), since);
+        assert_eq!(store.register_notification_target("t1", "http://b:2", clock.now()).unwrap(), since);
         assert!(store.enqueue_notification("t1", &event("r1:waiting", 1, Some("r1"))).unwrap());
         assert!(store.enqueue_notification("t1", &event("r1:failed", 2, Some("r1"))).unwrap());
         assert!(store.enqueue_notification("t1", &event("r2:waiting", 3, Some("r2"))).unwrap());
@@ -43,7 +43,7 @@ on_both_backends! {
         // Queued again (another server saw it too): nothing changes.
         assert!(!store.enqueue_notification("t1", &event("r1:waiting", 1, Some("r1"))).unwrap());
         // Another target has its own queue.
-        store.register_notification_target("t2", "http://c:3").unwrap();
+        store.register_notification_target("t2", "http://c:3", clock.now()).unwrap();
         assert!(store.enqueue_notification("t2", &event("r1:waiting", 1, Some("r1"))).unwrap());
 
         let lease = Duration::from_secs(10);
@@ -75,7 +75,7 @@ on_both_backends! {
             chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
         ));
         let store = db.store_with_clock(clock.clone());
-        store.register_notification_target("t", "https://hooks.example:443").unwrap();
+        store.register_notification_target("t", "https://hooks.example:443", clock.now()).unwrap();
         store.enqueue_notification("t", &event("e1", 1, Some("r1"))).unwrap();
         store.enqueue_notification("t", &event("e2", 2, Some("r2"))).unwrap();
         let lease = Duration::from_secs(10);
@@ -118,7 +118,7 @@ on_both_backends! {
             chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
         ));
         let store = db.store_with_clock(clock.clone());
-        store.register_notification_target("t", "l").unwrap();
+        store.register_notification_target("t", "l", clock.now()).unwrap();
         store.enqueue_notification("t", &event("old", 1, None)).unwrap();
         store.enqueue_notification("t", &event("waiting", 2, None)).unwrap();
         let claimed = store.claim_notifications("t", "a", Duration::from_secs(1), 1).unwrap();
@@ -126,7 +126,7 @@ on_both_backends! {
         store.settle_notification("t", "old", "a", &NotificationOutcome::Delivered).unwrap();
         clock.advance(TimeDelta::days(8));
         assert_eq!(store.prune_notifications("t", Duration::from_secs(7 * 86_400)).unwrap(), 1);
-        let since = store.register_notification_target("t", "l").unwrap();
+        let since = store.register_notification_target("t", "l", clock.now()).unwrap();
         assert!(since > event("old", 1, None).at, "the start moved past what was forgotten");
         let report = store.notification_report().unwrap();
         assert_eq!((report[0].queued, report[0].delivered), (1, 0));

@@ -110,6 +110,71 @@ fn unreadable_records(cli: &Cli) -> Result<Vec<Value>> {
         .collect())
 }
 
+/// The notification targets of `m3 serve --notify` on this database and their ledger (what
+/// waits, what was given up, the last failure): `failing` when a waiting event was tried three
+/// times or more, or an event was abandoned.
+fn notification_targets(cli: &Cli) -> Result<Vec<Value>> {
+    let executions = crate::executions(cli)?;
+    Ok(executions
+        .store()
+        .notification_report()?
+        .into_iter()
+        .map(|t| {
+            json!({
+                "target_id": t.target_id,
+                "target": t.label,
+                "since": crate::json::time(t.since),
+                "queued": t.queued,
+                "delivered": t.delivered,
+                "abandoned": t.abandoned,
+                "oldest_queued": t.oldest_queued.map(crate::json::time),
+                "most_attempts": t.most_attempts,
+                "last_error": t.last_error,
+                "failing": t.most_attempts >= 3 || t.abandoned > 0,
+            })
+        })
+        .collect())
+}
+
+/// The notification targets' part of a database's report, and whether none is failing.
+fn notifications_of(cli: &Cli, readable: bool) -> (Value, bool) {
+    if !readable {
+        return (json!([]), true);
+    }
+    match notification_targets(cli) {
+        Ok(targets) => {
+            let fine = targets.iter().all(|t| t["failing"] == false);
+            (Value::Array(targets), fine)
+        }
+        Err(e) => (json!({"error": e.to_string()}), false),
+    }
+}
+
+/// The notification targets' lines of the report.
+fn print_notifications(db: &Value, text: &dyn Fn(&Value) -> String) {
+    if let Some(error) = db["notifications"]["error"].as_str() {
+        println!("{}  notifications: {error}", mark(false));
+    }
+    for t in db["notifications"].as_array().into_iter().flatten() {
+        let mut line = format!(
+            "{}  notifications to {}: {} waiting, {} delivered, {} abandoned",
+            mark(t["failing"] == false),
+            text(&t["target"]),
+            text(&t["queued"]),
+            text(&t["delivered"]),
+            text(&t["abandoned"]),
+        );
+        if t["failing"] == true {
+            line.push_str(&format!(
+                "; failing ({} tries; last: {})",
+                text(&t["most_attempts"]),
+                text(&t["last_error"])
+            ));
+        }
+        println!("{line}");
+    }
+}
+
 /// The database's files (and its `-wal` and `-shm`) that others than their owner may read or
 /// write: answers, idempotency keys and lease tokens live in them.
 fn loose_files(db: &std::path::Path) -> Vec<String> {
@@ -196,6 +261,7 @@ fn print_human(report: &Value) {
             text(&db["supported_schema_version"]),
         );
         print_unreadable(db, &text);
+        print_notifications(db, &text);
     } else {
         let m3_database = db["m3_database"] == true;
         println!(
@@ -211,6 +277,7 @@ fn print_human(report: &Value) {
             text(&db["supported_schema_version"]),
         );
         print_unreadable(db, &text);
+        print_notifications(db, &text);
         for file in db["files_readable_by_others"]
             .as_array()
             .into_iter()
@@ -299,11 +366,13 @@ fn sqlite_database(cli: &Cli, path: &str, healthy: &mut bool) -> Value {
                 Err(e) => (Vec::new(), Some(e.to_string())),
             };
             let loose = loose_files(&cli.db);
+            let (notifications, notifying) = notifications_of(cli, readable);
             *healthy &= h.integrity == "ok"
                 && readable
                 && unreadable.is_empty()
                 && check_error.is_none()
-                && loose.is_empty();
+                && loose.is_empty()
+                && notifying;
             json!({
                 "path": path,
                 "exists": true,
@@ -313,6 +382,7 @@ fn sqlite_database(cli: &Cli, path: &str, healthy: &mut bool) -> Value {
                 "supported_schema_version": h.supported_version,
                 "unreadable_records": unreadable,
                 "files_readable_by_others": loose,
+                "notifications": notifications,
                 "error": check_error,
             })
         }
@@ -327,6 +397,7 @@ fn sqlite_database(cli: &Cli, path: &str, healthy: &mut bool) -> Value {
                 "supported_schema_version": m3::health::SCHEMA_VERSION,
                 "unreadable_records": [],
                 "files_readable_by_others": loose_files(&cli.db),
+                "notifications": [],
                 "error": e.to_string(),
             })
         }
@@ -339,6 +410,7 @@ fn sqlite_database(cli: &Cli, path: &str, healthy: &mut bool) -> Value {
             "supported_schema_version": m3::health::SCHEMA_VERSION,
             "unreadable_records": [],
             "files_readable_by_others": [],
+            "notifications": [],
             "error": null,
         }),
     }
@@ -357,7 +429,8 @@ fn postgres_database(cli: &Cli, url: &str, healthy: &mut bool) -> Value {
                 Some(Err(e)) => (Vec::new(), Some(e.to_string())),
                 None => (Vec::new(), None),
             };
-            *healthy &= readable && unreadable.is_empty() && check_error.is_none();
+            let (notifications, notifying) = notifications_of(cli, exists && readable);
+            *healthy &= readable && unreadable.is_empty() && check_error.is_none() && notifying;
             json!({
                 "backend": "postgresql",
                 "path": shown,
@@ -368,6 +441,7 @@ fn postgres_database(cli: &Cli, url: &str, healthy: &mut bool) -> Value {
                 "schema_version": h.schema_version,
                 "supported_schema_version": h.supported_version,
                 "unreadable_records": unreadable,
+                "notifications": notifications,
                 "error": check_error,
             })
         }
@@ -383,6 +457,7 @@ fn postgres_database(cli: &Cli, url: &str, healthy: &mut bool) -> Value {
                 "schema_version": null,
                 "supported_schema_version": m3::health::SCHEMA_VERSION_POSTGRES,
                 "unreadable_records": [],
+                "notifications": [],
                 "error": e.to_string(),
             })
         }

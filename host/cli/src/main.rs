@@ -107,6 +107,9 @@
 //! - `benches/serve.rs` (`just bench-serve`): rounds answered per second through the API by 50
 //!   clients (call latency, time to delivery) and the event stream fanned out to 200 subscribers
 //!   (time to each, the server's memory), written to `target/bench/serve.json`.
+//! - `benches/notify.rs` (`just bench-serve`): `m3 serve --notify` to a local receiver:
+//!   notifications per second for a burst of rounds, and each round's commit to its
+//!   notification (p50/p99), written to `target/bench/notify.json`.
 
 mod component;
 mod demo;

@@ -6,6 +6,7 @@
 //! (the README's pictures).
 
 mod common;
+mod receiving;
 mod serving;
 
 use common::*;
@@ -439,18 +440,35 @@ async fn a_claude_code_round_is_answered_from_the_inbox() {
     assert!(output.contains(STREET), "{result}");
 }
 
-/// Decline answers the server with a decline; a URL-mode request shows its URL as text (never a
-/// link, never opened), refuses accept without the consent box and, with it, sends consent only.
+/// The link of a round's notification (`m3 serve --notify`) opens that round's form; decline
+/// answers the server with a decline; a URL-mode request shows its URL as text (never a link,
+/// never opened), refuses accept without the consent box and, with it, sends consent only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decline_and_url_consent() {
     let sb = Sandbox::new();
     sb.create_database();
-    let server = Server::start(&sb, &[], None);
+    let receiver = receiving::Receiver::start(&[]);
+    let server = Server::start(&sb, &["--notify", &receiver.base], None);
     let mut driver = Driver::start();
     let browser = driver.session().await;
 
     let run = sb.spawn_run("legacy", &[], &[]);
-    open_the_round(&browser, &server.base).await;
+    let told = tokio::task::block_in_place(|| {
+        receiver.wait_for(PAGE_TIMEOUT, "the round's notification", |d| !d.is_empty())
+    });
+    let link = told[0].json()["link"].as_str().unwrap().to_string();
+    let round_id = told[0].json()["round"]["round_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(link, format!("{}/rounds/{round_id}", server.base));
+    browser.goto(&link).await.expect("opening the link");
+    find(&browser, "form#answer").await;
+    let title = text_until(&browser, "main", |t| t.contains("book_shipment")).await;
+    assert!(
+        title.contains("Where should the shipment be delivered?"),
+        "{title}"
+    );
     click(&browser, "#decline").await;
     text_until(&browser, "#notice", |t| t.contains("Answer taken")).await;
     attribute_until(&browser, "#progress", "data-status", "resolved").await;

@@ -65,6 +65,40 @@ fn verify(d: &Delivery) {
     );
 }
 
+/// The README's receiver check (`verify` of its notification section), run as printed by
+/// `python3` on `body` with a delivery's headers.
+fn readme_verify(d: &Delivery, body: &[u8]) -> bool {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("the README");
+    let section = &readme[readme
+        .find("### Telling people when an answer is needed")
+        .expect("the README's notification section")..];
+    let start = section.find("```python\n").expect("its Python") + "```python\n".len();
+    let code = &section[start..start + section[start..].find("```").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("body");
+    std::fs::write(&file, body).unwrap();
+    let script = format!(
+        "{code}\nimport sys\nbody = open(sys.argv[1], 'rb').read()\n\
+         print(verify(sys.argv[2].encode(), sys.argv[3], sys.argv[4], body))\n"
+    );
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&file)
+        .arg(SECRET)
+        .arg(d.header("x-m3-timestamp"))
+        .arg(d.header("x-m3-signature"))
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim() == "True"
+}
+
 fn of_event<'a>(deliveries: &'a [Delivery], event: &str) -> Vec<&'a Delivery> {
     deliveries
         .iter()
@@ -113,6 +147,11 @@ fn waiting_round_is_notified(sb: Sandbox) {
     assert_eq!(d.header("content-type"), "application/json");
     assert_eq!(d.header("x-m3-delivery-attempt"), "1");
     verify(d);
+    assert!(readme_verify(d, &d.body), "the README's check takes it");
+    assert!(
+        !readme_verify(d, &d.body[1..]),
+        "and refuses a changed body"
+    );
     let body = d.json();
     assert_eq!(body["version"], 1);
     assert_eq!(body["event"], "round_waiting");
@@ -182,14 +221,14 @@ fn waiting_round_is_notified(sb: Sandbox) {
     );
 }
 
-/// A receiver that fails twice (500, then 503) gets the event a second and a third time,
-/// with the same id and body, and then no more; the server's log says the target failed and
-/// then that it is delivered again, without the target's path.
+/// A receiver that fails twice (500, then a redirect, which is not followed) gets the event a
+/// second and a third time, with the same id and body, and then no more; the server's log says
+/// the target failed and then that it is delivered again, without the target's path.
 #[test]
 fn a_receiver_that_fails_twice_gets_the_same_event_again() {
     let sb = Sandbox::new();
     sb.create_database();
-    let receiver = Receiver::start(&[Answer::Status(500), Answer::Status(503)]);
+    let receiver = Receiver::start(&[Answer::Status(500), Answer::Redirect]);
     let url = format!("{}/secret-path", receiver.base);
     let server = start(
         &sb,
@@ -201,10 +240,7 @@ fn a_receiver_that_fails_twice_gets_the_same_event_again() {
     let all = receiver.deliveries();
     assert_eq!(all.len(), 3, "{:?}", event_ids(&all));
     let answers: Vec<Answer> = all.iter().map(|d| d.answer).collect();
-    assert_eq!(
-        answers,
-        [Answer::Status(500), Answer::Status(503), Answer::Ok]
-    );
+    assert_eq!(answers, [Answer::Status(500), Answer::Redirect, Answer::Ok]);
     let ids: BTreeSet<String> = event_ids(&all).into_iter().collect();
     assert_eq!(ids.len(), 1, "one event: {ids:?}");
     let attempts: Vec<&str> = all
@@ -241,9 +277,29 @@ fn a_server_killed_mid_queue_delivers_what_was_left_after_a_restart() {
     let server = start(&sb, &args);
     let _first = sb.spawn_run("legacy", &[], &[]);
     let _second = sb.spawn_run("legacy", &[], &[]);
-    receiver.wait_for(WAIT, "both events refused", |d| {
-        event_ids(d).into_iter().collect::<BTreeSet<_>>().len() == 2
+    receiver.wait_for(WAIT, "both events refused three times", |d| {
+        event_ids(d).into_iter().collect::<BTreeSet<_>>().len() == 2 && d.len() >= 6
     });
+    // `m3 doctor` says the target is failing, by its origin alone.
+    let doctor = sb.command(&["doctor", "--json"]).output().unwrap();
+    assert_eq!(
+        doctor.status.code(),
+        Some(1),
+        "a failing target is a problem"
+    );
+    let report: Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let targets = report["database"]["notifications"].as_array().unwrap();
+    assert_eq!(targets.len(), 1, "{report}");
+    assert_eq!(targets[0]["target"], receiver.base.as_str());
+    assert_eq!(targets[0]["failing"], true, "{report}");
+    assert_eq!(targets[0]["last_error"], "answered 500", "{report}");
+    assert_eq!(report["healthy"], false);
+    let human = sb.command(&["doctor"]).output().unwrap();
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.contains(&format!("PROBLEM  notifications to {}", receiver.base)),
+        "{human}"
+    );
     server.crash();
     receiver.answer_with(Answer::Ok);
     let _third = sb.spawn_run("legacy", &[], &[]);
@@ -282,6 +338,13 @@ fn a_server_killed_mid_queue_delivers_what_was_left_after_a_restart() {
         .map(|r| format!("round_waiting:{}", r["round_id"].as_str().unwrap()))
         .collect();
     assert_eq!(accepted.into_iter().collect::<BTreeSet<_>>(), pending);
+    let report = sb.m3(&["doctor", "--json"]).json();
+    let target = &report["database"]["notifications"][0];
+    assert_eq!(target["failing"], false, "{report}");
+    assert_eq!(
+        (target["queued"].as_u64(), target["delivered"].as_u64()),
+        (Some(0), Some(3))
+    );
     server.stop();
 }
 

@@ -1093,8 +1093,8 @@ fn a_stalled_subscriber_lags_alone() {
     );
 }
 
-/// A non-loopback address without a token is refused at start; a missing database too; the
-/// hidden knobs are checked like every flag.
+/// A non-loopback address without a token is refused at start; the hidden knobs are checked
+/// like every flag.
 #[test]
 fn serve_refuses_to_start_unsafely() {
     let sb = Sandbox::new();
@@ -1111,9 +1111,6 @@ fn serve_refuses_to_start_unsafely() {
     let error: Value =
         serde_json::from_str(out.stderr.lines().next().unwrap_or_default()).expect("a JSON error");
     assert_eq!(error["error"]["code"], "token_required");
-    let missing = Sandbox::new();
-    let out = missing.m3(&["serve", "--listen", "127.0.0.1:0"]);
-    assert!(out.fails_with("StorageError").contains("database_missing"));
     for knob in [
         ["--keep-alive-secs", "0"],
         ["--request-timeout-secs", "0"],
@@ -1123,6 +1120,90 @@ fn serve_refuses_to_start_unsafely() {
         args.extend(knob);
         sb.m3(&args).fails_with("ManagedInputValidationError");
     }
+}
+
+/// A team opens the inbox before anything ran: `m3 serve` on a database that does not exist
+/// starts, creates nothing, answers every call with 503 `database_waiting` naming the path it
+/// waits for (so a typo shows), and serves the page; once `m3 run` creates the database, the
+/// open event stream says the round it created, the API lists and answers it, and a
+/// notification target hears of it.
+#[test]
+fn serve_on_a_database_not_yet_created_waits_for_it() {
+    let sb = Sandbox::new();
+    let hook = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hook_address = hook.local_addr().unwrap();
+    let server = Server::start(
+        &sb,
+        &["--notify", &format!("http://{hook_address}/hook")],
+        None,
+    );
+    let waiting = server.get("/api/rounds/pending");
+    assert_problem(&waiting, 503, "StorageError", "database_waiting");
+    let message = waiting.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&sb.db.display().to_string()), "{message}");
+    let page = server.exchange("GET", "/", &[("accept", "text/html")], None);
+    assert_eq!(page.status, 200);
+    assert!(!sb.db.exists(), "waiting creates nothing");
+    let stream = server.subscribe();
+
+    let run = sb.spawn_run("legacy", &[], &[]);
+    sb.wait_pending();
+    // The server opens the database within a look of its creation.
+    let opened = Instant::now();
+    while server.get("/api/rounds/pending").status == 503 {
+        assert!(opened.elapsed() < Duration::from_secs(30), "never opened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let round = server.wait_pending();
+    let (round_id, execution_id) = ids(&round);
+    let (kind, data) = stream.next_event();
+    assert_eq!(kind, "round_created", "{data}");
+    assert_eq!(data["round_id"], round_id.as_str());
+    // The notification target hears of the round (one request, read whole).
+    hook.set_nonblocking(true).unwrap();
+    let heard = Instant::now();
+    let mut socket = loop {
+        match hook.accept() {
+            Ok((socket, _)) => break socket,
+            Err(_) => {
+                assert!(heard.elapsed() < Duration::from_secs(60), "no notification");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    socket.set_nonblocking(false).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut request = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&request).contains(&round_id) {
+        let n = socket.read(&mut buffer).expect("the notification");
+        assert!(n > 0, "{}", String::from_utf8_lossy(&request));
+        request.extend_from_slice(&buffer[..n]);
+    }
+    assert!(String::from_utf8_lossy(&request).starts_with("POST /hook HTTP/1.1"));
+    socket
+        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+        .unwrap();
+
+    let answered = server.answer(&round_id, &answer("late-1"));
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    let (out, lines) = run.finish();
+    assert_eq!(check_run_stdout(&out, &lines)["outcome"], "succeeded");
+    assert_eq!(
+        kinds(&stream.life_of(&execution_id)),
+        ["round_answered", "round_resolved", "execution_finished"]
+    );
+    let (_, stderr) = server.stop();
+    assert!(
+        stderr.contains(&format!(
+            "waiting for the first execution to create the database at {}",
+            sb.db.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("exists now"), "{stderr}");
 }
 
 /// Every refusal of the API is its typed JSON error, also where the router or a request's own

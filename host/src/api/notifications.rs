@@ -93,16 +93,18 @@ impl DatabaseStore {
         ns(self.options().clock.now())
     }
 
-    /// Registers a notification target (its events start now the first time; later, the
-    /// start it has is kept and its label updated); when its events start.
+    /// Registers a notification target (its events start at `start` the first time: a
+    /// server's start, say; later, the start it has is kept and its label updated); when its
+    /// events start.
     pub fn register_notification_target(
         &self,
         target_id: &str,
         label: &str,
+        start: DateTime<Utc>,
     ) -> StoreResult<DateTime<Utc>> {
-        let now = self.ledger_now();
+        let start = ns(start);
         self.backend()
-            .on_ledger(|l| l.register(target_id, label, now))
+            .on_ledger(|l| l.register(target_id, label, start))
             .map(time)
             .map_err(store_failure)
     }

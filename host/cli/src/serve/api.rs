@@ -82,7 +82,7 @@ async fn blocking(
     call: impl FnOnce(&m3::Executions) -> anyhow::Result<Value> + Send + 'static,
 ) -> Answer {
     let pool = shared.clone();
-    match tokio::task::spawn_blocking(move || call(&pool.executions)).await {
+    match tokio::task::spawn_blocking(move || call(pool.executions()?)).await {
         Ok(result) => {
             shared.nudge.notify_one();
             Ok(Json(result?))

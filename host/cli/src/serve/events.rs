@@ -72,7 +72,7 @@ type Looked = (Vec<m3::ManagedInputRecord>, Vec<m3::ExecutionState>);
 
 /// Hands a look to the notifier, if the server has one (on the blocking pool).
 fn notify(shared: &Shared, looked: &Looked) {
-    if let Some(notifier) = &shared.notifier {
+    if let Some(notifier) = shared.notifier.get() {
         notifier.observe(&looked.0, &looked.1);
     }
 }
@@ -133,12 +133,17 @@ fn diff(before: &Seen, records: &[m3::ManagedInputRecord], now: &Seen) -> Vec<Ch
     changes
 }
 
-/// Takes the watcher's first look (what it sees is no change), then starts the server's one
-/// watcher task: every change after this returns is streamed.
-pub async fn watch(shared: Arc<Shared>) {
-    let executions = shared.executions.clone();
+/// Takes the watcher's first look (what it sees is no change, unless `from_nothing`: then
+/// everything it sees is), then starts the server's one watcher task: every change after this
+/// returns is streamed. Called once the database exists.
+pub async fn watch(shared: Arc<Shared>, from_nothing: bool) {
+    let Some(executions) = shared.executions.get().cloned() else {
+        return;
+    };
     let first_shared = shared.clone();
+    let first_executions = executions.clone();
     let first = tokio::task::spawn_blocking(move || {
+        let executions = first_executions;
         let version = executions.data_version()?;
         let (looked, seen) = look(&executions)?;
         notify(&first_shared, &looked);
@@ -146,6 +151,7 @@ pub async fn watch(shared: Arc<Shared>) {
     })
     .await;
     let (mut version, mut seen) = match first {
+        _ if from_nothing => (None, Some(Seen::default())),
         Ok(Ok((version, seen))) => (Some(version), Some(seen)),
         _ => (None, None), // Unreadable for now: the first tick looks again.
     };
@@ -158,7 +164,7 @@ pub async fn watch(shared: Arc<Shared>) {
                 _ = tick.tick() => false,
                 () = shared.nudge.notified() => true,
             };
-            let executions = shared.executions.clone();
+            let executions = executions.clone();
             let notifying = shared.clone();
             let looked = tokio::task::spawn_blocking(move || {
                 let now = executions.data_version()?;

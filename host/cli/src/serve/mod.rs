@@ -14,7 +14,11 @@
 //!
 //! - `mod.rs`: the flags, the refusal of a non-loopback `--listen` without a token
 //!   (`token_required`), the runtime, the bound address as the first stdout line, graceful stop on
-//!   Ctrl-C/SIGTERM (open event streams end, or the stop would wait for them).
+//!   Ctrl-C/SIGTERM (open event streams end, or the stop would wait for them); on a database that
+//!   does not exist yet, serving at once (every call 503 `database_waiting`, naming it) and
+//!   opening it once created, the watcher then streaming everything it finds.
+//! - `notify/`: `--notify`, the webhooks (its own code map): events queued in the database's
+//!   notification ledger, posted to each target by a task of its own, signed, retried.
 //! - `connections.rs`: the accept loop (hyper's HTTP/1.1 under the axum router, each connection on
 //!   its own task, `TCP_NODELAY`): a connection that does not send a request's head within the
 //!   request timeout (30 s; idle keep-alive ones too) is closed, so clients that never finish a
@@ -182,8 +186,10 @@ pub struct ServeArgs {
 
 /// What every request handler shares.
 pub struct Shared {
-    /// The executions on `--db`.
-    pub executions: Arc<m3::Executions>,
+    /// The executions on `--db`, once its database exists (a server started before it waits).
+    pub executions: std::sync::OnceLock<Arc<m3::Executions>>,
+    /// The database as it may be shown (a path, or a URL without its password).
+    pub database: String,
     /// Who may call: the token (if any), the login cookie's and the CSRF value.
     pub guard: auth::Guard,
     /// The store's changes, for `/api/events/stream`.
@@ -201,8 +207,22 @@ pub struct Shared {
     /// Set when the server stops: open event streams end (a graceful stop waits for every
     /// response to end, and a stream's never would).
     pub stopping: tokio::sync::watch::Sender<bool>,
-    /// The notifier, with `--notify` or `--notify-file`.
-    pub notifier: Option<Arc<notify::Notifier>>,
+    /// The notifier, with `--notify` or `--notify-file`, once the database exists.
+    pub notifier: std::sync::OnceLock<Arc<notify::Notifier>>,
+}
+
+impl Shared {
+    /// The executions, or `database_waiting` (503) while the database does not exist yet.
+    pub fn executions(&self) -> Result<&Arc<m3::Executions>> {
+        self.executions.get().ok_or_else(|| {
+            anyhow!(
+                "StorageError: there is no database at {} yet; this server waits for the first \
+                 execution to create it (`m3 run` does; check --db or M3_DB if none should be \
+                 needed) (database_waiting)",
+                self.database
+            )
+        })
+    }
 }
 
 /// The environment variable `--token` is read from when the flag is not given.
@@ -248,13 +268,20 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
     )
     .map_err(crate::invalid_input)?;
     let notify = notify_settings(args)?;
-    let executions = crate::recovered_executions(cli)?;
+    let executions = std::sync::OnceLock::new();
+    if crate::database_exists(cli) {
+        let _ = executions.set(crate::recovered_executions(cli)?);
+    } else if let Some(url) = crate::postgres_url(cli) {
+        // A server that cannot be reached says so, rather than that nothing is there yet.
+        m3::health::postgres_health(url, std::time::Duration::from_secs(5))?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| anyhow!("EngineError: cannot start the server's runtime: {e}"))?;
     let shared = Shared {
         executions,
+        database: crate::database_shown(cli),
         guard: auth::Guard::new(token)?,
         changes: tokio::sync::broadcast::channel(args.event_capacity).0,
         nudge: tokio::sync::Notify::new(),
@@ -262,9 +289,15 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
         keep_alive,
         request_timeout,
         stopping: tokio::sync::watch::Sender::new(false),
-        notifier: None,
+        notifier: std::sync::OnceLock::new(),
     };
-    runtime.block_on(run(shared, args.listen, args.send_buffer_bytes, notify))?;
+    runtime.block_on(run(
+        cli,
+        shared,
+        args.listen,
+        args.send_buffer_bytes,
+        notify,
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -325,6 +358,7 @@ fn notify_settings(args: &ServeArgs) -> Result<Option<notify::Settings>> {
         timeout,
         retry,
         attempts: args.notify_attempts,
+        started: chrono::Utc::now(),
     }))
 }
 
@@ -348,9 +382,13 @@ fn public_url(url: &str) -> std::result::Result<String, String> {
 }
 
 /// Binds, takes the watcher's first look (every change after the address is printed is
-/// streamed), says where, and serves until Ctrl-C or SIGTERM.
+/// streamed), says where, and serves until Ctrl-C or SIGTERM. Without a database yet, it serves
+/// at once (every call answers `database_waiting`, naming the database) and looks for the
+/// database every [`DATABASE_LOOK`]; once it exists, the watcher and the notifier start, and
+/// every change since it was created is streamed.
 async fn run(
-    mut shared: Shared,
+    cli: &Cli,
+    shared: Shared,
     listen: SocketAddr,
     send_buffer: Option<u32>,
     notify: Option<notify::Settings>,
@@ -361,33 +399,99 @@ async fn run(
     let bound = listener
         .local_addr()
         .map_err(|e| anyhow!("EngineError: the bound address is unknown: {e}"))?;
-    if let Some(mut settings) = notify {
+    let notify = notify.map(|mut settings| {
         if settings.public_url.is_empty() {
             settings.public_url = format!("http://{bound}");
         }
-        let executions = shared.executions.clone();
+        settings
+    });
+    let shared = Arc::new(shared);
+    let ready = shared.executions.get().is_some();
+    let mut notify = Some(notify);
+    if ready {
+        watch(&shared, notify.take().flatten(), false).await?;
+    }
+    let app = api::router(shared.clone());
+    println!("{bound}");
+    if ready {
+        eprintln!("m3 serve: listening on http://{bound} (Ctrl-C to stop)");
+    } else {
+        eprintln!(
+            "m3 serve: listening on http://{bound} (Ctrl-C to stop); waiting for the first \
+             execution to create the database at {}",
+            shared.database
+        );
+    }
+    let head_timeout = shared.request_timeout;
+    let stopping = shared.clone();
+    let serving = connections::serve(listener, app, head_timeout, async move {
+        stopped().await;
+        stopping.stopping.send_replace(true);
+    });
+    let opening = async {
+        if !ready {
+            open_when_created(cli, &shared, notify.take().flatten()).await;
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        () = serving => {}
+        () = opening => {}
+    }
+    Ok(())
+}
+
+/// How often a server started before its database looks for it.
+const DATABASE_LOOK: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Waits for the database to exist, opens it (after the same recovery pass as at start) and
+/// starts the watcher (from nothing: every round is news) and the notifier.
+async fn open_when_created(cli: &Cli, shared: &Arc<Shared>, notify: Option<notify::Settings>) {
+    let mut said = false;
+    loop {
+        tokio::time::sleep(DATABASE_LOOK).await;
+        if !tokio::task::block_in_place(|| crate::database_exists(cli)) {
+            continue;
+        }
+        match tokio::task::block_in_place(|| crate::recovered_executions(cli)) {
+            Ok(executions) => {
+                let _ = shared.executions.set(executions);
+                break;
+            }
+            Err(e) if !said => {
+                said = true;
+                eprintln!("m3 serve: the database cannot be opened yet: {e:#}");
+            }
+            Err(_) => {}
+        }
+    }
+    eprintln!("m3 serve: the database at {} exists now", shared.database);
+    if let Err(e) = watch(shared, notify, true).await {
+        eprintln!("m3 serve: notifications cannot start: {e:#}");
+    }
+}
+
+/// Starts the notifier (if any target is given) and the watcher; `from_nothing`: the
+/// watcher's first look streams what it sees.
+async fn watch(
+    shared: &Arc<Shared>,
+    notify: Option<notify::Settings>,
+    from_nothing: bool,
+) -> Result<()> {
+    if let Some(settings) = notify {
+        let executions = shared.executions()?.clone();
         let count = settings.targets.len();
         let notifier =
             tokio::task::spawn_blocking(move || notify::Notifier::new(executions, settings))
                 .await
                 .map_err(|e| anyhow!("EngineError: {e}"))??;
-        shared.notifier = Some(Arc::new(notifier));
+        let _ = shared.notifier.set(Arc::new(notifier));
         eprintln!("m3 serve: notifying {count} target(s)");
     }
-    let shared = Arc::new(shared);
-    events::watch(shared.clone()).await;
-    if let Some(notifier) = &shared.notifier {
+    events::watch(shared.clone(), from_nothing).await;
+    if let Some(notifier) = shared.notifier.get() {
         notifier.start();
     }
-    let app = api::router(shared.clone());
-    println!("{bound}");
-    eprintln!("m3 serve: listening on http://{bound} (Ctrl-C to stop)");
-    let head_timeout = shared.request_timeout;
-    connections::serve(listener, app, head_timeout, async move {
-        stopped().await;
-        shared.stopping.send_replace(true);
-    })
-    .await;
     Ok(())
 }
 

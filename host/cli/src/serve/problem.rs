@@ -153,8 +153,9 @@ fn status_of(reported: &Reported) -> StatusCode {
                 | "recovery_unavailable",
             ),
         ) => StatusCode::GONE,
-        // The database is locked by another writer for longer than the busy timeout.
-        (_, Some("storage_busy")) => StatusCode::SERVICE_UNAVAILABLE,
+        // The database is locked by another writer for longer than the busy timeout, or does
+        // not exist yet (the server waits for it).
+        (_, Some("storage_busy" | "database_waiting")) => StatusCode::SERVICE_UNAVAILABLE,
         ("ManagedInputValidationError" | "ModelValidationError", _) => StatusCode::BAD_REQUEST,
         ("ManagedInputConflict" | "ManagedInputStateError" | "ManagedInputRecoveryError", _) => {
             StatusCode::CONFLICT

@@ -101,18 +101,18 @@ pub(crate) struct TargetRow {
     pub last_error: Option<String>,
 }
 
-/// Registers `target_id` (its events start at `now_ns` the first time; a later registration
+/// Registers `target_id` (its events start at `start_ns` the first time; a later registration
 /// keeps that start and updates the label); the time its events start from.
 pub(crate) fn register(
     s: &impl Sql,
     target_id: &str,
     label: &str,
-    now_ns: i64,
+    start_ns: i64,
 ) -> Result<i64, StoreError> {
     s.execute(
         On::Nothing,
         REGISTER_TARGET,
-        vec![target_id.into(), label.into(), now_ns.into()],
+        vec![target_id.into(), label.into(), start_ns.into()],
     )?;
     since(s, target_id)?
         .ok_or_else(|| StoreError::Failure("a registered notification target is missing".into()))

@@ -64,6 +64,9 @@ pub struct Settings {
     pub retry: Duration,
     /// How many tries an event gets before it is abandoned.
     pub attempts: u32,
+    /// When this server started: a target registered for the first time gets the events from
+    /// then on (a server started before its database hears of the rounds that created it).
+    pub started: chrono::DateTime<chrono::Utc>,
 }
 
 /// One target's state in this server.
@@ -93,9 +96,11 @@ impl Notifier {
     pub fn new(executions: Arc<m3::Executions>, settings: Settings) -> anyhow::Result<Self> {
         let mut lanes = Vec::new();
         for target in &settings.targets {
-            let since = executions
-                .store()
-                .register_notification_target(&target.id, &target.label)?;
+            let since = executions.store().register_notification_target(
+                &target.id,
+                &target.label,
+                settings.started,
+            )?;
             lanes.push(Arc::new(Lane {
                 target: target.clone(),
                 since,
