@@ -36,15 +36,23 @@ on_both_backends! {
         clock.advance(TimeDelta::seconds(5));
         // A second registration keeps the start, takes the new label.
         assert_eq!(store.register_notification_target("t1", "http://b:2", clock.now()).unwrap(), since);
-        assert!(store.enqueue_notification("t1", &event("r1:waiting", 1, Some("r1"))).unwrap());
-        assert!(store.enqueue_notification("t1", &event("r1:failed", 2, Some("r1"))).unwrap());
-        assert!(store.enqueue_notification("t1", &event("r2:waiting", 3, Some("r2"))).unwrap());
-        assert!(store.enqueue_notification("t1", &event("x:finished", 4, None)).unwrap());
+        assert_eq!(1, store.enqueue_notifications("t1", &[event("r1:waiting", 1, Some("r1"))]).unwrap());
+        assert_eq!(1, store.enqueue_notifications("t1", &[event("r1:failed", 2, Some("r1"))]).unwrap());
+        assert_eq!(1, store.enqueue_notifications("t1", &[event("r2:waiting", 3, Some("r2"))]).unwrap());
+        assert_eq!(1, store.enqueue_notifications("t1", &[event("x:finished", 4, None)]).unwrap());
         // Queued again (another server saw it too): nothing changes.
-        assert!(!store.enqueue_notification("t1", &event("r1:waiting", 1, Some("r1"))).unwrap());
+        assert_eq!(0, store.enqueue_notifications("t1", &[event("r1:waiting", 1, Some("r1"))]).unwrap());
+        // Many at once (past one statement's rows), the known ones left as they are.
+        let many: Vec<_> = (0..100)
+            .map(|i| event(&format!("m{i:03}"), 100 + i, Some("m")))
+            .collect();
+        assert_eq!(store.enqueue_notifications("t3", &many).unwrap(), 100);
+        assert_eq!(store.enqueue_notifications("t3", &many[..70]).unwrap(), 0);
+        let one_more = [many[5].clone(), event("m100", 200, Some("m"))];
+        assert_eq!(store.enqueue_notifications("t3", &one_more).unwrap(), 1);
         // Another target has its own queue.
         store.register_notification_target("t2", "http://c:3", clock.now()).unwrap();
-        assert!(store.enqueue_notification("t2", &event("r1:waiting", 1, Some("r1"))).unwrap());
+        assert_eq!(1, store.enqueue_notifications("t2", &[event("r1:waiting", 1, Some("r1"))]).unwrap());
 
         let lease = Duration::from_secs(10);
         let first = store.claim_notifications("t1", "a", lease, 10).unwrap();
@@ -76,8 +84,8 @@ on_both_backends! {
         ));
         let store = db.store_with_clock(clock.clone());
         store.register_notification_target("t", "https://hooks.example:443", clock.now()).unwrap();
-        store.enqueue_notification("t", &event("e1", 1, Some("r1"))).unwrap();
-        store.enqueue_notification("t", &event("e2", 2, Some("r2"))).unwrap();
+        store.enqueue_notifications("t", &[event("e1", 1, Some("r1"))]).unwrap();
+        store.enqueue_notifications("t", &[event("e2", 2, Some("r2"))]).unwrap();
         let lease = Duration::from_secs(10);
         assert_eq!(store.claim_notifications("t", "a", lease, 1).unwrap().len(), 1);
         let retry = NotificationOutcome::Retry {
@@ -119,8 +127,8 @@ on_both_backends! {
         ));
         let store = db.store_with_clock(clock.clone());
         store.register_notification_target("t", "l", clock.now()).unwrap();
-        store.enqueue_notification("t", &event("old", 1, None)).unwrap();
-        store.enqueue_notification("t", &event("waiting", 2, None)).unwrap();
+        store.enqueue_notifications("t", &[event("old", 1, None)]).unwrap();
+        store.enqueue_notifications("t", &[event("waiting", 2, None)]).unwrap();
         let claimed = store.claim_notifications("t", "a", Duration::from_secs(1), 1).unwrap();
         assert_eq!(ids(&claimed), ["old"]);
         store.settle_notification("t", "old", "a", &NotificationOutcome::Delivered).unwrap();

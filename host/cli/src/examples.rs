@@ -89,6 +89,7 @@ Examples:
   m3 serve
   m3 serve --listen 127.0.0.1:0
   m3 serve --listen 0.0.0.0:8383 --token-file token.txt
+  m3 serve --notify-file targets --notify-secret-file notify-secret --public-url https://inbox.example.com
   curl -H 'Authorization: Bearer TOKEN' http://127.0.0.1:8383/api/rounds/pending";
 
 /// `m3 validate --help`.

@@ -404,6 +404,28 @@ async fn the_inbox_shows_a_new_round_live_and_a_form_of_every_kind_delivers_exac
     browser.close().await.unwrap();
 }
 
+/// The inbox opened before its database exists says which database it waits for (so a typo
+/// shows), and shows the first round live once `m3 run` creates the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_before_its_database_names_it_then_shows_the_first_round() {
+    let sb = Sandbox::new();
+    let server = Server::start(&sb, &[], None);
+    let mut driver = Driver::start();
+    let browser = driver.session().await;
+    browser.goto(&server.base).await.expect("opening the inbox");
+    let path = sb.db.display().to_string();
+    let said = text_until(&browser, "main", |t| {
+        t.contains("database_waiting") || t.contains(&path)
+    })
+    .await;
+    assert!(said.contains(&path), "{said}");
+    assert!(!sb.db.exists());
+    let run = sb.spawn_run("legacy", &[], &[]);
+    let round_id = attr_of(&browser, "tr.round", "data-round-id").await;
+    assert!(round_id.starts_with("exec-"), "{round_id}");
+    drop(run);
+}
+
 /// Opens the one pending round of the inbox in `browser` (waiting for it to appear) and returns
 /// its id.
 async fn open_the_round(browser: &Client, base: &str) -> String {

@@ -109,22 +109,25 @@ impl DatabaseStore {
             .map_err(store_failure)
     }
 
-    /// Queues `event` for `target_id`; `false` when it was queued before (by this server or
-    /// another).
-    pub fn enqueue_notification(
+    /// Queues `events` for `target_id` (a few statements for many events); how many were new
+    /// (the others were queued before, by this server or another).
+    pub fn enqueue_notifications(
         &self,
         target_id: &str,
-        event: &NotificationEvent,
-    ) -> StoreResult<bool> {
+        events: &[NotificationEvent],
+    ) -> StoreResult<u64> {
         let now = self.ledger_now();
-        let row = QueuedRow {
-            event_id: event.event_id.clone(),
-            seq: ns(event.at),
-            round_id: event.round_id.clone(),
-            document: event.document.clone(),
-        };
+        let rows: Vec<QueuedRow> = events
+            .iter()
+            .map(|event| QueuedRow {
+                event_id: event.event_id.clone(),
+                seq: ns(event.at),
+                round_id: event.round_id.clone(),
+                document: event.document.clone(),
+            })
+            .collect();
         self.backend()
-            .on_ledger(|l| l.enqueue(target_id, &row, now))
+            .on_ledger(|l| l.enqueue(target_id, &rows, now))
             .map_err(store_failure)
     }
 

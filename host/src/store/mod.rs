@@ -276,9 +276,9 @@ pub(crate) trait LedgerSql {
     fn enqueue(
         &self,
         target_id: &str,
-        row: &notifications::QueuedRow,
+        rows: &[notifications::QueuedRow],
         now_ns: i64,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<u64, StoreError>;
     fn claim(
         &self,
         target_id: &str,
@@ -307,10 +307,10 @@ impl<S: statements::Sql> LedgerSql for S {
     fn enqueue(
         &self,
         target_id: &str,
-        row: &notifications::QueuedRow,
+        rows: &[notifications::QueuedRow],
         now_ns: i64,
-    ) -> Result<bool, StoreError> {
-        notifications::enqueue(self, target_id, row, now_ns)
+    ) -> Result<u64, StoreError> {
+        notifications::enqueue(self, target_id, rows, now_ns)
     }
     fn claim(
         &self,

@@ -402,6 +402,13 @@ async fn run(
     let notify = notify.map(|mut settings| {
         if settings.public_url.is_empty() {
             settings.public_url = format!("http://{bound}");
+            if bound.ip().is_unspecified() {
+                eprintln!(
+                    "m3 serve: notification links lead to {}, which no browser reaches: give \
+                     --public-url",
+                    settings.public_url
+                );
+            }
         }
         settings
     });

@@ -12,10 +12,13 @@ use crate::store::error::StoreError;
 const REGISTER_TARGET: &str = "INSERT INTO notification_targets (target_id, label, since_ns) \
      VALUES (?1, ?2, ?3) ON CONFLICT (target_id) DO UPDATE SET label = excluded.label";
 const TARGET_SINCE: &str = "SELECT since_ns FROM notification_targets WHERE target_id = ?1";
+/// The head of a queueing statement; each row adds its values (`ENQUEUED_ROW`).
 const ENQUEUE: &str = "INSERT INTO notifications (target_id, event_id, seq, round_id, status, \
      attempts, due_at_ns, claimed_by, claimed_until_ns, created_at_ns, updated_at_ns, last_error, \
-     document) VALUES (?1, ?2, ?3, ?4, 'queued', 0, ?5, NULL, NULL, ?5, ?5, NULL, ?6) \
-     ON CONFLICT (target_id, event_id) DO NOTHING";
+     document) VALUES ";
+/// How many rows one queueing statement takes at most (so a look that finds many events
+/// commits a few statements, not one per event).
+const ENQUEUE_CHUNK: usize = 64;
 const CLAIM: &str = "UPDATE notifications SET claimed_by = ?2, claimed_until_ns = ?4 \
      WHERE target_id = ?1 AND status = 'queued' \
      AND (claimed_until_ns IS NULL OR claimed_until_ns <= ?3) \
@@ -126,26 +129,41 @@ pub(crate) fn since(s: &impl Sql, target_id: &str) -> Result<Option<i64>, StoreE
     Ok(rows.into_iter().next())
 }
 
-/// Queues `row` for `target_id`; `false` when that event was queued before.
+/// Queues `rows` for `target_id` (each statement all or nothing, at most [`ENQUEUE_CHUNK`]
+/// rows); how many were new (the others were queued before).
 pub(crate) fn enqueue(
     s: &impl Sql,
     target_id: &str,
-    row: &QueuedRow,
+    rows: &[QueuedRow],
     now_ns: i64,
-) -> Result<bool, StoreError> {
-    let changed = s.execute(
-        On::Nothing,
-        ENQUEUE,
-        vec![
-            target_id.into(),
-            row.event_id.as_str().into(),
-            row.seq.into(),
-            row.round_id.clone().into(),
-            now_ns.into(),
-            row.document.as_str().into(),
-        ],
-    )?;
-    Ok(changed == 1)
+) -> Result<u64, StoreError> {
+    let mut queued = 0;
+    for chunk in rows.chunks(ENQUEUE_CHUNK) {
+        let mut sql = ENQUEUE.to_string();
+        let mut args: Vec<super::Value> = vec![target_id.into(), now_ns.into()];
+        for (i, row) in chunk.iter().enumerate() {
+            let at = 3 + 4 * i;
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!(
+                "(?1, ?{}, ?{}, ?{}, 'queued', 0, ?2, NULL, NULL, ?2, ?2, NULL, ?{})",
+                at,
+                at + 1,
+                at + 2,
+                at + 3
+            ));
+            args.extend([
+                row.event_id.as_str().into(),
+                row.seq.into(),
+                row.round_id.clone().into(),
+                row.document.as_str().into(),
+            ]);
+        }
+        sql.push_str(" ON CONFLICT (target_id, event_id) DO NOTHING");
+        queued += s.execute(On::Nothing, &sql, args)?;
+    }
+    Ok(queued)
 }
 
 /// Claims up to `limit` due events of `target_id` for `owner` until `until_ns`.

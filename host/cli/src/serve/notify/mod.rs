@@ -134,32 +134,30 @@ impl Notifier {
         );
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         for (lane, known) in self.lanes.iter().zip(known.iter_mut()) {
-            let mut queued = false;
-            for e in events.iter().filter(|e| e.at >= lane.since) {
-                if known.contains(&e.event_id) {
-                    continue;
-                }
-                match self
-                    .executions
-                    .store()
-                    .enqueue_notification(&lane.target.id, e)
-                {
-                    Ok(inserted) => {
-                        queued |= inserted;
-                        known.insert(e.event_id.clone());
-                    }
-                    Err(error) => {
-                        eprintln!(
-                            "m3 serve: cannot queue a notification for {}: {error} (tried \
-                             again at the next change)",
-                            lane.target.label
-                        );
-                        break;
-                    }
-                }
+            let new: Vec<_> = events
+                .iter()
+                .filter(|e| e.at >= lane.since && !known.contains(&e.event_id))
+                .cloned()
+                .collect();
+            if new.is_empty() {
+                continue;
             }
-            if queued {
-                lane.wake.notify_one();
+            match self
+                .executions
+                .store()
+                .enqueue_notifications(&lane.target.id, &new)
+            {
+                Ok(queued) => {
+                    known.extend(new.into_iter().map(|e| e.event_id));
+                    if queued > 0 {
+                        lane.wake.notify_one();
+                    }
+                }
+                Err(error) => eprintln!(
+                    "m3 serve: cannot queue notifications for {}: {error} (tried again at the \
+                     next change)",
+                    lane.target.label
+                ),
             }
         }
     }
