@@ -5,7 +5,52 @@
 //! once. Every validation rule and state-machine decision runs inside a WebAssembly component
 //! (`guest/`); this crate is the native host: wasmtime, SQLite, the clock.
 //!
-//! Start with [`SqliteManagedInputStore`] and the [`ManagedInputStore`] trait:
+//! Start with the kit ([`McpTestKit`], or [`AsyncMcpTestKit`]): submit an execution of an
+//! agent against an MCP server, wait for the round its server opened, answer it, and take the
+//! result. Here with the scripted harness (no model) and the bundled example server (the `m3`
+//! binary's `example-server`; compiled, not run, as the server's path is the reader's):
+//!
+//! ```no_run
+//! use m3::{AgentSpec, ElicitationResponse, ExecutionStatus, HumanInput, McpTestKit, Script,
+//!          SqliteExecutionStore, StdioServer, Submission};
+//! use serde_json::json;
+//! use std::{collections::BTreeMap, sync::Arc, time::Duration};
+//!
+//! fn main() -> Result<(), m3::ExecutionError> {
+//!     let store = Arc::new(SqliteExecutionStore::open("executions.sqlite")?);
+//!     // The server's whole environment: nothing of this process's.
+//!     let kit = McpTestKit::new(store.clone(), BTreeMap::<String, String>::new())?;
+//!     let script = Script::call("shipping:book_shipment", json!({"item": "book"}));
+//!     let agent = kit.agents([AgentSpec::scripted(script)])?.remove(0);
+//!     let server = StdioServer::new("shipping", "target/debug/m3").args(["example-server"]);
+//!     let handle = agent.submit(
+//!         Submission::new("Ask for the delivery address, then book the shipment.", server)
+//!             .tools(["shipping:book_shipment"])
+//!             .human_input(HumanInput::Managed),
+//!     )?;
+//!     let pending = loop {
+//!         if let Some(pending) = handle.pending_elicitation()? {
+//!             break pending;
+//!         }
+//!         assert_ne!(handle.snapshot()?.lifecycle, ExecutionStatus::Finished);
+//!         std::thread::sleep(Duration::from_millis(200));
+//!     };
+//!     let answer = ElicitationResponse::accept(json!({"street": "1 Main Street", "city": "Pune"}));
+//!     handle.respond_elicitation(
+//!         &pending.round_id,
+//!         BTreeMap::from([("shipping_address".to_string(), answer)]),
+//!         &format!("address-{}", pending.round_id),
+//!     )?;
+//!     let result = handle.result(Some(Duration::from_secs(120)))?;
+//!     println!("{}", result.outcome);
+//!     store.close();
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Underneath is the store of rounds ([`SqliteManagedInputStore`], [`PostgresManagedInputStore`],
+//! the [`ManagedInputStore`] trait), which a worker uses to persist the round it waits on and
+//! any caller to answer it:
 //!
 //! ```
 //! use m3::{ElicitationRequest, ElicitationResponse, ManagedInputStatus, ManagedInputStore,
@@ -48,7 +93,8 @@
 //!
 //! # Files
 //!
-//! - `lib.rs`: the crate's documentation (its store example is a doctest), its modules and the
+//! - `lib.rs`: the crate's documentation (its kit example a doctest compiled, its store example
+//!   one run), its modules and the
 //!   public re-exports. The folders show the design: `api/` the public types, `component/` the
 //!   component plumbing, `imports/` what the host gives the component, `store/` the database
 //!   (SQLite or PostgreSQL, in `store/sqlite/` and `store/postgres/`), `process/` the child

@@ -1374,3 +1374,69 @@ for line in sys.stdin:
         ManagedInputStatus::Resolved
     );
 }
+
+/// Every error the kit returns is matched flatly by one `code()` and its kind by
+/// `kind_name()`, whatever layer raised it: a submission that cannot run, an answer the
+/// component refuses, the same key with another answer, an answer after the round ended, a
+/// wait that ran out, a closed store; `Debug` (what `?` out of `main` prints) is
+/// `Kind (code): message`.
+#[test]
+fn every_kit_error_is_matched_by_one_flat_code() {
+    let db = TempDb::new();
+    let (store, kit) = kit_on(&db);
+    let check = |error: ExecutionError, code: &str, kind: &str| {
+        assert_eq!((error.code(), error.kind_name()), (code, kind), "{error}");
+        let shown = format!("{error:?}");
+        assert!(shown.starts_with(&format!("{kind} ({code}): ")), "{shown}");
+    };
+    let agent = kit
+        .agents([AgentSpec::scripted(booking_script())])
+        .unwrap()
+        .remove(0);
+    let refused = agent
+        .submit(Submission::new("Book.", shipping_server(&[])).tools(["not-a-tool"]))
+        .unwrap_err();
+    check(refused, "invalid_submission", "ModelValidationError");
+
+    let handle = submit(&kit, shipping_server(&[]), HumanInput::Managed);
+    let pending = wait_pending(&handle);
+    let waited = handle.result(Some(Duration::from_millis(10))).unwrap_err();
+    check(waited, "operation_timeout", "OperationTimeout");
+    let invalid = BTreeMap::from([(
+        "shipping_address".to_string(),
+        ElicitationResponse::accept(serde_json::json!({"street": 1})),
+    )]);
+    let refused = handle
+        .respond_elicitation(&pending.round_id, invalid, "key-1")
+        .unwrap_err();
+    check(refused, "schema_violation", "ManagedInputValidationError");
+    handle
+        .respond_elicitation(&pending.round_id, address(), "key-1")
+        .unwrap();
+    let declined = BTreeMap::from([(
+        "shipping_address".to_string(),
+        ElicitationResponse::decline(),
+    )]);
+    let conflict = handle
+        .respond_elicitation(&pending.round_id, declined, "key-1")
+        .unwrap_err();
+    check(conflict, "idempotency_conflict", "ManagedInputConflict");
+    assert!(finished(&handle).succeeded());
+    let late = handle
+        .respond_elicitation(&pending.round_id, address(), "key-2")
+        .unwrap_err();
+    check(late, "round_terminal", "ManagedInputStateError");
+
+    store.close();
+    let closed = kit
+        .agents([AgentSpec::scripted(booking_script())])
+        .unwrap()
+        .remove(0)
+        .submit(
+            Submission::new("Book.", shipping_server(&[]))
+                .tools(["shipping:book_shipment"])
+                .human_input(HumanInput::Managed),
+        )
+        .unwrap_err();
+    check(closed, "store_closed", "StorageError");
+}

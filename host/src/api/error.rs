@@ -287,4 +287,15 @@ impl OpenError {
             Self::Engine(_) => None,
         }
     }
+
+    /// The specification's name of the error's kind: `ManagedInputValidationError` for a path
+    /// or URL that cannot name a database, `EngineError` for a component that did not load,
+    /// else `StorageError`.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Self::InvalidPath(_) | Self::InvalidUrl(_) => "ManagedInputValidationError",
+            Self::Engine(_) => "EngineError",
+            Self::Sqlite { .. } | Self::Postgres(_) | Self::Incompatible(_) => "StorageError",
+        }
+    }
 }

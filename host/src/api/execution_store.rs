@@ -29,6 +29,29 @@ pub enum ExecutionStoreError {
     Scratch(String),
 }
 
+impl ExecutionStoreError {
+    /// The machine-readable reason: `store_closed`, the database's (`invalid_database_path`,
+    /// `storage_busy`, `storage_failure`, `incompatible_database`, ...), `engine_error` for a
+    /// component that did not load.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Closed => "store_closed",
+            Self::Open(e) => e.code().unwrap_or("engine_error"),
+            Self::Scratch(_) => "storage_failure",
+        }
+    }
+
+    /// The specification's name of the error's kind (`StorageError`, or
+    /// `ManagedInputValidationError` for a database path or URL that cannot be one,
+    /// `EngineError` for a component that did not load).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Self::Open(e) => e.kind_name(),
+            Self::Closed | Self::Scratch(_) => "StorageError",
+        }
+    }
+}
+
 /// An execution store.
 pub trait ExecutionStore: Send + Sync {
     /// The managed-input store on the same storage, opened on first use; `None` when this store

@@ -51,7 +51,7 @@ pub enum ProcessError {
     /// The child's stdin is closed.
     #[error("the child's stdin is closed")]
     StdinClosed,
-    /// The child took none of a line written to it for [`STDIN_STALL_LIMIT`]: it stopped
+    /// The child took none of a line written to it for `STDIN_STALL_LIMIT`: it stopped
     /// reading its input (or closed it while its stdout, the same socket, stays open).
     #[error("the child has read none of its input for {0:?}")]
     StdinStalled(std::time::Duration),

@@ -3,7 +3,7 @@
 //! (`statements/ids.rs`), so no input (`%`, `_`, anything) widens it and nothing is listed in
 //! full. Both backends compare ids byte by byte, so the bound is the same on each.
 
-/// The ids that start with a prefix (see [`crate::SqliteManagedInputStore::round_ids_with_prefix`]).
+/// The ids that start with a prefix (see [`crate::DatabaseStore::round_ids_with_prefix`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IdMatches {
     /// The prefix is itself a stored id (then `ids` is exactly that id and `total` is 1).
