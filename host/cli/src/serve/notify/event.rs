@@ -38,43 +38,49 @@ impl Kind {
     }
 }
 
+/// An event's id: its kind and its round's or execution's id.
+pub fn event_id(kind: Kind, id: &str) -> String {
+    format!("{}:{id}", kind.name())
+}
+
 /// The events the store's state holds now, of the kinds wanted, that happened at `since` or
-/// later; `public_url` is the inbox's address the links start with.
+/// later, but those `known` says were queued before (whose bodies are not built again);
+/// `public_url` is the inbox's address the links start with.
 pub fn events(
     records: &[ManagedInputRecord],
     states: &[ExecutionState],
     kinds: &[Kind],
     since: chrono::DateTime<chrono::Utc>,
     public_url: &str,
+    known: &dyn Fn(&str) -> bool,
 ) -> Vec<NotificationEvent> {
+    let new = |kind: Kind, id: &str| kinds.contains(&kind) && !known(&event_id(kind, id));
     let mut events = Vec::new();
     for r in records {
-        if kinds.contains(&Kind::Waiting)
-            && r.status == ManagedInputStatus::Pending
+        let id = &r.pending.round_id;
+        if r.status == ManagedInputStatus::Pending
             && r.timestamps.created_at >= since
+            && new(Kind::Waiting, id)
         {
-            events.push(round_event(
-                Kind::Waiting,
-                r,
-                r.timestamps.created_at,
-                public_url,
-            ));
+            let at = r.timestamps.created_at;
+            events.push(round_event(Kind::Waiting, r, at, public_url));
         }
-        if kinds.contains(&Kind::Failed)
-            && r.status == ManagedInputStatus::Failed
+        if r.status == ManagedInputStatus::Failed
             && let Some(at) = r.timestamps.failed_at
             && at >= since
+            && new(Kind::Failed, id)
         {
             // After the round's own waiting event, even at the same instant.
             let at = at.max(r.timestamps.created_at + chrono::TimeDelta::nanoseconds(1));
             events.push(round_event(Kind::Failed, r, at, public_url));
         }
     }
-    if kinds.contains(&Kind::Finished) {
-        for s in states {
-            if s.lifecycle == ExecutionStatus::Finished && s.updated_at >= since {
-                events.push(execution_event(s, public_url));
-            }
+    for s in states {
+        if s.lifecycle == ExecutionStatus::Finished
+            && s.updated_at >= since
+            && new(Kind::Finished, &s.execution_id)
+        {
+            events.push(execution_event(s, public_url));
         }
     }
     events
@@ -129,7 +135,7 @@ fn round_event(
             }),
         })
         .collect();
-    let event_id = format!("{}:{}", kind.name(), p.round_id);
+    let event_id = event_id(kind, &p.round_id);
     let link = format!("{public_url}/rounds/{}", p.round_id);
     let body = json!({
         "version": VERSION,
@@ -162,7 +168,7 @@ fn round_event(
 
 fn execution_event(s: &ExecutionState, public_url: &str) -> NotificationEvent {
     let kind = Kind::Finished;
-    let event_id = format!("{}:{}", kind.name(), s.execution_id);
+    let event_id = event_id(kind, &s.execution_id);
     let outcome = s.outcome.as_ref();
     let body = json!({
         "version": VERSION,

@@ -125,14 +125,17 @@ impl Notifier {
         let Some(earliest) = self.lanes.iter().map(|l| l.since).min() else {
             return;
         };
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        // An event every target knows is not built again (a look reads every round).
+        let everywhere = |id: &str| known.iter().all(|k| k.contains(id));
         let events = event::events(
             records,
             states,
             &self.settings.kinds,
             earliest,
             &self.settings.public_url,
+            &everywhere,
         );
-        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         for (lane, known) in self.lanes.iter().zip(known.iter_mut()) {
             let new: Vec<_> = events
                 .iter()
