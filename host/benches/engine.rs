@@ -877,8 +877,15 @@ fn cold_start_bench(plan: &Plan, scratch: &Path) -> BenchResult<ColdStartResult>
     }
 
     let cache_dir = scratch.join("component-cache");
-    let (cache_store, first) =
-        timed(|| component_cache::load(&engine, GUEST_WASM, GUEST_WASM_SHA256, Some(&cache_dir)));
+    let (cache_store, first) = timed(|| {
+        component_cache::load(
+            &engine,
+            GUEST_WASM,
+            GUEST_WASM_SHA256,
+            Some(&cache_dir),
+            &|| {},
+        )
+    });
     let (component, outcome) = first?;
     drop(component);
     if !matches!(outcome, CacheOutcome::Stored(_)) {
@@ -889,7 +896,13 @@ fn cold_start_bench(plan: &Plan, scratch: &Path) -> BenchResult<ColdStartResult>
     let mut load_artifact = Vec::new();
     for i in 0..plan.load_warmup + plan.load_reps {
         let (t, loaded) = timed(|| {
-            component_cache::load(&engine, GUEST_WASM, GUEST_WASM_SHA256, Some(&cache_dir))
+            component_cache::load(
+                &engine,
+                GUEST_WASM,
+                GUEST_WASM_SHA256,
+                Some(&cache_dir),
+                &|| {},
+            )
         });
         let (component, outcome) = loaded?;
         if !matches!(outcome, CacheOutcome::Hit(_)) {

@@ -194,3 +194,49 @@ fn a_cache_under_a_parent_others_can_write_is_not_used() {
         runtime.cache
     );
 }
+
+/// A dependent's first run says what it is doing while the component compiles (one stderr
+/// line naming the cache), a run with the cache warm says nothing, and a cache others could
+/// write is reported by the library itself; the `m3` command turns these lines off for its
+/// own spinner.
+#[test]
+fn the_library_says_when_it_compiles_the_component_and_when_its_cache_is_unusable() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("cache");
+    let run = |cache: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_m3-test-second-process"))
+            .arg("engine")
+            .env("M3_CACHE_DIR", cache)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (first, said) = run(&dir);
+    assert!(first.starts_with("Stored("), "{first}");
+    assert!(
+        said.contains(&format!(
+            "m3: compiling the policy engine component for this machine, once (its code is \
+             then cached in {})",
+            dir.display()
+        )),
+        "{said}"
+    );
+    let (second, said) = run(&dir);
+    assert!(second.starts_with("Hit("), "{second}");
+    assert!(!said.contains("m3:"), "a warm start is quiet: {said}");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (third, said) = run(&dir);
+    assert!(third.starts_with("Bypassed("), "{third}");
+    assert!(
+        said.contains("m3: the compiled-component cache cannot be used"),
+        "{said}"
+    );
+}

@@ -54,8 +54,8 @@
 //! - `fake_codex_main.rs`: `m3-test-fake-codex`, a fake Codex app-server that replays error paths
 //!   for `tests/all/codex_transcripts.rs`.
 //! - `second_process_main.rs`: `m3-test-second-process`, a second process on the same store: it
-//!   attaches a handle to an execution another process submitted, or runs the specification's Codex
-//!   example with `env={}`.
+//!   attaches a handle to an execution another process submitted, runs the specification's Codex
+//!   example with `env={}`, or loads the policy engine as any dependent does (its notices on).
 
 use chrono::{DateTime, TimeZone, Utc};
 use m3::{

@@ -9,6 +9,8 @@
 //! - `m3-test-second-process codex-spec DB MODEL_BASE_URL SHIPPING_SERVER`: the specification's
 //!   Codex example as written: `env={}` and the program `codex` found on this process's `PATH`
 //!   (the test sets it); prints `result OUTCOME TOOL_TEXT`.
+//! - `m3-test-second-process engine`: loads the policy engine as any dependent does (the
+//!   library's notices on, its default) and prints where its compiled code came from.
 
 use anyhow::{Context, Result, anyhow, bail};
 use m3::{
@@ -80,7 +82,8 @@ fn print_result(handle: &ExecutionHandle) -> Result<()> {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = || anyhow!("usage: attach|result DB EXECUTION_ID, or codex-spec DB URL SERVER");
+    let usage =
+        || anyhow!("usage: attach|result DB EXECUTION_ID, codex-spec DB URL SERVER, or engine");
     match args.first().map(String::as_str) {
         Some("attach") => {
             let [_, db, execution] = &args[..] else {
@@ -88,6 +91,11 @@ fn main() -> Result<()> {
             };
             let kit = kit(db)?;
             answer_and_wait(&kit.execution(execution)?)
+        }
+        Some("engine") => {
+            let outcome = m3::health::load_engine()?;
+            println!("{outcome:?}");
+            Ok(())
         }
         Some("result") => {
             let [_, db, execution] = &args[..] else {

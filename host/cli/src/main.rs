@@ -336,6 +336,8 @@ fn is_closed_stdout(info: &std::panic::PanicHookInfo<'_>) -> bool {
 }
 
 fn main() -> ExitCode {
+    // The command shows its own spinner and notices (`engine_start.rs`).
+    m3::health::set_engine_notices(false);
     let cli = match parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version

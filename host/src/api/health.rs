@@ -30,6 +30,15 @@ pub fn component_cache_dir() -> Option<PathBuf> {
     crate::component::cache::default_cache_dir()
 }
 
+/// Whether the library says on stderr that it compiles the component (the first run on a
+/// machine, with a warning naming the profile overrides when a debug build's unoptimised
+/// Cranelift makes it slow) and that the compiled-code cache cannot be used. On by default;
+/// an embedder with its own progress display (the `m3` command's spinner) turns it off. The
+/// same notices are always `log` records (target `m3`).
+pub fn set_engine_notices(on: bool) {
+    crate::component::notice::set_on_stderr(on);
+}
+
 /// Loads the engine component (once per process) and says where its compiled code came from.
 pub fn load_engine() -> Result<CacheOutcome, EngineError> {
     Ok(crate::component::engine::ComponentRuntime::shared()?

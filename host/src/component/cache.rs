@@ -88,26 +88,25 @@ pub fn load(
     wasm: &[u8],
     wasm_sha256: &str,
     dir: Option<&Path>,
+    compiling: &dyn Fn(),
 ) -> wasmtime::Result<(Component, CacheOutcome)> {
+    let compile = || {
+        compiling();
+        Component::new(engine, wasm)
+    };
     let Some(dir) = dir else {
         return Ok((
-            Component::new(engine, wasm)?,
+            compile()?,
             CacheOutcome::Bypassed("no cache directory".into()),
         ));
     };
     if let Err(reason) = prepare_private_dir(dir) {
-        return Ok((
-            Component::new(engine, wasm)?,
-            CacheOutcome::Bypassed(reason),
-        ));
+        return Ok((compile()?, CacheOutcome::Bypassed(reason)));
     }
     let key = match cache_key(dir) {
         Ok(key) => key,
         Err(reason) => {
-            return Ok((
-                Component::new(engine, wasm)?,
-                CacheOutcome::Bypassed(reason),
-            ));
+            return Ok((compile()?, CacheOutcome::Bypassed(reason)));
         }
     };
     let path = dir.join(artifact_name(engine, wasm_sha256));
@@ -120,6 +119,7 @@ pub fn load(
         let _ = fs::remove_file(&path);
         let _ = fs::remove_file(digest_file::path_for(&path));
     }
+    compiling();
     let compiled = engine.precompile_component(wasm)?;
     // SAFETY: `compiled` was produced just now by this engine from `wasm`.
     let component = unsafe { Component::deserialize(engine, &compiled)? };

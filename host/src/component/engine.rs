@@ -67,8 +67,13 @@ impl ComponentRuntime {
         cache_dir: Option<&std::path::Path>,
     ) -> Result<Self, EngineError> {
         let engine = Engine::new(&engine_config()).map_err(load_error)?;
+        let started = std::time::Instant::now();
+        let compiling = || crate::component::notice::compiling(cache_dir);
         let (component, cache) =
-            cache::load(&engine, wasm, wasm_sha256, cache_dir).map_err(load_error)?;
+            cache::load(&engine, wasm, wasm_sha256, cache_dir, &compiling).map_err(load_error)?;
+        if !matches!(cache, CacheOutcome::Hit(_)) {
+            crate::component::notice::compiled(started.elapsed(), &cache);
+        }
         let mut linker = Linker::<HostState>::new(&engine);
         sandbox::link_sync(&mut linker, &component).map_err(load_error)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;

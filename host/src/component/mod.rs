@@ -11,6 +11,9 @@
 //! - `engine.rs`: the process-wide engine (fuel on), the embedded component, the `InstancePre`.
 //!   `cache.rs`: the on-disk compiled artifact; `digest_file.rs`: its keyed digest and checked
 //!   identity beside it.
+//! - `notice.rs`: what the library says while a person waits (the first compile, a slow
+//!   compile in a debug build naming the profile overrides, an unusable cache): `log` records
+//!   and, unless turned off, a line on stderr.
 //! - `instance.rs`: per-store pools of live instances (`bounded_store` is the one way a store is
 //!   made, used by the benchmark too); every call under a memory limit and a compute budget in
 //!   fuel, refilled by a call hook when the host calls in and when an m3 import returns (never for
@@ -36,5 +39,6 @@ pub mod convert;
 pub(crate) mod digest_file;
 pub mod engine;
 pub mod instance;
+pub(crate) mod notice;
 pub mod sandbox;
 pub mod store_rows;
