@@ -134,6 +134,34 @@ mod store;
 pub mod testing;
 mod worker;
 
+/// The sandbox as an embedder of the components sees it: which import each of the engine's
+/// imports is bound to, the probes `Policy::probe` runs, the default compute budget.
+pub mod sandbox {
+    pub use crate::component::instance::DEFAULT_COMPUTE_BUDGET;
+    pub use crate::component::sandbox::{ImportBinding, ImportProvider, SandboxProbe};
+}
+
+/// Where the `codex` harness finds the user's Codex sign-in, and what it finds there (what
+/// `m3 doctor` reports).
+pub mod codex {
+    pub use crate::kit::codex::{sign_in, user_codex_home};
+}
+
+/// Where the `claude-code` harness finds the user's Claude Code sign-in, what it finds there,
+/// and the environment variables that carry a model key (what `m3 doctor` reports).
+pub mod claude_code {
+    pub use crate::kit::claude_code::{KEY_VARIABLES, sign_in, user_config_dir};
+}
+
+/// For operators' tools on a [`DatabaseStore`] (the `m3` command): ids by prefix, and the
+/// notification ledger of `m3 serve --notify`.
+pub mod operations {
+    pub use crate::api::notifications::{
+        ClaimedNotification, NotificationEvent, NotificationOutcome, NotificationTargetReport,
+    };
+    pub use crate::store::id_prefix::IdMatches;
+}
+
 pub use api::clock::{Clock, ManualClock, SystemClock, TimeSource};
 pub use api::error::{
     EngineError, EngineErrorKind, ErrorCode, ErrorDetail, ManagedInputConflict, ManagedInputError,
@@ -155,9 +183,6 @@ pub use api::managed_input::{
     StoreOptions, StoreResult,
 };
 pub use api::migrate::{MigrateError, MigratedTable, MigrationReport, migrate_sqlite_to_postgres};
-pub use api::notifications::{
-    ClaimedNotification, NotificationEvent, NotificationOutcome, NotificationTargetReport,
-};
 pub use api::policy::{POLICY_COMPONENT, Policy, PreparedRound};
 pub use api::record::{
     FailureCode, LifecycleTimestamps, ManagedInputLease, ManagedInputRecord, ManagedInputStatus,
@@ -172,19 +197,12 @@ pub use api::server::{
     HeaderError, HttpServer, McpEra, ProcessInputError, ServerBinding, StdioServer,
 };
 pub use api::submission::{HumanInput, ModelValidationError, Submission};
-pub use component::instance::{DEFAULT_COMPUTE_BUDGET, GuestLimits};
-pub use component::sandbox::{ImportBinding, ImportProvider, SandboxProbe};
-pub use kit::claude_code::{
-    KEY_VARIABLES as CLAUDE_CODE_KEY_VARIABLES, sign_in as claude_code_sign_in,
-    user_config_dir as user_claude_config_dir,
-};
-pub use kit::codex::{sign_in as codex_sign_in, user_codex_home};
+pub use component::instance::GuestLimits;
 pub use kit::{
     Agent, AgentSpec, AsyncAgent, AsyncExecutionHandle, AsyncMcpTestKit, ClaudeCodeCredentials,
     ClaudeCodeOptions, ClaudeCodeSignIn, CodexCredentials, CodexOptions, CodexSignIn,
     ExecutionError, ExecutionHandle, Harness, KitOptions, McpTestKit, ModelProvider,
     PermissionPolicy, PlanEntry, PlanMatch, Script, ScriptStep,
 };
-pub use store::id_prefix::IdMatches;
 pub use store::sqlite::synchronous::Synchronous;
 pub use worker::{Executions, RecoveryReport};

@@ -5,6 +5,7 @@
 //! the report counts what waits and says the last failure.
 
 use chrono::TimeDelta;
+use m3::operations::{ClaimedNotification, NotificationEvent, NotificationOutcome};
 use m3::*;
 use m3_tests::on_both_backends;
 use std::sync::Arc;

@@ -5,13 +5,13 @@
 //! works; payloads too large for the store are refused before they are copied into the guest.
 
 use anyhow::{Context, Result, bail, ensure};
-use m3::ImportProvider;
-use m3::SandboxProbe as Probe;
+use m3::sandbox::DEFAULT_COMPUTE_BUDGET;
+use m3::sandbox::ImportProvider;
+use m3::sandbox::SandboxProbe as Probe;
 use m3::{
-    DEFAULT_COMPUTE_BUDGET, ElicitationRequest, EngineError, EngineErrorKind, ErrorCode,
-    GuestLimits, ManagedInputError, ManagedInputStatus, ManagedInputStore, NewRound, OperationKind,
-    PendingElicitationRound, Policy, RoundFilter, SqliteManagedInputStore, StoreOptions,
-    Synchronous,
+    ElicitationRequest, EngineError, EngineErrorKind, ErrorCode, GuestLimits, ManagedInputError,
+    ManagedInputStatus, ManagedInputStore, NewRound, OperationKind, PendingElicitationRound,
+    Policy, RoundFilter, SqliteManagedInputStore, StoreOptions, Synchronous,
 };
 use m3_tests::{TempDb, address_round, address_schema, claim, create, open};
 use serde_json::{Map, Value, json};

@@ -338,9 +338,9 @@ fn nothing_shipped_can_fetch_a_url() -> Result<()> {
     for binding in &imports {
         // `wasi:http` is the one network import, limited by each execution's grant.
         let expected = if binding.name.starts_with("wasi:http/") {
-            m3::ImportProvider::WasiHttp
+            m3::sandbox::ImportProvider::WasiHttp
         } else {
-            m3::ImportProvider::Trap
+            m3::sandbox::ImportProvider::Trap
         };
         if binding.name.starts_with("wasi:sockets") || binding.name.starts_with("wasi:http") {
             ensure!(
@@ -1137,11 +1137,15 @@ fn public_api_files(src: &Path) -> Result<Vec<PathBuf>> {
     let mut files = vec![src.join("lib.rs")];
     for statement in lib.split(';') {
         let statement = statement.trim();
-        let path = if let Some(path) = statement.strip_prefix("pub use ") {
+        // A re-export at the top, or inside one of lib.rs's inline modules (`pub mod sandbox {
+        // pub use crate::...; }`), whose paths start with `crate::`.
+        let path = if let Some(at) = statement.rfind("pub use ") {
+            let path = &statement[at + "pub use ".len()..];
             path.split('{')
                 .next()
                 .unwrap_or_default()
                 .trim()
+                .trim_start_matches("crate::")
                 .to_string()
         } else if let Some(name) = statement.rsplit("pub mod ").next()
             && statement.contains("pub mod ")

@@ -56,8 +56,8 @@ fn version_of(program: &std::path::Path) -> Option<String> {
 /// Where Codex's sign-in would come from and what kind it is, and whether an API key is in this
 /// process's environment: names and kinds only, never a value.
 fn codex_credentials() -> Value {
-    let home = m3::user_codex_home();
-    let sign_in = home.as_deref().map(m3::codex_sign_in);
+    let home = m3::codex::user_codex_home();
+    let sign_in = home.as_deref().map(m3::codex::sign_in);
     let key_variables: Vec<&str> = ["OPENAI_API_KEY", "CODEX_API_KEY"]
         .into_iter()
         .filter(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
@@ -73,9 +73,9 @@ fn codex_credentials() -> Value {
 /// Where Claude Code's sign-in would come from and what kind it is, and which of its key
 /// variables this process's environment sets: names and kinds only, never a value.
 fn claude_code_credentials() -> Value {
-    let dir = m3::user_claude_config_dir();
-    let sign_in = dir.as_deref().map(m3::claude_code_sign_in);
-    let key_variables: Vec<&str> = m3::CLAUDE_CODE_KEY_VARIABLES
+    let dir = m3::claude_code::user_config_dir();
+    let sign_in = dir.as_deref().map(m3::claude_code::sign_in);
+    let key_variables: Vec<&str> = m3::claude_code::KEY_VARIABLES
         .iter()
         .copied()
         .filter(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))

@@ -5,7 +5,8 @@
 //! execution's short id, and that form is accepted back.
 
 use anyhow::Result;
-use m3::{Executions, IdMatches};
+use m3::Executions;
+use m3::operations::IdMatches;
 use std::collections::HashMap;
 
 /// The fewest characters a shortened id keeps (`exec-` and three hex digits).

@@ -215,7 +215,7 @@ fn child_env() -> BTreeMap<String, String> {
 fn harness_env(spec: &AgentSpec) -> Result<BTreeMap<String, String>> {
     let mut env = child_env();
     if spec.harness == m3::Harness::ClaudeCode {
-        for name in m3::CLAUDE_CODE_KEY_VARIABLES {
+        for name in m3::claude_code::KEY_VARIABLES {
             if let Ok(value) = std::env::var(name) {
                 env.insert(name.to_string(), value);
             }

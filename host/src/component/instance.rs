@@ -22,11 +22,11 @@ pub struct GuestLimits {
     pub compute_budget: u64,
 }
 
-/// The default compute budget: 6,000,000,000 units of fuel between two host calls, more than
-/// nine times what the largest input the edge limits let through costs (a 1 MiB answer of
-/// ~96,000 fields: 656 million, asserted under an eighth of the budget by `sandbox::the_largest_
-/// answers_stay_well_inside_the_default_compute_budget`), and a second or two of computing for a
-/// runaway loop before it traps.
+/// The default compute budget ([`GuestLimits::compute_budget`]): 6,000,000,000 units of fuel
+/// between two host calls, more than nine times what the largest answer the size limits let
+/// through costs (a 1 MiB answer of about 96,000 fields costs about 656 million), and a second
+/// or two of computing for a runaway loop before it traps. Fuel counts WebAssembly operations,
+/// so the budget is the same on every machine.
 pub const DEFAULT_COMPUTE_BUDGET: u64 = 6_000_000_000;
 
 impl Default for GuestLimits {

@@ -7,9 +7,9 @@
 //! the deadline and the link to the round's form; never an answer, a lease token, an
 //! idempotency key, a URL-mode request's address, the operation's arguments or a header value.
 
+use m3::operations::NotificationEvent;
 use m3::{
     ElicitationRequest, ExecutionState, ExecutionStatus, ManagedInputRecord, ManagedInputStatus,
-    NotificationEvent,
 };
 use serde_json::{Value, json};
 

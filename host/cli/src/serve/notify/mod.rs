@@ -29,7 +29,8 @@ pub mod target;
 
 use event::Kind;
 use futures_util::StreamExt;
-use m3::{ExecutionState, ManagedInputRecord, NotificationOutcome};
+use m3::operations::{ClaimedNotification, NotificationOutcome};
+use m3::{ExecutionState, ManagedInputRecord};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -230,7 +231,7 @@ impl Notifier {
     fn request(
         &self,
         lane: &Lane,
-        claim: &m3::ClaimedNotification,
+        claim: &ClaimedNotification,
     ) -> (Vec<(&'static str, String)>, Vec<u8>) {
         let document: serde_json::Value = serde_json::from_str(&claim.document).unwrap_or_default();
         let body = match lane.target.format {
@@ -256,7 +257,7 @@ impl Notifier {
     }
 
     /// Posts one claimed event and settles it.
-    async fn deliver_one(&self, lane: &Lane, claim: m3::ClaimedNotification) {
+    async fn deliver_one(&self, lane: &Lane, claim: ClaimedNotification) {
         let (headers, body) = self.request(lane, &claim);
         let posted = post::post(&lane.target, &headers, body, self.settings.timeout).await;
         let attempt = claim.attempts + 1;
