@@ -104,7 +104,8 @@
 //!   names `store/mod.rs`, aside), and `store/` uses no other folder but `checks/`
 //!   (`tidy::host_folders_in_circles_are_only_the_known_ones`). **The API boundary**: every module is private; the API is the
 //!   re-exports (the specification's names in plain Rust types), `health` and `embedding` (a
-//!   documentation module holding EMBEDDING.md, whose Rust example is a doctest too). No generated
+//!   documentation module holding EMBEDDING.md, whose Rust example is a doctest too; `readme`,
+//!   hidden, holds README.md so that its Rust examples are compiled as printed). No generated
 //!   binding type appears in a public signature (`tidy::no_generated_type_in_the_public_api`, with
 //!   a planted-leak control); `lib.rs` denies `private_interfaces`, `private_bounds` and
 //!   `unnameable_types` for the host's own internal types.
@@ -126,6 +127,11 @@ mod checks;
 mod component;
 #[doc = include_str!("../../EMBEDDING.md")]
 pub mod embedding {}
+// The README's Rust examples, compiled as doctests exactly as printed (hidden: the README is
+// read on its own).
+#[doc = include_str!("../../README.md")]
+#[doc(hidden)]
+pub mod readme {}
 mod imports;
 mod kit;
 mod process;
