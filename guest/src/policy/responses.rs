@@ -88,8 +88,14 @@ fn check_key_set(
         parts.push(format!("missing {}", list(missing)));
     }
     if !extra.is_empty() {
-        // Keys that came with the answer are counted, not repeated.
-        parts.push(format!("{} key(s) the round does not have", extra.len()));
+        // Keys that came with the answer are named (each cut to 64 bytes, at most eight of
+        // them, never their values), so that whoever answered can see which key was wrong.
+        let more = extra.len().saturating_sub(8);
+        let mut named = format!("keys the round does not have: {}", list(extra));
+        if more > 0 {
+            named.push_str(&format!(" and {more} more"));
+        }
+        parts.push(named);
     }
     Err(validation(
         ErrorCode::ResponseKeysMismatch,
@@ -292,6 +298,33 @@ mod tests {
                 }
                 other => panic!("not a validation error: {other:?}"),
             })
+    }
+
+    /// A key set that differs names the missing keys and the extra ones (at most eight each,
+    /// cut to 64 bytes), never a value.
+    #[test]
+    fn a_mismatched_key_set_names_the_missing_and_the_extra_keys() {
+        let message = |text: &str| match validate_responses(&form("{}"), text) {
+            Err(crate::m3::managed_input::types::ManagedInputError::Validation(d)) => {
+                assert_eq!(d.code, ErrorCode::ResponseKeysMismatch);
+                d.message
+            }
+            other => panic!("not a key mismatch: {other:?}"),
+        };
+        let one = message(r#"{"kk": {"action": "accept", "content": {"secret": "VALUE"}}}"#);
+        assert!(one.contains("missing `k`"), "{one}");
+        assert!(one.contains("keys the round does not have: `kk`"), "{one}");
+        assert!(!one.contains("VALUE") && !one.contains("secret"), "{one}");
+        let many: Vec<String> = (0..10)
+            .map(|i| format!(r#""x{i}{}": {{"action": "decline"}}"#, "y".repeat(100)))
+            .collect();
+        let ten = message(&format!(
+            r#"{{"k": {{"action": "decline"}}, {}}}"#,
+            many.join(", ")
+        ));
+        assert!(ten.ends_with(" and 2 more"), "{ten}");
+        assert!(!ten.contains(&"y".repeat(70)), "each key cut: {ten}");
+        assert!(!ten.contains("missing"), "{ten}");
     }
 
     /// Numbers are judged by their exact values, never as doubles: accepted ones are kept as
