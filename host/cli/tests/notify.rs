@@ -4,8 +4,9 @@
 //! again; a server killed mid-queue and started again delivers what was left and nothing twice;
 //! a hanging receiver delays neither the inbox nor other targets; several servers on one
 //! database deliver each event once between them; the Slack body keeps to Slack's
-//! incoming-webhook fields; no secret reaches a body; bad flags are refused without quoting a
-//! target. SQLite and PostgreSQL both.
+//! incoming-webhook fields; no secret reaches a body; an `https` target gets TLS, never a
+//! request in clear; bad flags are refused without quoting a target. SQLite and PostgreSQL
+//! both.
 
 mod common;
 mod receiving;
@@ -346,6 +347,46 @@ fn a_server_killed_mid_queue_delivers_what_was_left_after_a_restart() {
         (Some(0), Some(3))
     );
     server.stop();
+}
+
+/// An `https` target is spoken to in TLS: a plain-HTTP receiver behind an `https://` address
+/// gets a handshake, never a request in clear, and the failure is retried and reported (the
+/// tests cannot present a certificate the Mozilla roots trust, so a delivery over TLS is not
+/// shown here).
+#[test]
+fn an_https_target_gets_tls_never_a_request_in_clear() {
+    let sb = Sandbox::new();
+    sb.create_database();
+    let receiver = Receiver::start(&[]);
+    let url = format!("{}/hook", receiver.base.replace("http://", "https://"));
+    let server = start(
+        &sb,
+        &notify_args(
+            &sb,
+            &[url],
+            &["--notify-retry-secs", "0.05", "--notify-timeout-secs", "1"],
+        ),
+    );
+    let _run = sb.spawn_run("legacy", &[], &[]);
+    let waited = Instant::now();
+    let target = loop {
+        let out = sb.command(&["doctor", "--json"]).output().unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let target = report["database"]["notifications"][0].clone();
+        if target["failing"] == true {
+            break target;
+        }
+        assert!(waited.elapsed() < WAIT, "never failing: {report}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let error = target["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with("TLS failed") || error.starts_with("no response within"),
+        "{error}"
+    );
+    assert!(receiver.deliveries().is_empty(), "no request in clear");
+    let (_, stderr) = server.stop();
+    assert!(!stderr.contains("/hook"), "{stderr}");
 }
 
 /// One target that never answers: the other target gets the event long before the hanging
