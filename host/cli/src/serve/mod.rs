@@ -209,18 +209,29 @@ pub struct Shared {
     pub stopping: tokio::sync::watch::Sender<bool>,
     /// The notifier, with `--notify` or `--notify-file`, once the database exists.
     pub notifier: std::sync::OnceLock<Arc<notify::Notifier>>,
+    /// Why a database that appeared could not be opened yet, while the server waits for it.
+    pub opening: std::sync::Mutex<Option<String>>,
 }
 
 impl Shared {
     /// The executions, or `database_waiting` (503) while the database does not exist yet.
     pub fn executions(&self) -> Result<&Arc<m3::Executions>> {
         self.executions.get().ok_or_else(|| {
-            anyhow!(
-                "StorageError: there is no database at {} yet; this server waits for the first \
-                 execution to create it (`m3 run` does; check --db or M3_DB if none should be \
-                 needed) (database_waiting)",
-                self.database
-            )
+            let opening = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+            match opening.as_deref() {
+                // The file appeared but does not open (yet): said as it is, never as missing.
+                Some(why) => anyhow!(
+                    "StorageError: the database at {} exists but cannot be opened yet ({why}); \
+                     this server keeps trying (database_waiting)",
+                    self.database
+                ),
+                None => anyhow!(
+                    "StorageError: there is no database at {} yet; this server waits for the \
+                     first execution to create it (`m3 run` does; check --db or M3_DB if none \
+                     should be needed) (database_waiting)",
+                    self.database
+                ),
+            }
         })
     }
 }
@@ -290,6 +301,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
         request_timeout,
         stopping: tokio::sync::watch::Sender::new(false),
         notifier: std::sync::OnceLock::new(),
+        opening: std::sync::Mutex::new(None),
     };
     runtime.block_on(run(
         cli,
@@ -465,11 +477,14 @@ async fn open_when_created(cli: &Cli, shared: &Arc<Shared>, notify: Option<notif
                 let _ = shared.executions.set(executions);
                 break;
             }
-            Err(e) if !said => {
-                said = true;
-                eprintln!("m3 serve: the database cannot be opened yet: {e:#}");
+            Err(e) => {
+                if !said {
+                    said = true;
+                    eprintln!("m3 serve: the database cannot be opened yet: {e:#}");
+                }
+                let why = format!("{e:#}");
+                *shared.opening.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
             }
-            Err(_) => {}
         }
     }
     eprintln!("m3 serve: the database at {} exists now", shared.database);
