@@ -251,8 +251,16 @@ impl AsyncMcpTestKit {
                 };
                 // A pass that fails (the database busy past its timeout) is tried again at the
                 // next period; nothing it would have failed is acknowledged meanwhile, since an
-                // answer to a round whose lease expired is refused.
-                let _ = tokio::task::spawn_blocking(move || executions.recover()).await;
+                // answer to a round whose lease expired is refused. The failure is a `log`
+                // record, never dropped unseen.
+                match tokio::task::spawn_blocking(move || executions.recover()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => log::warn!(
+                        target: "m3",
+                        "a recovery pass failed (tried again in {period:?}): {e}"
+                    ),
+                    Err(_) => return, // The runtime is stopping.
+                }
             }
         });
     }

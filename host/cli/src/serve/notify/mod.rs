@@ -183,10 +183,21 @@ impl Notifier {
             if pruned_at.is_none_or(|at| at.elapsed() > Duration::from_secs(3600)) {
                 pruned_at = Some(tokio::time::Instant::now());
                 let (executions, id) = (self.executions.clone(), lane.target.id.clone());
-                let _ = tokio::task::spawn_blocking(move || {
+                let pruned = tokio::task::spawn_blocking(move || {
                     executions.store().prune_notifications(&id, KEEP)
                 })
                 .await;
+                match pruned {
+                    Ok(Ok(_)) => {}
+                    // Delivered events stay a while longer; nothing is lost. Tried again at
+                    // the next hour.
+                    Ok(Err(e)) => eprintln!(
+                        "m3 serve: cannot prune delivered notifications for {}: {e} (tried \
+                         again in an hour)",
+                        lane.target.label
+                    ),
+                    Err(_) => return, // The runtime is stopping.
+                }
             }
             let (executions, id, owner) = (
                 self.executions.clone(),
