@@ -829,6 +829,17 @@ fn a_killed_worker_s_round_is_recovered_and_a_live_one_is_not() {
         "ManagedInputRecoveryError",
         ErrorCode::RecoveryUnavailable,
     );
+    // Through the kit too, matched flatly by its code and kind.
+    let late = recovering
+        .execution(&execution_id)
+        .unwrap()
+        .respond_elicitation(&round_id, address(), "late")
+        .unwrap_err();
+    assert_eq!(
+        (late.code(), late.kind_name()),
+        ("recovery_unavailable", "ManagedInputRecoveryError"),
+        "{late:?}"
+    );
     // The execution finished failed, and stays so when reopened.
     drop((recovering, store));
     let reopened = SqliteExecutionStore::open(&db.path).unwrap();
@@ -1378,7 +1389,8 @@ for line in sys.stdin:
 /// Every error the kit returns is matched flatly by one `code()` and its kind by
 /// `kind_name()`, whatever layer raised it: a submission that cannot run, an answer the
 /// component refuses, the same key with another answer, an answer after the round ended, a
-/// wait that ran out, a closed store; `Debug` (what `?` out of `main` prints) is
+/// wait that ran out, a closed store, an engine out of its compute budget (a recovery error
+/// through the kit: `a_killed_worker_s_round_is_recovered_and_a_live_one_is_not`); `Debug` (what `?` out of `main` prints) is
 /// `Kind (code): message`.
 #[test]
 fn every_kit_error_is_matched_by_one_flat_code() {
@@ -1439,4 +1451,30 @@ fn every_kit_error_is_matched_by_one_flat_code() {
         )
         .unwrap_err();
     check(closed, "store_closed", "StorageError");
+
+    // The engine itself: a component allowed too little computation for any call.
+    let starved = SqliteExecutionStore::open_with(
+        &db.path,
+        StoreOptions {
+            guest_limits: GuestLimits {
+                compute_budget: 1_000,
+                ..GuestLimits::default()
+            },
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    let engine = McpTestKit::new(Arc::new(starved), BTreeMap::<String, String>::new())
+        .and_then(|kit| {
+            kit.agents([AgentSpec::scripted(booking_script())])?
+                .remove(0)
+                .submit(
+                    Submission::new("Book.", shipping_server(&[]))
+                        .tools(["shipping:book_shipment"])
+                        .human_input(HumanInput::Managed),
+                )
+        })
+        .map(|_| ())
+        .unwrap_err();
+    check(engine, "engine_error", "EngineError");
 }
