@@ -17,7 +17,7 @@
 //!   minimal example). The engine and the policy-only component build at the same time, on two
 //!   threads of the build script. With the host's test feature `mutations` (which turns on the
 //!   crate's own) it also builds the mutation check's components (profile `mutant`, one
-//!   `mutate-<rule>` feature each, `mutants::*`) and refuses two identical ones.
+//!   `mutate-<rule>` feature each, their paths in `mutants::*`) and refuses two identical ones.
 
 /// The engine component (`wasm32-wasip2`, profile `guest`).
 pub static GUEST: &[u8] = include_bytes!(env!("M3_GUEST_WASM_PATH"));
@@ -29,16 +29,17 @@ pub const GUEST_SHA256: &str = env!("M3_GUEST_WASM_SHA256");
 /// `policy`): validation and the round state machine, importing only `wasi:random`.
 pub static POLICY: &[u8] = include_bytes!(env!("M3_POLICY_WASM_PATH"));
 
-/// The mutation check's components, each with one rule broken (feature `mutations` only).
+/// The paths of the mutation check's components, each with one rule broken (feature
+/// `mutations` only). Read when a process runs with a mutation, not embedded: embedded, they
+/// added megabytes to every test binary.
 #[cfg(feature = "mutations")]
 pub mod mutants {
     /// A conflicting answer under a used idempotency key taken as a repeat.
-    pub static IDEMPOTENCY_CONFLICT: &[u8] =
-        include_bytes!(env!("M3_MUTANT_IDEMPOTENCY_CONFLICT_PATH"));
+    pub const IDEMPOTENCY_CONFLICT: &str = env!("M3_MUTANT_IDEMPOTENCY_CONFLICT_PATH");
     /// Any lease accepted, not only the current, live holder's.
-    pub static LEASE_FENCING: &[u8] = include_bytes!(env!("M3_MUTANT_LEASE_FENCING_PATH"));
+    pub const LEASE_FENCING: &str = env!("M3_MUTANT_LEASE_FENCING_PATH");
     /// Ended rounds treated as open.
-    pub static TERMINAL_REFUSAL: &[u8] = include_bytes!(env!("M3_MUTANT_TERMINAL_REFUSAL_PATH"));
+    pub const TERMINAL_REFUSAL: &str = env!("M3_MUTANT_TERMINAL_REFUSAL_PATH");
     /// A server's withdrawal of its request ignored.
-    pub static WITHDRAWN_CLOSURE: &[u8] = include_bytes!(env!("M3_MUTANT_WITHDRAWN_CLOSURE_PATH"));
+    pub const WITHDRAWN_CLOSURE: &str = env!("M3_MUTANT_WITHDRAWN_CLOSURE_PATH");
 }

@@ -23,7 +23,8 @@ pub(crate) fn broken(rule: HostRule) -> bool {
     }
 }
 
-/// The component to run instead of the engine when a guest rule is broken: its bytes.
+/// The component to run instead of the engine when a guest rule is broken: its bytes (read
+/// from the file the build made).
 #[inline]
 pub(crate) fn component() -> Option<&'static [u8]> {
     #[cfg(feature = "mutations")]
@@ -37,8 +38,8 @@ mod armed {
     use super::HostRule;
     use std::sync::OnceLock;
 
-    /// Every mutation by name, with its component (`None`: a host rule).
-    const MUTATIONS: [(&str, Option<&[u8]>); 5] = [
+    /// Every mutation by name, with its component's path (`None`: a host rule).
+    const MUTATIONS: [(&str, Option<&str>); 5] = [
         (
             "idempotency-conflict",
             Some(m3_components::mutants::IDEMPOTENCY_CONFLICT),
@@ -79,11 +80,25 @@ mod armed {
         })
     }
 
+    /// The broken component's bytes, read once. One that cannot be read ends the process
+    /// too: the engine must never run in its place as if the mutation were caught.
     pub(super) fn component() -> Option<&'static [u8]> {
-        let name = name()?;
-        MUTATIONS
-            .iter()
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, bytes)| *bytes)
+        static BYTES: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+        BYTES
+            .get_or_init(|| {
+                let name = name()?;
+                let path = MUTATIONS
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .and_then(|(_, path)| *path)?;
+                match std::fs::read(path) {
+                    Ok(bytes) => Some(bytes),
+                    Err(e) => {
+                        eprintln!("M3_MUTATION={name}: cannot read its component {path}: {e}");
+                        std::process::exit(97);
+                    }
+                }
+            })
+            .as_deref()
     }
 }
