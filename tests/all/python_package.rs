@@ -174,6 +174,12 @@ fn both_eras_against_the_shipping_server_and_the_python_sdk_s_server() -> Result
     pytest(&["test_eras.py"], Backends::Sqlite)
 }
 
+/// The first run's compile is said on stderr unless `m3.set_engine_notices(False)`.
+#[test]
+fn the_first_compile_is_said_unless_silenced() -> Result<()> {
+    pytest(&["test_notices.py"], Backends::Sqlite)
+}
+
 /// The README's "From Python" test file (`tests/python/test_readme.py`, as the README gives it).
 #[test]
 fn the_readme_s_python_test_runs_as_written() -> Result<()> {
@@ -181,7 +187,7 @@ fn the_readme_s_python_test_runs_as_written() -> Result<()> {
 }
 
 /// Every pytest file of `tests/python/`, each run by one test of this file.
-const PYTEST_FILES: [&str; 13] = [
+const PYTEST_FILES: [&str; 14] = [
     "test_api.py",
     "test_async_kit.py",
     "test_eras.py",
@@ -191,6 +197,7 @@ const PYTEST_FILES: [&str; 13] = [
     "test_interop.py",
     "test_interrupt.py",
     "test_kit.py",
+    "test_notices.py",
     "test_readme.py",
     "test_recovery.py",
     "test_spec_example.py",

@@ -61,5 +61,13 @@ fn native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<kit::Kit>()?;
     module.add_class::<kit::Agent>()?;
     module.add_class::<handle::Handle>()?;
+    module.add_function(wrap_pyfunction!(set_engine_notices, module)?)?;
     Ok(())
+}
+
+/// Whether the library says on stderr when it compiles its component and when its
+/// compiled-code cache cannot be used (`m3.set_engine_notices`).
+#[pyfunction]
+fn set_engine_notices(on: bool) {
+    m3::health::set_engine_notices(on);
 }

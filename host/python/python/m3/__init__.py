@@ -69,6 +69,17 @@ from m3.types import (
     UrlElicitationRequest,
 )
 
+from m3 import _native
+
+
+def set_engine_notices(on: bool) -> None:
+    """Whether m3 says on stderr when it compiles its WebAssembly component for this machine
+    (once, on the first run; the result is cached) and when that cache cannot be used. On by
+    default; ``set_engine_notices(False)`` silences both for a program with its own display.
+    """
+    _native.set_engine_notices(on)
+
+
 __all__ = [
     "MCPTestKit",
     "AsyncMCPTestKit",
@@ -96,4 +107,5 @@ __all__ = [
     "EngineError",
     "ModelValidationError",
     "OperationTimeout",
+    "set_engine_notices",
 ]
