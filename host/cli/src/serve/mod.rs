@@ -424,6 +424,9 @@ async fn run(
         }
         settings
     });
+    // Registered before the address is printed: a SIGTERM sent as soon as it is read stops
+    // the server as any other does, never by the signal's default (death, exit status 143).
+    let stop = stop_signals()?;
     let shared = Arc::new(shared);
     let ready = shared.executions.get().is_some();
     let mut notify = Some(notify);
@@ -444,7 +447,7 @@ async fn run(
     let head_timeout = shared.request_timeout;
     let stopping = shared.clone();
     let serving = connections::serve(listener, app, head_timeout, async move {
-        stopped().await;
+        stop.await;
         stopping.stopping.send_replace(true);
     });
     let opening = async {
@@ -537,15 +540,18 @@ async fn bind(
     socket.listen(1024)
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn stopped() {
+/// Installs the handlers of SIGTERM and SIGINT (Ctrl-C) now; the future resolves on either.
+fn stop_signals() -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
+    let handler = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(|e| anyhow!("EngineError: cannot handle {name}: {e}"))
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    let mut term = handler(SignalKind::terminate(), "SIGTERM")?;
+    let mut interrupt = handler(SignalKind::interrupt(), "SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
 }
