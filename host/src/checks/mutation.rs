@@ -81,7 +81,8 @@ mod armed {
     }
 
     /// The broken component's bytes, read once. One that cannot be read ends the process
-    /// too: the engine must never run in its place as if the mutation were caught.
+    /// too: the engine must never run in its place, under the name of a mutation that did not
+    /// run.
     pub(super) fn component() -> Option<&'static [u8]> {
         static BYTES: OnceLock<Option<Vec<u8>>> = OnceLock::new();
         BYTES

@@ -425,7 +425,7 @@ async fn run(
         settings
     });
     // Registered before the address is printed: a SIGTERM sent as soon as it is read stops
-    // the server as any other does, never by the signal's default (death, exit status 143).
+    // the server as any other does, never by the signal's default action (killed by it).
     let stop = stop_signals()?;
     let shared = Arc::new(shared);
     let ready = shared.executions.get().is_some();
